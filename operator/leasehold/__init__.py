@@ -1,0 +1,1 @@
+"""leasehold: run jobs under expiring leases with fencing tokens."""

@@ -1,0 +1,96 @@
+"""The ``leasehold`` command line.
+
+Why this module exists: one entry point for the things people and scripts
+run: writing the CRDs from the models (``leasehold crds``), and, as they
+land, the operator and the ``run`` wrapper for workers. It only parses
+arguments and calls into the package; no logic lives here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from leasehold import crds
+
+DESCRIPTION = """\
+leasehold runs Kubernetes jobs under expiring leases with fencing tokens.
+A worker that stalls loses its lease; the job runs again under a higher token,
+and the stalled worker's late writes are rejected by the lease store and by
+fenced targets.
+"""
+
+
+def _cmd_crds(args: argparse.Namespace) -> int:
+    if args.check:
+        stale = [
+            name
+            for name, crd in crds.all_crds().items()
+            if not (args.output / name).is_file()
+            or (args.output / name).read_text() != crds.render(crd)
+        ]
+        if stale:
+            print(
+                f"stale CRDs in {args.output}: {', '.join(stale)}; run `make crds`",
+                file=sys.stderr,
+            )
+            return 1
+        print(f"CRDs in {args.output} are up to date")
+        return 0
+    for path in crds.write(args.output):
+        print(f"wrote {path}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the argument parser.
+
+    Returns:
+        The top-level parser with one sub-parser per command.
+    """
+    parser = argparse.ArgumentParser(
+        prog="leasehold",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p_crds = sub.add_parser(
+        "crds",
+        help="write the CRD YAML generated from the models",
+        description="Write deploy/crds/*.yaml from the pydantic models (the single source of"
+        " truth). With --check, only report whether the files are stale.",
+    )
+    p_crds.add_argument(
+        "--output",
+        type=Path,
+        default=Path("deploy/crds"),
+        help="folder to write into (default: deploy/crds)",
+    )
+    p_crds.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 if the files differ from what the models generate; write nothing",
+    )
+    p_crds.set_defaults(func=_cmd_crds)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line.
+
+    Args:
+        argv: arguments without the program name (default: ``sys.argv[1:]``).
+
+    Returns:
+        The process exit code.
+    """
+    args = build_parser().parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

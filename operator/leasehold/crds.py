@@ -1,0 +1,247 @@
+"""Generate the CustomResourceDefinitions from the pydantic models.
+
+Why this module exists: the models in :mod:`leasehold.models` are the single
+source of truth. This module turns their JSON schema into a *structural*
+OpenAPI v3 schema that the API server accepts (``$ref`` inlined, optional
+fields as plain properties, no ``title``), adds the Kubernetes parts a JSON
+schema cannot say (status subresource, printer columns, short names,
+categories), and writes ``deploy/crds/*.yaml``. ``make crds`` runs it; a test
+fails when the checked-in YAML is stale.
+
+Reference: Kubernetes docs, "Extend the Kubernetes API with
+CustomResourceDefinitions", sections "Specifying a structural schema",
+"Validation rules" and "Additional printer columns".
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Final
+
+import yaml
+from pydantic import BaseModel
+
+from leasehold import models
+
+_DROP_KEYS: Final = frozenset({"title"})
+
+
+def _inline(schema: Any, defs: dict[str, Any]) -> Any:
+    """Return ``schema`` with ``$ref``s inlined and pydantic-isms removed."""
+    if isinstance(schema, list):
+        return [_inline(item, defs) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    if "$ref" in schema:
+        name = schema["$ref"].rsplit("/", 1)[-1]
+        merged = {**copy.deepcopy(defs[name]), **{k: v for k, v in schema.items() if k != "$ref"}}
+        return _inline(merged, defs)
+    if "anyOf" in schema:
+        options = [o for o in schema["anyOf"] if o != {"type": "null"}]
+        if len(options) == 1:
+            rest = {k: v for k, v in schema.items() if k != "anyOf"}
+            merged = {**_inline(options[0], defs), **rest}
+            if merged.get("default", 0) is None:
+                del merged["default"]
+            return _inline(merged, defs)
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in _DROP_KEYS:
+            continue
+        if key == "additionalProperties" and value is True:
+            continue  # pydantic's extra="allow"/Any: pruning keeps the store strict.
+        if key == "properties":
+            out[key] = {name: _inline(sub, defs) for name, sub in value.items()}
+        else:
+            out[key] = _inline(value, defs)
+    if out.get("default", 0) is None:
+        del out["default"]
+    return out
+
+
+def structural_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """Build the structural OpenAPI v3 schema of a model.
+
+    Args:
+        model: a pydantic model class (``JobLeaseSpec``, ``LeasedJobStatus``...).
+
+    Returns:
+        A JSON-ready dict usable under ``openAPIV3Schema.properties``.
+    """
+    raw = model.model_json_schema(by_alias=True, mode="serialization")
+    defs = raw.pop("$defs", {})
+    result: dict[str, Any] = _inline(raw, defs)
+    return result
+
+
+def _crd(
+    *,
+    kind: str,
+    plural: str,
+    short_names: list[str],
+    spec_model: type[BaseModel],
+    status_model: type[BaseModel],
+    description: str,
+    columns: list[dict[str, Any]],
+) -> dict[str, Any]:
+    spec_schema = structural_schema(spec_model)
+    spec_schema["description"] = spec_model.__doc__.strip() if spec_model.__doc__ else ""
+    status_schema = structural_schema(status_model)
+    status_schema["description"] = status_model.__doc__.strip() if status_model.__doc__ else ""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": f"{plural}.{models.GROUP}",
+            "labels": {"app.kubernetes.io/part-of": "leasehold"},
+        },
+        "spec": {
+            "group": models.GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": kind.lower(),
+                "shortNames": short_names,
+                "categories": ["leasehold"],
+            },
+            "versions": [
+                {
+                    "name": models.VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": columns,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "description": description,
+                            "type": "object",
+                            "required": ["spec"],
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": spec_schema,
+                                "status": status_schema,
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def _col(name: str, type_: str, path: str, description: str, priority: int = 0) -> dict[str, Any]:
+    column: dict[str, Any] = {
+        "name": name,
+        "type": type_,
+        "jsonPath": path,
+        "description": description,
+    }
+    if priority:
+        column["priority"] = priority
+    return column
+
+
+_AGE: Final = _col("Age", "date", ".metadata.creationTimestamp", "Time since creation.")
+
+
+def leased_job_crd() -> dict[str, Any]:
+    """The ``LeasedJob`` CRD.
+
+    Returns:
+        The CRD object as a JSON-ready dict.
+    """
+    return _crd(
+        kind="LeasedJob",
+        plural="leasedjobs",
+        short_names=["ljob", "ljobs"],
+        spec_model=models.LeasedJobSpec,
+        status_model=models.LeasedJobStatus,
+        description="A job run under an expiring lease with a fencing token: when its worker"
+        " stalls, the lease is reclaimed and the job runs again under a higher token, and"
+        " the stalled worker's late effects are rejected.",
+        columns=[
+            _col("Phase", "string", ".status.phase", "Pending, Running, Succeeded or Failed."),
+            _col("Holder", "string", ".status.holderIdentity", "Current lease holder."),
+            _col("Token", "integer", ".status.fencingToken", "Current fencing token."),
+            _col("Attempts", "integer", ".status.attempts", "Claims made so far."),
+            _col("Until", "date", ".status.leaseUntil", "When the lease expires without renewal."),
+            _AGE,
+            _col("Lease", "string", ".status.leaseName", "The JobLease object.", priority=1),
+        ],
+    )
+
+
+def job_lease_crd() -> dict[str, Any]:
+    """The ``JobLease`` CRD, with the CEL transition rules of the protocol.
+
+    Returns:
+        The CRD object as a JSON-ready dict.
+    """
+    return _crd(
+        kind="JobLease",
+        plural="jobleases",
+        short_names=["jlease", "jleases"],
+        spec_model=models.JobLeaseSpec,
+        status_model=models.JobLeaseStatus,
+        description="The lease record of one LeasedJob: holder, fencing token and completion."
+        " The API server enforces the protocol's invariants on every write.",
+        columns=[
+            _col("Job", "string", ".spec.jobName", "The LeasedJob this lease belongs to."),
+            _col("Holder", "string", ".spec.holderIdentity", "Current holder; empty if unheld."),
+            _col("Token", "integer", ".spec.fencingToken", "Current fencing token."),
+            _col("Until", "date", ".status.leaseUntil", "When the lease expires without renewal."),
+            _col("Outcome", "string", ".spec.completion.outcome", "Recorded completion, if any."),
+            _AGE,
+            _col("Renewed", "date", ".spec.renewTime", "Last renewal (holder's clock).", 1),
+        ],
+    )
+
+
+def all_crds() -> dict[str, dict[str, Any]]:
+    """All CRDs keyed by the file name they are written to.
+
+    Returns:
+        ``{"leasedjobs.leasehold.dev.yaml": crd, ...}``.
+    """
+    return {
+        "leasedjobs.leasehold.dev.yaml": leased_job_crd(),
+        "jobleases.leasehold.dev.yaml": job_lease_crd(),
+    }
+
+
+HEADER: Final = "# Generated by `make crds` from operator/leasehold/models.py. Do not edit.\n"
+
+
+def render(crd: dict[str, Any]) -> str:
+    """Render one CRD as YAML text, with the generated-file header.
+
+    Args:
+        crd: a CRD object.
+
+    Returns:
+        YAML text.
+    """
+    return HEADER + yaml.safe_dump(crd, sort_keys=False, width=100)
+
+
+def write(directory: Path) -> list[Path]:
+    """Write every CRD into ``directory``.
+
+    Args:
+        directory: target folder; created if missing.
+
+    Returns:
+        The paths written.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, crd in all_crds().items():
+        path = directory / name
+        path.write_text(render(crd))
+        written.append(path)
+    return written

@@ -1,0 +1,379 @@
+"""The resources, as pydantic models: the single source of truth.
+
+Why this module exists: ``LeasedJob`` and ``JobLease`` are defined once, here.
+The CRD YAML in ``deploy/crds/`` is generated from these models by
+:mod:`leasehold.crds` (``make crds``), and a test fails when the checked-in
+YAML differs. The operator and the worker SDK parse API bodies with the same
+models, so what the API server validates and what the code expects cannot
+drift apart.
+
+Field names follow the Kubernetes API conventions (``holderIdentity``,
+``leaseDurationSeconds``, ``observedGeneration``, ``conditions``); Python
+attributes are their snake_case twins (aliases are camelCase).
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, cast
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from leasehold.protocol import Outcome
+
+if TYPE_CHECKING:
+    from pydantic.config import JsonDict
+
+GROUP: Final = "leasehold.dev"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+
+MAX_LEASE_DURATION_SECONDS: Final = 3600
+"""The longest lease: an hour. Longer leases make stalls cost too much."""
+MAX_ATTEMPTS: Final = 100
+MAX_ACTIVE_DEADLINE_SECONDS: Final = 7 * 24 * 3600
+MAX_MESSAGE_LENGTH: Final = 1024
+
+DNS_SUBDOMAIN_PATTERN: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+"""RFC 1123 subdomain, as Kubernetes object names are."""
+
+HOLDER_PATTERN: Final = r"^[A-Za-z0-9]([-A-Za-z0-9_.:@]*[A-Za-z0-9])?$"
+"""A holder identity: a pod name, or a pull-mode worker id such as ``host:1234``."""
+
+HolderName = Annotated[str, Field(min_length=1, max_length=253, pattern=HOLDER_PATTERN)]
+ObjectName = Annotated[str, Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)]
+Message = Annotated[str, Field(max_length=MAX_MESSAGE_LENGTH)]
+
+
+class _Model(BaseModel):
+    """Base: camelCase aliases, unknown fields kept (the API may add some)."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="allow",
+        use_enum_values=True,
+    )
+
+    def to_api(self) -> dict[str, Any]:
+        """Serialise for the API server.
+
+        Returns:
+            A JSON-ready dict with camelCase keys, ``None`` fields left out.
+        """
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+# --------------------------------------------------------------------------
+# Shared pieces
+
+
+class ConditionStatus(enum.StrEnum):
+    """A condition's status, per the Kubernetes API conventions."""
+
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class Condition(_Model):
+    """One condition (``metav1.Condition``): the state of one aspect.
+
+    ``lastTransitionTime`` changes only when ``status`` flips.
+    """
+
+    type: str = Field(
+        min_length=1,
+        max_length=316,
+        pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+        r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$",
+        description="Type of condition in CamelCase, e.g. Ready, Claimed, Complete, Failed.",
+    )
+    status: ConditionStatus = Field(description="True, False or Unknown.")
+    reason: str = Field(
+        min_length=1,
+        max_length=1024,
+        pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$",
+        description="CamelCase reason for the condition's last transition.",
+    )
+    message: Message = Field(default="", description="Human-readable details.")
+    last_transition_time: datetime = Field(
+        description="When status last changed (API server clock of the writer)."
+    )
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="The .metadata.generation the condition was set for."
+    )
+
+
+class CompletionRecord(_Model):
+    """A completion, recorded once under the token that held the lease."""
+
+    fencing_token: int = Field(ge=1, description="Token under which the job completed.")
+    holder_identity: HolderName = Field(description="Who completed the job.")
+    outcome: Outcome = Field(description="Succeeded or Failed.")
+    complete_time: datetime | None = Field(
+        default=None, description="When the completion was written (the writer's clock)."
+    )
+    message: Message | None = Field(default=None, description="Details from the worker.")
+    exit_code: int | None = Field(
+        default=None, ge=-255, le=255, description="Exit code of the worker's process, if any."
+    )
+
+
+# --------------------------------------------------------------------------
+# JobLease: the lease record. The only object workers may write.
+
+_LEASE_RULES: Final[list[dict[str, str]]] = [
+    {
+        "rule": "self.jobName == oldSelf.jobName",
+        "message": "spec.jobName is immutable",
+        "fieldPath": ".jobName",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": "self.fencingToken == oldSelf.fencingToken"
+        " || self.fencingToken == oldSelf.fencingToken + 1",
+        "message": "spec.fencingToken may only stay the same or go up by exactly one (a claim)",
+        "fieldPath": ".fencingToken",
+        "reason": "FieldValueInvalid",
+    },
+    {
+        "rule": "self.fencingToken == oldSelf.fencingToken"
+        " || (!has(oldSelf.holderIdentity) && has(self.holderIdentity))",
+        "message": "a fencing token bump is a claim: only an unheld lease can be claimed,"
+        " and the claim must set spec.holderIdentity",
+        "fieldPath": ".holderIdentity",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": "self.fencingToken != oldSelf.fencingToken || !has(self.holderIdentity)"
+        " || (has(oldSelf.holderIdentity) && self.holderIdentity == oldSelf.holderIdentity)",
+        "message": "spec.holderIdentity may change without a fencing token bump only when"
+        " the lease is released (holderIdentity removed)",
+        "fieldPath": ".holderIdentity",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": "!has(oldSelf.completion)"
+        " || (has(self.completion) && self.completion == oldSelf.completion)",
+        "message": "spec.completion is recorded once and can never change",
+        "fieldPath": ".completion",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": "has(oldSelf.completion) || !has(self.completion)"
+        " || (has(oldSelf.holderIdentity)"
+        " && self.completion.holderIdentity == oldSelf.holderIdentity"
+        " && self.completion.fencingToken == oldSelf.fencingToken"
+        " && self.fencingToken == oldSelf.fencingToken)",
+        "message": "spec.completion must be recorded by the current holder"
+        " under the current fencing token",
+        "fieldPath": ".completion",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": "!has(oldSelf.completion)"
+        " || (self.fencingToken == oldSelf.fencingToken && !has(self.holderIdentity))",
+        "message": "a completed lease can never be claimed or held again",
+        "fieldPath": ".holderIdentity",
+        "reason": "FieldValueForbidden",
+    },
+]
+
+_LEASE_CREATE_RULES: Final[list[dict[str, str]]] = [
+    {
+        "rule": "!has(self.completion) || self.completion.fencingToken <= self.fencingToken",
+        "message": "spec.completion.fencingToken cannot exceed spec.fencingToken",
+        "fieldPath": ".completion.fencingToken",
+        "reason": "FieldValueInvalid",
+    },
+    {
+        "rule": "!has(self.holderIdentity) || self.fencingToken >= 1",
+        "message": "a held lease has a fencing token of at least 1",
+        "fieldPath": ".fencingToken",
+        "reason": "FieldValueInvalid",
+    },
+]
+
+
+class JobLeaseSpec(_Model):
+    """The lease record: who holds the job, under which fencing token."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cast(
+            "JsonDict", {"x-kubernetes-validations": _LEASE_RULES + _LEASE_CREATE_RULES}
+        )
+    )
+
+    job_name: ObjectName = Field(description="Name of the LeasedJob this lease belongs to.")
+    holder_identity: HolderName | None = Field(
+        default=None,
+        description="Current holder (pod name in push mode, worker id in pull mode);"
+        " absent when the lease is unheld.",
+    )
+    fencing_token: int = Field(
+        default=0,
+        ge=0,
+        description="The lease's generation: goes up by exactly one at every claim, never down."
+        " Targets reject effects carrying a lower token.",
+    )
+    lease_duration_seconds: int = Field(
+        default=30,
+        ge=1,
+        le=MAX_LEASE_DURATION_SECONDS,
+        description="How long the holder may go without renewing before the operator"
+        " reclaims the lease.",
+    )
+    acquire_time: datetime | None = Field(
+        default=None, description="When the current holder claimed (the claimant's clock)."
+    )
+    renew_time: datetime | None = Field(
+        default=None,
+        description="When the holder last renewed (the holder's clock; shown to people,"
+        " never used to judge expiry).",
+    )
+    completion: CompletionRecord | None = Field(
+        default=None, description="The job's completion, recorded once; immutable after."
+    )
+
+
+class JobLeaseStatus(_Model):
+    """What the operator observed of the lease. Written only by the operator."""
+
+    observed_generation: int | None = Field(default=None, ge=0)
+    lease_until: datetime | None = Field(
+        default=None,
+        description="When the operator will judge the lease expired if it sees no renewal"
+        " (API server clock, for people).",
+    )
+    last_reclaimed_token: int | None = Field(
+        default=None, ge=1, description="The last token the operator took back on expiry."
+    )
+    conditions: list[Condition] | None = Field(
+        default=None,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+
+
+class JobLease(_Model):
+    """A ``JobLease`` object: one per LeasedJob, owned by it."""
+
+    api_version: Literal["leasehold.dev/v1alpha1"] = "leasehold.dev/v1alpha1"
+    kind: Literal["JobLease"] = "JobLease"
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: JobLeaseSpec
+    status: JobLeaseStatus | None = None
+
+
+# --------------------------------------------------------------------------
+# LeasedJob: what to run.
+
+
+class Phase(enum.StrEnum):
+    """Where a LeasedJob is in its life."""
+
+    PENDING = "Pending"
+    """Accepted; no attempt holds the lease yet."""
+    RUNNING = "Running"
+    """An attempt holds the lease."""
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+class PodTemplateMetadata(_Model):
+    """Labels and annotations copied onto each attempt's pod."""
+
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+
+
+class PodTemplate(_Model):
+    """A pod template (``core/v1 PodTemplateSpec``).
+
+    Only the outline is checked here (at least one container, each with a
+    name and an image); the API server validates the full pod when the
+    operator creates it, and the operator reports that error on the job.
+    """
+
+    metadata: PodTemplateMetadata | None = None
+    spec: dict[str, Any] = Field(
+        json_schema_extra={
+            "x-kubernetes-preserve-unknown-fields": True,
+            "required": ["containers"],
+            "properties": {
+                "containers": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "x-kubernetes-preserve-unknown-fields": True,
+                        "required": ["name", "image"],
+                        "properties": {
+                            "name": {"type": "string", "minLength": 1, "maxLength": 63},
+                            "image": {"type": "string", "minLength": 1, "maxLength": 1024},
+                        },
+                    },
+                },
+            },
+        },
+        description="Pod spec; see core/v1 PodSpec.",
+    )
+
+
+class LeasedJobSpec(_Model):
+    """What to run, and how long a worker may stall before it is replaced."""
+
+    template: PodTemplate | None = Field(
+        default=None,
+        description="Pod to run for each attempt (push mode). Without it the job waits for"
+        " a worker pool to claim its lease (pull mode).",
+    )
+    lease_duration_seconds: int = Field(
+        default=30,
+        ge=1,
+        le=MAX_LEASE_DURATION_SECONDS,
+        description="How long a worker may go without renewing before its lease is reclaimed.",
+    )
+    max_attempts: int = Field(
+        default=3,
+        ge=1,
+        le=MAX_ATTEMPTS,
+        description="Claims allowed before the job fails (each reclaim starts a new attempt).",
+    )
+    active_deadline_seconds: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_ACTIVE_DEADLINE_SECONDS,
+        description="Fail the job when it has run this long since it started.",
+    )
+
+
+class LeasedJobStatus(_Model):
+    """What the operator reports of a LeasedJob."""
+
+    phase: Phase | None = None
+    observed_generation: int | None = Field(default=None, ge=0)
+    conditions: list[Condition] | None = Field(
+        default=None,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    lease_name: str | None = Field(default=None, max_length=253)
+    holder_identity: str | None = Field(default=None, max_length=253)
+    fencing_token: int | None = Field(default=None, ge=0)
+    lease_until: datetime | None = None
+    attempts: int | None = Field(default=None, ge=0)
+    start_time: datetime | None = None
+    completion_time: datetime | None = None
+    completion: CompletionRecord | None = None
+
+
+class LeasedJob(_Model):
+    """A ``LeasedJob`` object: a job run under an expiring, fenced lease."""
+
+    api_version: Literal["leasehold.dev/v1alpha1"] = "leasehold.dev/v1alpha1"
+    kind: Literal["LeasedJob"] = "LeasedJob"
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: LeasedJobSpec
+    status: LeasedJobStatus | None = None

@@ -1,0 +1,391 @@
+"""The lease protocol, pure: decisions on a lease record, with no I/O.
+
+Why this module exists: every lease operation (claim, renew, complete,
+release, expire/reclaim) is decided here, on plain values, so the rules can
+be tested exhaustively (hypothesis stateful tests) without a cluster. The
+store (:mod:`leasehold.store`) reads a JobLease, asks this module what the
+operation does, and writes the result as one compare-and-swap.
+
+The rules (``DESIGN.md``, "The protocol"):
+
+==========  ==============================================  =============================
+operation   succeeds only if                                effect
+==========  ==============================================  =============================
+claim       lease is unheld and not completed               holder := claimant, token + 1
+renew       holder AND token match the caller's             renew time moves on
+complete    holder AND token match                          completion recorded once
+release     holder AND token match                          unheld, token kept
+reclaim     no change observed for the duration + margin    unheld, token kept
+==========  ==============================================  =============================
+
+The fencing token is the lease's generation: it goes up by exactly one at
+every claim and never otherwise (Kleppmann, "How to do distributed locking",
+2016; Gray & Cheriton, "Leases", SOSP 1989, for expiring leases).
+
+This module must not import Kubernetes or Kopf (an import-linter contract in
+``pyproject.toml`` checks it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import NewType
+
+HolderIdentity = NewType("HolderIdentity", str)
+"""Who holds a lease: in push mode the pod's name, in pull mode a worker id."""
+
+FencingToken = NewType("FencingToken", int)
+"""The lease's generation: +1 at every claim, never lower, never skipped."""
+
+Clock = Callable[[], datetime]
+"""A wall clock returning an aware :class:`datetime` (injected for tests)."""
+
+
+class Outcome(enum.StrEnum):
+    """How a job ended, as recorded in its lease's completion."""
+
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A completion recorded on a lease, exactly once.
+
+    Attributes:
+        fencing_token: the token under which the job completed.
+        holder_identity: who completed it.
+        outcome: succeeded or failed.
+        complete_time: when the completing worker asked (its wall clock; for
+            people, not for decisions).
+        message: free text from the worker (e.g. "exit code 3").
+        exit_code: the worker's exit code, when it has one.
+    """
+
+    fencing_token: FencingToken
+    holder_identity: HolderIdentity
+    outcome: Outcome
+    complete_time: datetime
+    message: str = ""
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True)
+class LeaseRecord:
+    """The state of one lease, as the protocol sees it.
+
+    Attributes:
+        job_name: the LeasedJob this lease belongs to.
+        holder_identity: the current holder, or ``None`` when unheld.
+        fencing_token: the current token; ``0`` before the first claim.
+        lease_duration_seconds: how long a holder may go without renewing.
+        acquire_time: when the current holder claimed (wall clock, for people).
+        renew_time: when the current holder last renewed (wall clock, for
+            people; expiry is never judged from it).
+        completion: the recorded completion, or ``None``.
+    """
+
+    job_name: str
+    holder_identity: HolderIdentity | None
+    fencing_token: FencingToken
+    lease_duration_seconds: int
+    acquire_time: datetime | None = None
+    renew_time: datetime | None = None
+    completion: Completion | None = None
+
+    @property
+    def held(self) -> bool:
+        """Whether someone holds the lease now."""
+        return self.holder_identity is not None
+
+
+class Rejection(enum.StrEnum):
+    """Why an operation was refused. Each says what the caller should do."""
+
+    LOST_RACE = "LostRace"
+    """Claim refused: someone else holds the lease (another claimant won)."""
+    NOT_HOLDER = "NotHolder"
+    """The caller is not the holder (lease released, reclaimed or re-claimed)."""
+    STALE_TOKEN = "StaleToken"
+    """The caller's token is not the lease's current token: it was fenced off."""
+    COMPLETED = "Completed"
+    """The lease's job was already completed; nothing more can happen on it."""
+    NOT_EXPIRED = "NotExpired"
+    """Reclaim refused: the lease changed within its duration, or is unheld."""
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """An operation the protocol allows, with the record it produces.
+
+    Attributes:
+        record: the lease record after the operation.
+    """
+
+    record: LeaseRecord
+
+
+@dataclass(frozen=True)
+class Refused:
+    """An operation the protocol refuses.
+
+    Attributes:
+        rejection: why.
+        record: the record it was judged against (unchanged).
+    """
+
+    rejection: Rejection
+    record: LeaseRecord
+
+
+Decision = Accepted | Refused
+"""What the protocol says about one operation."""
+
+
+def check_holder(
+    record: LeaseRecord, holder: HolderIdentity, token: FencingToken
+) -> Rejection | None:
+    """Check that ``holder`` still holds ``record`` under ``token``.
+
+    This is the rule shared by renew, complete and release: holder AND token
+    must match. The order of checks makes the reason the most useful one:
+    a completed lease says so; a token mismatch beats a holder mismatch, since
+    a worker with an old token must learn that it was fenced off.
+
+    Args:
+        record: the lease as read from the store.
+        holder: the caller's identity.
+        token: the token the caller was given when it claimed.
+
+    Returns:
+        ``None`` when the caller holds the lease, else the rejection.
+    """
+    if record.completion is not None:
+        return Rejection.COMPLETED
+    if token != record.fencing_token:
+        return Rejection.STALE_TOKEN
+    if record.holder_identity != holder:
+        return Rejection.NOT_HOLDER
+    return None
+
+
+def claim(record: LeaseRecord, claimant: HolderIdentity, now: datetime) -> Decision:
+    """Decide a claim: take an unheld lease and bump its fencing token.
+
+    Args:
+        record: the lease as read from the store.
+        claimant: who wants the lease.
+        now: wall-clock time of the claim (recorded for people only).
+
+    Returns:
+        :class:`Accepted` with holder := claimant and token := token + 1, or
+        :class:`Refused` with ``COMPLETED`` or ``LOST_RACE``.
+    """
+    if record.completion is not None:
+        return Refused(Rejection.COMPLETED, record)
+    if record.held:
+        return Refused(Rejection.LOST_RACE, record)
+    return Accepted(
+        dataclasses.replace(
+            record,
+            holder_identity=claimant,
+            fencing_token=FencingToken(record.fencing_token + 1),
+            acquire_time=now,
+            renew_time=now,
+        )
+    )
+
+
+def renew(
+    record: LeaseRecord, holder: HolderIdentity, token: FencingToken, now: datetime
+) -> Decision:
+    """Decide a renewal: the holder says it is alive; the renew time moves on.
+
+    Args:
+        record: the lease as read from the store.
+        holder: the caller's identity.
+        token: the caller's fencing token.
+        now: wall-clock time of the renewal (for people only).
+
+    Returns:
+        :class:`Accepted` with the new renew time, or :class:`Refused` with the
+        reason from :func:`check_holder`.
+    """
+    rejection = check_holder(record, holder, token)
+    if rejection is not None:
+        return Refused(rejection, record)
+    return Accepted(dataclasses.replace(record, renew_time=now))
+
+
+def complete(
+    record: LeaseRecord,
+    holder: HolderIdentity,
+    token: FencingToken,
+    outcome: Outcome,
+    now: datetime,
+    *,
+    message: str = "",
+    exit_code: int | None = None,
+) -> Decision:
+    """Decide a completion: record ``{token, outcome}`` once; the lease ends.
+
+    The completed lease is left unheld with its token kept, and can never be
+    claimed again (the job is done).
+
+    Args:
+        record: the lease as read from the store.
+        holder: the caller's identity.
+        token: the caller's fencing token.
+        outcome: succeeded or failed.
+        now: wall-clock time of the completion (for people only).
+        message: free text to record.
+        exit_code: the worker's exit code, if any.
+
+    Returns:
+        :class:`Accepted` with the completion recorded, or :class:`Refused`.
+    """
+    rejection = check_holder(record, holder, token)
+    if rejection is not None:
+        return Refused(rejection, record)
+    completion = Completion(
+        fencing_token=token,
+        holder_identity=holder,
+        outcome=outcome,
+        complete_time=now,
+        message=message,
+        exit_code=exit_code,
+    )
+    return Accepted(dataclasses.replace(record, holder_identity=None, completion=completion))
+
+
+def release(record: LeaseRecord, holder: HolderIdentity, token: FencingToken) -> Decision:
+    """Decide a release: the holder gives the lease up; the token is kept.
+
+    Args:
+        record: the lease as read from the store.
+        holder: the caller's identity.
+        token: the caller's fencing token.
+
+    Returns:
+        :class:`Accepted` with the lease unheld, or :class:`Refused`. A release
+        retried after the same holder re-claimed (token + 1) is refused with
+        ``STALE_TOKEN``: it changes nothing.
+    """
+    rejection = check_holder(record, holder, token)
+    if rejection is not None:
+        return Refused(rejection, record)
+    return Accepted(dataclasses.replace(record, holder_identity=None))
+
+
+def reclaim(record: LeaseRecord, *, expired: bool) -> Decision:
+    """Decide a reclaim: take back a lease whose holder stopped renewing.
+
+    Whether the lease is expired is judged by one party only (the operator,
+    on its own monotonic clock: see :class:`ExpiryClock`), never here from
+    wall-clock times written by workers.
+
+    Args:
+        record: the lease as read from the store.
+        expired: the operator's judgement for this exact version of the lease.
+
+    Returns:
+        :class:`Accepted` with the lease unheld and the token kept (the next
+        claim bumps it), or :class:`Refused` with ``COMPLETED`` or
+        ``NOT_EXPIRED`` (also for an unheld lease: nothing to take back).
+    """
+    if record.completion is not None:
+        return Refused(Rejection.COMPLETED, record)
+    if not record.held or not expired:
+        return Refused(Rejection.NOT_EXPIRED, record)
+    return Accepted(dataclasses.replace(record, holder_identity=None))
+
+
+MonotonicClock = Callable[[], float]
+"""Seconds from an arbitrary origin that never go backwards (``time.monotonic``)."""
+
+
+@dataclass
+class _Seen:
+    version: str
+    at: float
+
+
+class ExpiryClock:
+    """The operator's judge of expiry: when did it last see each lease change?
+
+    The operator notes, on its own monotonic clock, the moment it first saw
+    each version of a lease (a watch event carrying a new
+    ``resourceVersion``). A lease is expired when the version it holds now
+    was first seen more than ``duration + margin`` seconds ago. No wall clock
+    of any machine is compared, so skew between workers, the API server and
+    the operator cannot cause an early reclaim; a pause of the operator only
+    delays reclaims.
+
+    A freshly started operator knows nothing: every lease it has not seen
+    change counts from the moment it first sees it, so a restart never
+    reclaims early.
+
+    Args:
+        margin_seconds: extra time beyond the lease duration before a lease is
+            judged expired; covers watch delay and the worker's own margin.
+        monotonic: the clock, injected for tests.
+    """
+
+    def __init__(self, margin_seconds: float, monotonic: MonotonicClock) -> None:
+        if margin_seconds < 0:
+            raise ValueError(f"margin_seconds must be >= 0, got {margin_seconds}")
+        self._margin = margin_seconds
+        self._monotonic = monotonic
+        self._seen: dict[str, _Seen] = {}
+
+    def observe(self, key: str, version: str) -> float:
+        """Note that lease ``key`` is at ``version`` now.
+
+        Args:
+            key: the lease's identity (e.g. ``namespace/name``).
+            version: its ``resourceVersion`` (any change marker).
+
+        Returns:
+            The monotonic time at which this version was first seen.
+        """
+        seen = self._seen.get(key)
+        if seen is None or seen.version != version:
+            seen = _Seen(version, self._monotonic())
+            self._seen[key] = seen
+        return seen.at
+
+    def forget(self, key: str) -> None:
+        """Drop what is known of lease ``key`` (it was deleted)."""
+        self._seen.pop(key, None)
+
+    def remaining_seconds(self, key: str, version: str, duration_seconds: float) -> float:
+        """Seconds until lease ``key`` at ``version`` is judged expired.
+
+        Args:
+            key: the lease's identity.
+            version: the version being judged; if it differs from the one
+                last seen, it is noted now (so the answer is the full window).
+            duration_seconds: the lease duration.
+
+        Returns:
+            Seconds left (``<= 0`` means expired).
+        """
+        first_seen = self.observe(key, version)
+        return first_seen + duration_seconds + self._margin - self._monotonic()
+
+    def is_expired(self, key: str, version: str, duration_seconds: float) -> bool:
+        """Whether lease ``key`` at ``version`` went unchanged for too long.
+
+        Args:
+            key: the lease's identity.
+            version: the version being judged.
+            duration_seconds: the lease duration.
+
+        Returns:
+            ``True`` when no change was seen for ``duration + margin`` seconds.
+        """
+        return self.remaining_seconds(key, version, duration_seconds) <= 0

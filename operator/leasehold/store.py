@@ -1,0 +1,649 @@
+"""The Kubernetes-backed lease store: each operation is ONE atomic write.
+
+Why this module exists: it is the only place that talks to the API server
+about JobLeases. Every operation is decided by :mod:`leasehold.protocol` and
+written as a single JSON patch that the API server applies atomically
+(RFC 6902 ``test`` ops, evaluated inside the server's compare-and-swap loop on
+``resourceVersion``):
+
+* **renew / complete / release** send ``test`` ops on ``holderIdentity`` and
+  ``fencingToken`` and then the change: no read before the write. If a test
+  fails (HTTP 422), the lease is read and the protocol says why (not the
+  holder, stale token, already completed).
+* **claim** reads the lease, asks the protocol, and writes with the read
+  ``resourceVersion`` as precondition; a 409 means someone wrote meanwhile,
+  so it re-reads and re-checks the *semantic* condition (is it still
+  unheld?), never resourceVersion alone: the operator's own status writes
+  bump it too.
+* **reclaim** (the operator's) carries the resourceVersion it judged expired;
+  a renewal that landed meanwhile makes it fail with 409.
+
+The API server checks the invariants too (CEL transition rules in the CRD),
+so a client that skips this module still cannot break them.
+
+Errors by what the caller should do (``raise ... from`` keeps the cause):
+:class:`LeaseNotFoundError` (create it or give up), :class:`TransientStoreError`
+(retry later), :class:`StoreError` (a bug or a permission problem).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final, cast
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
+
+from leasehold import models, protocol
+from leasehold.protocol import (
+    Completion,
+    FencingToken,
+    HolderIdentity,
+    LeaseRecord,
+    Outcome,
+    Rejection,
+)
+
+log = logging.getLogger(__name__)
+
+PLURAL: Final = "jobleases"
+MAX_CONFLICT_RETRIES: Final = 16
+"""How often an operation re-reads after a conflict before giving up."""
+
+_JSON_PATCH: Final = "application/json-patch+json"
+
+
+# --------------------------------------------------------------------------
+# Errors
+
+
+class StoreError(Exception):
+    """The API server refused or failed a request in a way retrying won't fix.
+
+    Attributes:
+        status: the HTTP status, or ``None`` if no response was received.
+    """
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class TransientStoreError(StoreError):
+    """The API server was unreachable, overloaded or timed out: retry later."""
+
+
+class LeaseNotFoundError(StoreError):
+    """The JobLease does not exist.
+
+    Attributes:
+        namespace: where it was looked up.
+        name: its name.
+    """
+
+    def __init__(self, namespace: str, name: str) -> None:
+        super().__init__(f"JobLease {namespace}/{name} not found", status=404)
+        self.namespace = namespace
+        self.name = name
+
+
+class InvalidLeaseError(StoreError):
+    """The stored JobLease body does not parse as a lease (a bad object)."""
+
+
+def _convert(exc: ApiException, namespace: str, name: str, action: str) -> StoreError:
+    """Map a client exception to the store's error by what the caller should do."""
+    status = exc.status
+    reason = _api_message(exc)
+    if status == 404:
+        return LeaseNotFoundError(namespace, name)
+    if status is None or status == 429 or status >= 500:
+        return TransientStoreError(f"{action} {namespace}/{name}: {reason}", status)
+    return StoreError(f"{action} {namespace}/{name}: HTTP {status}: {reason}", status)
+
+
+def _api_message(exc: ApiException) -> str:
+    """The ``message`` of a Kubernetes Status body, or the raw reason."""
+    try:
+        body = json.loads(exc.body or "{}")
+    except (TypeError, ValueError):
+        return str(exc.reason)
+    return str(body.get("message") or exc.reason)
+
+
+# --------------------------------------------------------------------------
+# Outcomes
+
+
+@dataclass(frozen=True)
+class StoredLease:
+    """A lease as read from (or written to) the API server.
+
+    Attributes:
+        namespace: the lease's namespace.
+        name: the lease's name.
+        record: the protocol's view of it.
+        resource_version: ``metadata.resourceVersion`` of this version.
+        generation: ``metadata.generation`` (bumped by spec writes only).
+        body: the raw object.
+    """
+
+    namespace: str
+    name: str
+    record: LeaseRecord
+    resource_version: str
+    generation: int
+    body: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """The write landed.
+
+    Attributes:
+        lease: the lease after the write (for renew/complete/release without
+            a read, ``record`` is the server's answer to the patch).
+    """
+
+    lease: StoredLease
+
+    @property
+    def token(self) -> FencingToken:
+        """The lease's fencing token after the write (for a claim: yours)."""
+        return self.lease.record.fencing_token
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """The write was refused by the protocol; nothing changed.
+
+    Attributes:
+        rejection: why (``LOST_RACE``, ``NOT_HOLDER``, ``STALE_TOKEN``,
+            ``COMPLETED``, ``NOT_EXPIRED``).
+        lease: the lease as read when judging.
+    """
+
+    rejection: Rejection
+    lease: StoredLease
+
+
+Result = Accepted | Rejected
+"""The outcome of one store operation."""
+
+
+# --------------------------------------------------------------------------
+# Conversion
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+
+
+def format_time(value: datetime) -> str:
+    """Format a time as Kubernetes MicroTime (RFC 3339, microseconds, ``Z``).
+
+    Args:
+        value: an aware datetime (naive ones are taken as UTC).
+
+    Returns:
+        e.g. ``"2026-11-30T06:18:29.123456Z"``.
+    """
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def to_stored(body: dict[str, Any]) -> StoredLease:
+    """Parse a JobLease body into a :class:`StoredLease`.
+
+    Args:
+        body: the object as returned by the API server.
+
+    Returns:
+        The parsed lease.
+
+    Raises:
+        InvalidLeaseError: the body does not match the JobLease model.
+    """
+    meta = body.get("metadata", {})
+    try:
+        lease = models.JobLease.model_validate(body)
+    except ValidationError as exc:
+        raise InvalidLeaseError(
+            f"JobLease {meta.get('namespace')}/{meta.get('name')} is invalid: {exc}"
+        ) from exc
+    spec = lease.spec
+    completion = None
+    if spec.completion is not None:
+        c = spec.completion
+        completion = Completion(
+            fencing_token=FencingToken(c.fencing_token),
+            holder_identity=HolderIdentity(c.holder_identity),
+            outcome=Outcome(c.outcome),
+            complete_time=c.complete_time or datetime.min.replace(tzinfo=UTC),
+            message=c.message or "",
+            exit_code=c.exit_code,
+        )
+    record = LeaseRecord(
+        job_name=spec.job_name,
+        holder_identity=HolderIdentity(spec.holder_identity) if spec.holder_identity else None,
+        fencing_token=FencingToken(spec.fencing_token),
+        lease_duration_seconds=spec.lease_duration_seconds,
+        acquire_time=spec.acquire_time,
+        renew_time=spec.renew_time,
+        completion=completion,
+    )
+    return StoredLease(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        record=record,
+        resource_version=str(meta.get("resourceVersion", "")),
+        generation=int(meta.get("generation", 0)),
+        body=body,
+    )
+
+
+def _completion_body(completion: Completion) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "fencingToken": completion.fencing_token,
+        "holderIdentity": completion.holder_identity,
+        "outcome": str(completion.outcome),
+        "completeTime": format_time(completion.complete_time),
+    }
+    if completion.message:
+        body["message"] = completion.message[: models.MAX_MESSAGE_LENGTH]
+    if completion.exit_code is not None:
+        body["exitCode"] = completion.exit_code
+    return body
+
+
+def _holder_tests(holder: HolderIdentity, token: FencingToken) -> list[dict[str, Any]]:
+    return [
+        {"op": "test", "path": "/spec/holderIdentity", "value": holder},
+        {"op": "test", "path": "/spec/fencingToken", "value": token},
+    ]
+
+
+# --------------------------------------------------------------------------
+# The store
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class LeaseStore:
+    """Lease operations on JobLease objects, each as one atomic write.
+
+    Args:
+        api_client: a configured ``kubernetes.client.ApiClient``.
+        clock: wall clock for the times recorded for people (``renewTime``
+            etc.); never used to judge expiry.
+        field_manager: the ``fieldManager`` sent with every write.
+
+    Thread-safe as far as the underlying ``ApiClient`` is.
+    """
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        clock: Callable[[], datetime] = _utcnow,
+        field_manager: str = "leasehold",
+    ) -> None:
+        self._api = client.CustomObjectsApi(api_client)
+        self._clock = clock
+        self._field_manager = field_manager
+
+    # -- plain reads and writes ---------------------------------------------
+
+    def get(self, namespace: str, name: str) -> StoredLease:
+        """Read a lease.
+
+        Args:
+            namespace: the lease's namespace.
+            name: the lease's name.
+
+        Returns:
+            The lease.
+
+        Raises:
+            LeaseNotFoundError: no such lease.
+            InvalidLeaseError: the object does not parse.
+            TransientStoreError: retry later.
+            StoreError: any other refusal.
+        """
+        try:
+            body = cast(
+                "dict[str, Any]",
+                self._api.get_namespaced_custom_object(
+                    models.GROUP, models.VERSION, namespace, PLURAL, name
+                ),
+            )
+        except ApiException as exc:
+            raise _convert(exc, namespace, name, "get") from exc
+        return to_stored(body)
+
+    def create(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        job_name: str,
+        lease_duration_seconds: int,
+        owner_references: list[dict[str, Any]] | None = None,
+        labels: dict[str, str] | None = None,
+    ) -> StoredLease:
+        """Create an unheld lease (token 0).
+
+        Args:
+            namespace: where.
+            name: the lease's name.
+            job_name: the LeasedJob it belongs to.
+            lease_duration_seconds: the lease duration.
+            owner_references: ``metadata.ownerReferences`` (the LeasedJob).
+            labels: extra labels.
+
+        Returns:
+            The created lease.
+
+        Raises:
+            StoreError: the API server refused (409 if it exists: status 409).
+            TransientStoreError: retry later.
+        """
+        metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+        if owner_references:
+            metadata["ownerReferences"] = owner_references
+        if labels:
+            metadata["labels"] = labels
+        lease = models.JobLease(
+            metadata=metadata,
+            spec=models.JobLeaseSpec(
+                job_name=job_name, lease_duration_seconds=lease_duration_seconds
+            ),
+        )
+        try:
+            body = cast(
+                "dict[str, Any]",
+                self._api.create_namespaced_custom_object(
+                    models.GROUP,
+                    models.VERSION,
+                    namespace,
+                    PLURAL,
+                    lease.to_api(),
+                    field_manager=self._field_manager,
+                ),
+            )
+        except ApiException as exc:
+            raise _convert(exc, namespace, name, "create") from exc
+        return to_stored(body)
+
+    def _patch(self, namespace: str, name: str, ops: list[dict[str, Any]]) -> dict[str, Any]:
+        result = self._api.patch_namespaced_custom_object(
+            models.GROUP,
+            models.VERSION,
+            namespace,
+            PLURAL,
+            name,
+            ops,
+            field_manager=self._field_manager,
+            _content_type=_JSON_PATCH,
+        )
+        return cast("dict[str, Any]", result)
+
+    # -- the protocol -------------------------------------------------------
+
+    def claim(self, namespace: str, name: str, claimant: str) -> Result:
+        """Claim an unheld lease: holder := claimant, token := token + 1.
+
+        Reads the lease, lets the protocol decide, writes with the read
+        ``resourceVersion`` as precondition. On 409 it re-reads: if the lease
+        is now held, the claim lost the race; if it is still unheld (an
+        unrelated write, e.g. the operator's status), it tries again.
+
+        Args:
+            namespace: the lease's namespace.
+            name: the lease's name.
+            claimant: the new holder's identity.
+
+        Returns:
+            :class:`Accepted` (``.token`` is the new fencing token) or
+            :class:`Rejected` with ``LOST_RACE`` or ``COMPLETED``.
+
+        Raises:
+            LeaseNotFoundError: no such lease.
+            TransientStoreError: retry later (also after too many conflicts).
+            StoreError: any other refusal.
+        """
+        holder = HolderIdentity(claimant)
+        for _ in range(MAX_CONFLICT_RETRIES):
+            lease = self.get(namespace, name)
+            decision = protocol.claim(lease.record, holder, self._clock())
+            if isinstance(decision, protocol.Refused):
+                return Rejected(decision.rejection, lease)
+            new = decision.record
+            assert new.acquire_time is not None  # set by protocol.claim
+            spec_ops: list[dict[str, Any]] = [
+                {
+                    "op": "replace",
+                    "path": "/metadata/resourceVersion",
+                    "value": lease.resource_version,
+                },
+                {"op": "test", "path": "/spec/fencingToken", "value": lease.record.fencing_token},
+                {"op": "add", "path": "/spec/holderIdentity", "value": holder},
+                {"op": "replace", "path": "/spec/fencingToken", "value": new.fencing_token},
+                {"op": "add", "path": "/spec/acquireTime", "value": format_time(new.acquire_time)},
+                {"op": "add", "path": "/spec/renewTime", "value": format_time(new.acquire_time)},
+            ]
+            try:
+                body = self._patch(namespace, name, spec_ops)
+            except ApiException as exc:
+                if exc.status in (409, 422):
+                    log.debug(
+                        "claim %s/%s by %s: HTTP %s, re-reading",
+                        namespace,
+                        name,
+                        claimant,
+                        exc.status,
+                    )
+                    continue
+                raise _convert(exc, namespace, name, "claim") from exc
+            return Accepted(to_stored(body))
+        raise TransientStoreError(
+            f"claim {namespace}/{name}: still conflicting after {MAX_CONFLICT_RETRIES} tries"
+        )
+
+    def _guarded(
+        self,
+        namespace: str,
+        name: str,
+        action: str,
+        holder: HolderIdentity,
+        token: FencingToken,
+        ops: list[dict[str, Any]],
+        decide: Callable[[LeaseRecord], protocol.Decision],
+    ) -> Result:
+        """Write ``ops`` guarded by holder + token tests; classify a refusal."""
+        for _ in range(MAX_CONFLICT_RETRIES):
+            try:
+                body = self._patch(namespace, name, _holder_tests(holder, token) + ops)
+            except ApiException as exc:
+                if exc.status not in (409, 422):
+                    raise _convert(exc, namespace, name, action) from exc
+                lease = self.get(namespace, name)
+                decision = decide(lease.record)
+                if isinstance(decision, protocol.Refused):
+                    return Rejected(decision.rejection, lease)
+                # The protocol allows it on a fresh read: the failure was a
+                # race with a write that is gone now. Try again.
+                log.debug(
+                    "%s %s/%s: HTTP %s but allowed on re-read; retrying",
+                    action,
+                    namespace,
+                    name,
+                    exc.status,
+                )
+                continue
+            return Accepted(to_stored(body))
+        raise TransientStoreError(
+            f"{action} {namespace}/{name}: still conflicting after {MAX_CONFLICT_RETRIES} tries"
+        )
+
+    def renew(self, namespace: str, name: str, holder: str, token: int) -> Result:
+        """Renew: the holder is alive. Exactly one API write, no read before.
+
+        Args:
+            namespace: the lease's namespace.
+            name: the lease's name.
+            holder: the caller's identity.
+            token: the caller's fencing token.
+
+        Returns:
+            :class:`Accepted`, or :class:`Rejected` with ``NOT_HOLDER``,
+            ``STALE_TOKEN`` or ``COMPLETED``.
+
+        Raises:
+            LeaseNotFoundError: no such lease.
+            TransientStoreError: retry later.
+            StoreError: any other refusal.
+        """
+        h, t = HolderIdentity(holder), FencingToken(token)
+        now = self._clock()
+        ops: list[dict[str, Any]] = [
+            {"op": "add", "path": "/spec/renewTime", "value": format_time(now)}
+        ]
+        return self._guarded(
+            namespace, name, "renew", h, t, ops, lambda r: protocol.renew(r, h, t, now)
+        )
+
+    def complete(
+        self,
+        namespace: str,
+        name: str,
+        holder: str,
+        token: int,
+        outcome: Outcome,
+        *,
+        message: str = "",
+        exit_code: int | None = None,
+    ) -> Result:
+        """Complete: record ``{token, outcome}`` once; the job is done.
+
+        Args:
+            namespace: the lease's namespace.
+            name: the lease's name.
+            holder: the caller's identity.
+            token: the caller's fencing token.
+            outcome: succeeded or failed.
+            message: free text recorded with the completion.
+            exit_code: the worker's exit code, if any.
+
+        Returns:
+            :class:`Accepted`, or :class:`Rejected` with ``NOT_HOLDER``,
+            ``STALE_TOKEN`` or ``COMPLETED``.
+
+        Raises:
+            LeaseNotFoundError: no such lease.
+            TransientStoreError: retry later.
+            StoreError: any other refusal.
+        """
+        h, t = HolderIdentity(holder), FencingToken(token)
+        now = self._clock()
+
+        def decide(record: LeaseRecord) -> protocol.Decision:
+            return protocol.complete(
+                record, h, t, outcome, now, message=message, exit_code=exit_code
+            )
+
+        completion = Completion(
+            fencing_token=t,
+            holder_identity=h,
+            outcome=outcome,
+            complete_time=now,
+            message=message,
+            exit_code=exit_code,
+        )
+        ops: list[dict[str, Any]] = [
+            {"op": "add", "path": "/spec/completion", "value": _completion_body(completion)},
+            {"op": "remove", "path": "/spec/holderIdentity"},
+        ]
+        return self._guarded(namespace, name, "complete", h, t, ops, decide)
+
+    def release(self, namespace: str, name: str, holder: str, token: int) -> Result:
+        """Release: the holder gives the lease up; the token is kept.
+
+        Args:
+            namespace: the lease's namespace.
+            name: the lease's name.
+            holder: the caller's identity.
+            token: the caller's fencing token.
+
+        Returns:
+            :class:`Accepted`, or :class:`Rejected` with ``NOT_HOLDER``,
+            ``STALE_TOKEN`` or ``COMPLETED``.
+
+        Raises:
+            LeaseNotFoundError: no such lease.
+            TransientStoreError: retry later.
+            StoreError: any other refusal.
+        """
+        h, t = HolderIdentity(holder), FencingToken(token)
+        ops = [{"op": "remove", "path": "/spec/holderIdentity"}]
+        return self._guarded(
+            namespace, name, "release", h, t, ops, lambda r: protocol.release(r, h, t)
+        )
+
+    def reclaim(self, judged: StoredLease) -> Result:
+        """Reclaim an expired lease: unheld, token kept. The operator's write.
+
+        The write carries the ``resourceVersion`` that was judged expired: if
+        anything changed since (a renewal), the API server answers 409 and
+        nothing is reclaimed.
+
+        Args:
+            judged: the exact lease version the caller judged expired.
+
+        Returns:
+            :class:`Accepted`, or :class:`Rejected` with ``NOT_EXPIRED`` (it
+            changed since it was judged, or it is unheld) or ``COMPLETED``.
+
+        Raises:
+            LeaseNotFoundError: no such lease.
+            TransientStoreError: retry later.
+            StoreError: any other refusal.
+        """
+        decision = protocol.reclaim(judged.record, expired=True)
+        if isinstance(decision, protocol.Refused):
+            return Rejected(decision.rejection, judged)
+        assert judged.record.holder_identity is not None
+        ops = [
+            {
+                "op": "replace",
+                "path": "/metadata/resourceVersion",
+                "value": judged.resource_version,
+            },
+            *_holder_tests(judged.record.holder_identity, judged.record.fencing_token),
+            {"op": "remove", "path": "/spec/holderIdentity"},
+        ]
+        try:
+            body = self._patch(judged.namespace, judged.name, ops)
+        except ApiException as exc:
+            if exc.status in (409, 422):
+                current = self.get(judged.namespace, judged.name)
+                rejection = (
+                    Rejection.COMPLETED
+                    if current.record.completion is not None
+                    else Rejection.NOT_EXPIRED
+                )
+                return Rejected(rejection, current)
+            raise _convert(exc, judged.namespace, judged.name, "reclaim") from exc
+        return Accepted(to_stored(body))
