@@ -44,6 +44,28 @@ def _cmd_crds(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_operator(args: argparse.Namespace) -> int:
+    from leasehold.operator_main import run_operator
+    from leasehold.settings import OperatorSettings
+
+    overrides: dict[str, object] = {}
+    if args.namespaces:
+        overrides["namespaces"] = args.namespaces
+    if args.expiry_margin_seconds is not None:
+        overrides["expiry_margin_seconds"] = args.expiry_margin_seconds
+    if args.liveness_endpoint is not None:
+        overrides["liveness_endpoint"] = args.liveness_endpoint
+    if args.peering:
+        overrides["peering_name"] = args.peering
+        overrides["standalone"] = False
+    if args.priority is not None:
+        overrides["priority"] = args.priority
+    if args.log_level:
+        overrides["log_level"] = args.log_level
+    settings = OperatorSettings(**overrides)  # type: ignore[arg-type]
+    return run_operator(settings)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Build the argument parser.
 
@@ -75,6 +97,41 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit 1 if the files differ from what the models generate; write nothing",
     )
     p_crds.set_defaults(func=_cmd_crds)
+
+    p_op = sub.add_parser(
+        "operator",
+        help="run the operator (reconciles LeasedJobs, reclaims expired leases)",
+        description="Run the leasehold operator. It watches LeasedJobs and their JobLeases,"
+        " claims a lease for each attempt's pod, reclaims leases whose holder stopped"
+        " renewing (judged on its own monotonic clock), and fails jobs past their attempt"
+        " limit or deadline. Settings come from LEASEHOLD_* environment variables;"
+        " flags override them. Credentials: $KUBECONFIG, ~/.kube/config or in-cluster.",
+    )
+    p_op.add_argument(
+        "-n",
+        "--namespace",
+        action="append",
+        dest="namespaces",
+        metavar="NS",
+        help="watch this namespace (repeatable); default: the whole cluster",
+    )
+    p_op.add_argument(
+        "--expiry-margin-seconds",
+        type=float,
+        help="time past a lease's duration before it is reclaimed (default 1.0)",
+    )
+    p_op.add_argument(
+        "--liveness-endpoint",
+        help="where to serve the liveness probe (default http://0.0.0.0:8080/healthz)",
+    )
+    p_op.add_argument(
+        "--peering",
+        metavar="NAME",
+        help="run with Kopf peering under this name (HA: one active replica); default: standalone",
+    )
+    p_op.add_argument("--priority", type=int, help="peering priority of this replica")
+    p_op.add_argument("--log-level", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
+    p_op.set_defaults(func=_cmd_operator)
     return parser
 
 

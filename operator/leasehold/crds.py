@@ -169,9 +169,8 @@ def leased_job_crd() -> dict[str, Any]:
             _col("Holder", "string", ".status.holderIdentity", "Current lease holder."),
             _col("Token", "integer", ".status.fencingToken", "Current fencing token."),
             _col("Attempts", "integer", ".status.attempts", "Claims made so far."),
-            _col("Until", "date", ".status.leaseUntil", "When the lease expires without renewal."),
             _AGE,
-            _col("Lease", "string", ".status.leaseName", "The JobLease object.", priority=1),
+            _col("Pod", "string", ".status.podName", "Pod of the latest attempt.", priority=1),
         ],
     )
 
@@ -194,10 +193,10 @@ def job_lease_crd() -> dict[str, Any]:
             _col("Job", "string", ".spec.jobName", "The LeasedJob this lease belongs to."),
             _col("Holder", "string", ".spec.holderIdentity", "Current holder; empty if unheld."),
             _col("Token", "integer", ".spec.fencingToken", "Current fencing token."),
-            _col("Until", "date", ".status.leaseUntil", "When the lease expires without renewal."),
+            _col("Renewed", "date", ".spec.renewTime", "Last renewal (holder's clock)."),
+            _col("Duration", "integer", ".spec.leaseDurationSeconds", "Lease duration, seconds."),
             _col("Outcome", "string", ".spec.completion.outcome", "Recorded completion, if any."),
             _AGE,
-            _col("Renewed", "date", ".spec.renewTime", "Last renewal (holder's clock).", 1),
         ],
     )
 

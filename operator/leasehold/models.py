@@ -190,6 +190,13 @@ _LEASE_CREATE_RULES: Final[list[dict[str, str]]] = [
         "reason": "FieldValueInvalid",
     },
     {
+        "rule": "!has(self.maxFencingToken) || self.fencingToken <= self.maxFencingToken",
+        "message": "spec.fencingToken cannot pass spec.maxFencingToken: the job's attempts"
+        " are used up",
+        "fieldPath": ".fencingToken",
+        "reason": "FieldValueForbidden",
+    },
+    {
         "rule": "!has(self.holderIdentity) || self.fencingToken >= 1",
         "message": "a held lease has a fencing token of at least 1",
         "fieldPath": ".fencingToken",
@@ -237,17 +244,18 @@ class JobLeaseSpec(_Model):
     completion: CompletionRecord | None = Field(
         default=None, description="The job's completion, recorded once; immutable after."
     )
+    max_fencing_token: int | None = Field(
+        default=None,
+        ge=0,
+        description="No claim may take spec.fencingToken past this: the job's attempt limit."
+        " The operator lowers it to the current token to stop a job (deadline, failure).",
+    )
 
 
 class JobLeaseStatus(_Model):
     """What the operator observed of the lease. Written only by the operator."""
 
     observed_generation: int | None = Field(default=None, ge=0)
-    lease_until: datetime | None = Field(
-        default=None,
-        description="When the operator will judge the lease expired if it sees no renewal"
-        " (API server clock, for people).",
-    )
     last_reclaimed_token: int | None = Field(
         default=None, ge=1, description="The last token the operator took back on expiry."
     )
@@ -362,7 +370,9 @@ class LeasedJobStatus(_Model):
     lease_name: str | None = Field(default=None, max_length=253)
     holder_identity: str | None = Field(default=None, max_length=253)
     fencing_token: int | None = Field(default=None, ge=0)
-    lease_until: datetime | None = None
+    pod_name: str | None = Field(
+        default=None, max_length=253, description="The pod of the latest attempt (push mode)."
+    )
     attempts: int | None = Field(default=None, ge=0)
     start_time: datetime | None = None
     completion_time: datetime | None = None

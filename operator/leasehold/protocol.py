@@ -11,7 +11,7 @@ The rules (``DESIGN.md``, "The protocol"):
 ==========  ==============================================  =============================
 operation   succeeds only if                                effect
 ==========  ==============================================  =============================
-claim       lease is unheld and not completed               holder := claimant, token + 1
+claim       lease is unheld, not completed, not exhausted   holder := claimant, token + 1
 renew       holder AND token match the caller's             renew time moves on
 complete    holder AND token match                          completion recorded once
 release     holder AND token match                          unheld, token kept
@@ -87,6 +87,8 @@ class LeaseRecord:
         renew_time: when the current holder last renewed (wall clock, for
             people; expiry is never judged from it).
         completion: the recorded completion, or ``None``.
+        max_fencing_token: no claim may take the token past this (the job's
+            attempt limit); ``None`` for no limit.
     """
 
     job_name: str
@@ -96,6 +98,7 @@ class LeaseRecord:
     acquire_time: datetime | None = None
     renew_time: datetime | None = None
     completion: Completion | None = None
+    max_fencing_token: FencingToken | None = None
 
     @property
     def held(self) -> bool:
@@ -114,6 +117,8 @@ class Rejection(enum.StrEnum):
     """The caller's token is not the lease's current token: it was fenced off."""
     COMPLETED = "Completed"
     """The lease's job was already completed; nothing more can happen on it."""
+    EXHAUSTED = "Exhausted"
+    """Claim refused: the token reached ``max_fencing_token`` (attempts used up)."""
     NOT_EXPIRED = "NotExpired"
     """Reclaim refused: the lease changed within its duration, or is unheld."""
 
@@ -183,12 +188,14 @@ def claim(record: LeaseRecord, claimant: HolderIdentity, now: datetime) -> Decis
 
     Returns:
         :class:`Accepted` with holder := claimant and token := token + 1, or
-        :class:`Refused` with ``COMPLETED`` or ``LOST_RACE``.
+        :class:`Refused` with ``COMPLETED``, ``LOST_RACE`` or ``EXHAUSTED``.
     """
     if record.completion is not None:
         return Refused(Rejection.COMPLETED, record)
     if record.held:
         return Refused(Rejection.LOST_RACE, record)
+    if record.max_fencing_token is not None and record.fencing_token >= record.max_fencing_token:
+        return Refused(Rejection.EXHAUSTED, record)
     return Accepted(
         dataclasses.replace(
             record,
@@ -342,6 +349,11 @@ class ExpiryClock:
         self._monotonic = monotonic
         self._seen: dict[str, _Seen] = {}
 
+    @property
+    def margin_seconds(self) -> float:
+        """The margin past the lease duration before a lease is expired."""
+        return self._margin
+
     def observe(self, key: str, version: str) -> float:
         """Note that lease ``key`` is at ``version`` now.
 
@@ -375,7 +387,7 @@ class ExpiryClock:
             Seconds left (``<= 0`` means expired).
         """
         first_seen = self.observe(key, version)
-        return first_seen + duration_seconds + self._margin - self._monotonic()
+        return duration_seconds + self._margin - (self._monotonic() - first_seen)
 
     def is_expired(self, key: str, version: str, duration_seconds: float) -> bool:
         """Whether lease ``key`` at ``version`` went unchanged for too long.

@@ -96,24 +96,43 @@ class InvalidLeaseError(StoreError):
     """The stored JobLease body does not parse as a lease (a bad object)."""
 
 
-def _convert(exc: ApiException, namespace: str, name: str, action: str) -> StoreError:
-    """Map a client exception to the store's error by what the caller should do."""
-    status = exc.status
-    reason = _api_message(exc)
-    if status == 404:
-        return LeaseNotFoundError(namespace, name)
-    if status is None or status == 429 or status >= 500:
-        return TransientStoreError(f"{action} {namespace}/{name}: {reason}", status)
-    return StoreError(f"{action} {namespace}/{name}: HTTP {status}: {reason}", status)
+def api_message(exc: ApiException) -> str:
+    """The ``message`` of a Kubernetes Status body, or the HTTP reason.
 
+    Args:
+        exc: a client exception.
 
-def _api_message(exc: ApiException) -> str:
-    """The ``message`` of a Kubernetes Status body, or the raw reason."""
+    Returns:
+        The API server's own words, for logs and conditions.
+    """
     try:
         body = json.loads(exc.body or "{}")
     except (TypeError, ValueError):
         return str(exc.reason)
     return str(body.get("message") or exc.reason)
+
+
+def api_error(exc: ApiException, action: str) -> StoreError:
+    """Map a client exception to an error by what the caller should do.
+
+    Args:
+        exc: the client exception.
+        action: what was attempted, e.g. ``"create pod ns/name"``.
+
+    Returns:
+        :class:`TransientStoreError` for no response, 429 and 5xx (retry
+        later), else :class:`StoreError` (retrying won't help).
+    """
+    status = exc.status
+    if status is None or status == 429 or status >= 500:
+        return TransientStoreError(f"{action}: {api_message(exc)}", status)
+    return StoreError(f"{action}: HTTP {status}: {api_message(exc)}", status)
+
+
+def _convert(exc: ApiException, namespace: str, name: str, action: str) -> StoreError:
+    if exc.status == 404:
+        return LeaseNotFoundError(namespace, name)
+    return api_error(exc, f"{action} {namespace}/{name}")
 
 
 # --------------------------------------------------------------------------
@@ -241,6 +260,9 @@ def to_stored(body: dict[str, Any]) -> StoredLease:
         acquire_time=spec.acquire_time,
         renew_time=spec.renew_time,
         completion=completion,
+        max_fencing_token=(
+            FencingToken(spec.max_fencing_token) if spec.max_fencing_token is not None else None
+        ),
     )
     return StoredLease(
         namespace=str(meta.get("namespace", "")),
@@ -340,16 +362,21 @@ class LeaseStore:
         *,
         job_name: str,
         lease_duration_seconds: int,
+        max_fencing_token: int | None = None,
+        initial_fencing_token: int = 0,
         owner_references: list[dict[str, Any]] | None = None,
         labels: dict[str, str] | None = None,
     ) -> StoredLease:
-        """Create an unheld lease (token 0).
+        """Create an unheld lease (token 0 unless told otherwise).
 
         Args:
             namespace: where.
             name: the lease's name.
             job_name: the LeasedJob it belongs to.
             lease_duration_seconds: the lease duration.
+            max_fencing_token: the attempt limit (no claim past this token).
+            initial_fencing_token: the token to start from; above 0 only when
+                a lost lease is recreated, so tokens never go back.
             owner_references: ``metadata.ownerReferences`` (the LeasedJob).
             labels: extra labels.
 
@@ -368,7 +395,10 @@ class LeaseStore:
         lease = models.JobLease(
             metadata=metadata,
             spec=models.JobLeaseSpec(
-                job_name=job_name, lease_duration_seconds=lease_duration_seconds
+                job_name=job_name,
+                lease_duration_seconds=lease_duration_seconds,
+                max_fencing_token=max_fencing_token,
+                fencing_token=initial_fencing_token,
             ),
         )
         try:
@@ -417,7 +447,7 @@ class LeaseStore:
 
         Returns:
             :class:`Accepted` (``.token`` is the new fencing token) or
-            :class:`Rejected` with ``LOST_RACE`` or ``COMPLETED``.
+            :class:`Rejected` with ``LOST_RACE``, ``COMPLETED`` or ``EXHAUSTED``.
 
         Raises:
             LeaseNotFoundError: no such lease.
@@ -634,6 +664,46 @@ class LeaseStore:
             *_holder_tests(judged.record.holder_identity, judged.record.fencing_token),
             {"op": "remove", "path": "/spec/holderIdentity"},
         ]
+        return self._conditional(judged, ops, "reclaim")
+
+    def stop(self, judged: StoredLease) -> Result:
+        """Take a lease back for good: unheld, and no claim past its token.
+
+        The operator's write when a job ends without a completion (deadline
+        passed, attempts used up): it removes the holder and lowers
+        ``spec.maxFencingToken`` to the current token, so no worker can claim
+        the lease again (the API server enforces the cap, too).
+
+        Args:
+            judged: the lease version the decision was made on; the write is
+                conditioned on its ``resourceVersion``.
+
+        Returns:
+            :class:`Accepted`, or :class:`Rejected` with ``COMPLETED`` (a
+            worker completed first: that completion stands) or ``NOT_EXPIRED``
+            (it changed since it was judged: re-read and decide again).
+
+        Raises:
+            LeaseNotFoundError: no such lease.
+            TransientStoreError: retry later.
+            StoreError: any other refusal.
+        """
+        if judged.record.completion is not None:
+            return Rejected(Rejection.COMPLETED, judged)
+        ops: list[dict[str, Any]] = [
+            {
+                "op": "replace",
+                "path": "/metadata/resourceVersion",
+                "value": judged.resource_version,
+            },
+            {"op": "add", "path": "/spec/maxFencingToken", "value": judged.record.fencing_token},
+        ]
+        if judged.record.holder_identity is not None:
+            ops.append({"op": "remove", "path": "/spec/holderIdentity"})
+        return self._conditional(judged, ops, "stop")
+
+    def _conditional(self, judged: StoredLease, ops: list[dict[str, Any]], action: str) -> Result:
+        """Write ``ops`` only if the lease is still at ``judged``'s version."""
         try:
             body = self._patch(judged.namespace, judged.name, ops)
         except ApiException as exc:
@@ -645,5 +715,5 @@ class LeaseStore:
                     else Rejection.NOT_EXPIRED
                 )
                 return Rejected(rejection, current)
-            raise _convert(exc, judged.namespace, judged.name, "reclaim") from exc
+            raise _convert(exc, judged.namespace, judged.name, action) from exc
         return Accepted(to_stored(body))

@@ -67,7 +67,7 @@ def test_lease_crd_has_transition_rules_and_columns() -> None:
     assert any("self.completion == oldSelf.completion" in r for r in rules)
     assert version["subresources"] == {"status": {}}
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
-    assert columns[:4] == ["Job", "Holder", "Token", "Until"]
+    assert columns[:4] == ["Job", "Holder", "Token", "Renewed"]
     assert crd["spec"]["names"]["shortNames"][0] == "jlease"
 
 

@@ -1,0 +1,51 @@
+"""Build a Kubernetes API client the way a worker finds its cluster.
+
+Why this module exists: the worker SDK and ``leasehold run`` must reach the
+API server from inside a pod (the pod's service account) and from outside one
+(tests, the local process runner, a developer's shell), without each caller
+repeating the choice. Only the client is built here; every lease operation
+goes through :mod:`leasehold.store`.
+"""
+
+from __future__ import annotations
+
+import os
+
+from kubernetes import client, config
+
+KUBECONFIG_ENV = "KUBECONFIG"
+
+
+def new_api_client(kubeconfig: str | os.PathLike[str] | None = None) -> client.ApiClient:
+    """Build an API client from a kubeconfig if one is named, else in-cluster.
+
+    The order is: the explicit ``kubeconfig`` argument; else ``$KUBECONFIG``
+    (a ``:``-separated list is merged, as kubectl does); else the pod's
+    in-cluster configuration (service-account token and CA under
+    ``/var/run/secrets/kubernetes.io/serviceaccount``, API server from
+    ``$KUBERNETES_SERVICE_HOST``/``$KUBERNETES_SERVICE_PORT``).
+    ``~/.kube/config`` is never used implicitly: a worker outside a pod must
+    say which cluster it works for. The kubeconfig file is only read, never
+    rewritten (no token refresh is persisted).
+
+    Args:
+        kubeconfig: path of a kubeconfig file, or ``None`` to look at
+            ``$KUBECONFIG`` and then at the in-cluster configuration.
+
+    Returns:
+        A new ``kubernetes.client.ApiClient``; the caller owns it and should
+        ``close()`` it when done.
+
+    Raises:
+        kubernetes.config.ConfigException: the kubeconfig is missing or
+            invalid, or (without a kubeconfig) the process is not in a pod.
+    """
+    path = os.fspath(kubeconfig) if kubeconfig is not None else os.environ.get(KUBECONFIG_ENV)
+    if path:
+        api: client.ApiClient = config.new_client_from_config(
+            config_file=path, persist_config=False
+        )
+        return api
+    configuration = client.Configuration()
+    config.load_incluster_config(client_configuration=configuration)
+    return client.ApiClient(configuration)

@@ -1,0 +1,62 @@
+"""Start the operator: credentials, the service, Kopf.
+
+Why this module exists: ``leasehold operator`` needs a few steps between the
+settings and ``kopf.run`` (logging, an API client for the service, the
+runtime passed to handlers as ``memo``); they live here so the CLI stays a
+parser and the controller stays handlers.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import kopf
+from kubernetes import client, config
+
+from leasehold import controller
+from leasehold.service import JobService
+from leasehold.settings import OperatorSettings
+
+
+def api_client() -> client.ApiClient:
+    """An API client from ``$KUBECONFIG``/``~/.kube/config``, else in-cluster.
+
+    Returns:
+        A configured ``kubernetes.client.ApiClient``.
+
+    Raises:
+        kubernetes.config.ConfigException: no credentials found.
+    """
+    try:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+        return client.ApiClient()
+    except config.ConfigException:
+        api: client.ApiClient = config.new_client_from_config()  # type: ignore[no-untyped-call]
+        return api
+
+
+def run_operator(settings: OperatorSettings) -> int:
+    """Run the operator until it is stopped (SIGINT/SIGTERM).
+
+    Args:
+        settings: the operator's settings.
+
+    Returns:
+        The process exit code.
+    """
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+    )
+    service = JobService(api_client())
+    runtime = controller.build_runtime(settings, service)
+    kopf.run(
+        standalone=settings.standalone,
+        priority=settings.priority,
+        peering_name=settings.peering_name,
+        liveness_endpoint=settings.liveness_endpoint or None,
+        clusterwide=not settings.namespaces,
+        namespaces=settings.namespaces,
+        memo=kopf.Memo(runtime=runtime),
+    )
+    return 0

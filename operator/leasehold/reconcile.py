@@ -1,0 +1,431 @@
+"""Pure decisions for one LeasedJob: what to do next, and the objects to create.
+
+Why this module exists: the operator's logic is a function of plain inputs
+(the job, its lease, whether the current holder's pod was created, the time)
+returning one :class:`Plan`. The service layer (:mod:`leasehold.service`)
+performs the plan; Kopf handlers (:mod:`leasehold.controller`) only trigger
+it. Pod building is a pure ``build_pod`` (as dask-kubernetes' ``build_*_spec``)
+so its output is golden-file tested.
+
+No Kubernetes client or Kopf import here: inputs are pydantic models and the
+protocol's :class:`~leasehold.protocol.LeaseRecord`.
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+from leasehold import models
+from leasehold.models import Condition, ConditionStatus, LeasedJob, LeasedJobStatus, Phase
+from leasehold.protocol import LeaseRecord, Outcome
+
+LABEL_JOB: Final = "leasehold.dev/job"
+LABEL_TOKEN: Final = "leasehold.dev/fencing-token"
+ANNOTATION_TOKEN: Final = "leasehold.dev/fencing-token"
+ANNOTATION_HOLDER: Final = "leasehold.dev/holder"
+ANNOTATION_LEASE: Final = "leasehold.dev/lease"
+
+ENV_NAMESPACE: Final = "LEASEHOLD_NAMESPACE"
+ENV_JOB: Final = "LEASEHOLD_JOB"
+ENV_LEASE: Final = "LEASEHOLD_LEASE"
+ENV_HOLDER: Final = "LEASEHOLD_HOLDER"
+ENV_TOKEN: Final = "LEASEHOLD_FENCING_TOKEN"
+ENV_DURATION: Final = "LEASEHOLD_LEASE_DURATION_SECONDS"
+
+MAX_POD_NAME: Final = 253
+
+
+class Action(enum.StrEnum):
+    """What the service should do for a job, after writing its status."""
+
+    NONE = "None"
+    """Nothing but the status (waiting: for a renewal, an expiry, a worker)."""
+    CREATE_LEASE = "CreateLease"
+    """The job has no JobLease yet: create it (unheld, token 0)."""
+    CLAIM_AND_START = "ClaimAndStart"
+    """Push mode, lease unheld: claim it for the next pod, then create the pod."""
+    START_POD = "StartPod"
+    """The lease is held for a pod the operator never created (it crashed
+    between the claim and the pod): create it now."""
+    STOP = "Stop"
+    """Take the lease back for good (deadline passed, attempts used up)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The decision for one job at one moment.
+
+    Attributes:
+        action: what to do.
+        status: the status to write (only when it differs from the current).
+        events: ``(type, reason, message)`` Events to record on the job.
+        pod_name: for ``CLAIM_AND_START``/``START_POD``, the pod (= holder).
+        delete_pods_below_token: delete this job's pods whose token is lower
+            (stale attempts); ``0`` for none.
+    """
+
+    action: Action
+    status: LeasedJobStatus
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+    pod_name: str | None = None
+    delete_pods_below_token: int = 0
+
+
+def lease_name(job_name: str) -> str:
+    """The JobLease name of a job: the job's own name.
+
+    Args:
+        job_name: the LeasedJob's name.
+
+    Returns:
+        The lease name.
+    """
+    return job_name
+
+
+def pod_name(job_name: str, token: int) -> str:
+    """The pod (and holder) name for the attempt under ``token``.
+
+    Args:
+        job_name: the LeasedJob's name.
+        token: the fencing token the attempt runs under.
+
+    Returns:
+        ``<job>-<token>``, cut so it stays a valid object name.
+    """
+    suffix = f"-{token}"
+    return job_name[: MAX_POD_NAME - len(suffix)] + suffix
+
+
+def set_condition(
+    conditions: list[Condition],
+    type_: str,
+    status: ConditionStatus,
+    reason: str,
+    message: str,
+    *,
+    now: datetime,
+    generation: int | None,
+) -> list[Condition]:
+    """Set one condition in a list keyed by ``type``.
+
+    ``lastTransitionTime`` changes only when ``status`` flips (Kubernetes API
+    conventions, "Typical status properties").
+
+    Args:
+        conditions: the current conditions (not modified).
+        type_: the condition type.
+        status: its new status.
+        reason: CamelCase reason.
+        message: human-readable message.
+        now: the time to stamp a transition with.
+        generation: the job's ``metadata.generation`` this is based on.
+
+    Returns:
+        A new list with the condition set.
+    """
+    out = [c for c in conditions if c.type != type_]
+    old = next((c for c in conditions if c.type == type_), None)
+    transition = now if old is None or old.status != status else old.last_transition_time
+    out.append(
+        Condition(
+            type=type_,
+            status=status,
+            reason=reason,
+            message=message[: models.MAX_MESSAGE_LENGTH],
+            last_transition_time=transition,
+            observed_generation=generation,
+        )
+    )
+    return sorted(out, key=lambda c: c.type)
+
+
+@dataclass(frozen=True)
+class _Ctx:
+    job: LeasedJob
+    now: datetime
+    generation: int | None
+
+    def status(self) -> LeasedJobStatus:
+        return (self.job.status or LeasedJobStatus()).model_copy(deep=True)
+
+
+def _with(
+    ctx: _Ctx,
+    status: LeasedJobStatus,
+    phase: Phase,
+    *conds: tuple[str, ConditionStatus, str, str],
+) -> LeasedJobStatus:
+    conditions = list(status.conditions or [])
+    for type_, cstatus, reason, message in conds:
+        conditions = set_condition(
+            conditions, type_, cstatus, reason, message, now=ctx.now, generation=ctx.generation
+        )
+    return status.model_copy(
+        update={
+            "phase": phase,
+            "conditions": conditions,
+            "observed_generation": ctx.generation,
+        }
+    )
+
+
+def _finished(
+    ctx: _Ctx, status: LeasedJobStatus, outcome: Outcome, reason: str, message: str
+) -> LeasedJobStatus:
+    succeeded = outcome == Outcome.SUCCEEDED
+    phase = Phase.SUCCEEDED if succeeded else Phase.FAILED
+    true, false = ConditionStatus.TRUE, ConditionStatus.FALSE
+    out = _with(
+        ctx,
+        status,
+        phase,
+        ("Complete", true if succeeded else false, reason, message),
+        ("Failed", false if succeeded else true, reason, message),
+        ("Ready", true if succeeded else false, reason, message),
+        ("LeaseHeld", false, "Finished", "The job finished; the lease is no longer held."),
+    )
+    return out.model_copy(
+        update={"completion_time": status.completion_time or ctx.now, "holder_identity": None}
+    )
+
+
+def failed_status(
+    job: LeasedJob, status: LeasedJobStatus, reason: str, message: str, *, now: datetime
+) -> LeasedJobStatus:
+    """The status of a job that failed for ``reason`` (outside :func:`plan`).
+
+    Args:
+        job: the LeasedJob.
+        status: its status so far.
+        reason: CamelCase reason, e.g. ``PodCreateFailed``.
+        message: what went wrong, for people.
+        now: the current time.
+
+    Returns:
+        The status with phase ``Failed`` and the conditions set.
+    """
+    generation = job.metadata.get("generation")
+    ctx = _Ctx(job, now, int(generation) if generation is not None else None)
+    return _finished(ctx, status, Outcome.FAILED, reason, message)
+
+
+def plan(
+    job: LeasedJob,
+    lease: LeaseRecord | None,
+    *,
+    now: datetime,
+    pod_created_for_holder: bool,
+) -> Plan:
+    """Decide what to do next for one LeasedJob.
+
+    Args:
+        job: the LeasedJob (spec and current status).
+        lease: its lease record, or ``None`` if the JobLease does not exist.
+        now: the current wall-clock time (status timestamps, the deadline).
+        pod_created_for_holder: whether the operator already created the pod
+            of the lease's current holder (``status.podName == holder``).
+
+    Returns:
+        The :class:`Plan`. Expiry is not decided here: the operator's
+        :class:`~leasehold.protocol.ExpiryClock` does that and reclaims; this
+        function then sees an unheld lease and starts the next attempt.
+    """
+    generation = job.metadata.get("generation")
+    ctx = _Ctx(job, now, int(generation) if generation is not None else None)
+    status = ctx.status()
+    name = str(job.metadata.get("name", ""))
+    true, false = ConditionStatus.TRUE, ConditionStatus.FALSE
+
+    if status.phase in (Phase.SUCCEEDED, Phase.FAILED):
+        return Plan(Action.NONE, status)
+    start_time = status.start_time or now
+    status.start_time = start_time
+    status.lease_name = lease_name(name)
+
+    if lease is None:
+        status = _with(
+            ctx, status, Phase.PENDING, ("Ready", false, "CreatingLease", "Creating the JobLease.")
+        )
+        return Plan(Action.CREATE_LEASE, status)
+
+    status.fencing_token = lease.fencing_token
+    status.attempts = lease.fencing_token
+    status.holder_identity = lease.holder_identity
+    stale = lease.fencing_token if job.spec.template is not None else 0
+
+    if lease.completion is not None:
+        c = lease.completion
+        status.completion = models.CompletionRecord(
+            fencing_token=c.fencing_token,
+            holder_identity=c.holder_identity,
+            outcome=c.outcome,
+            complete_time=c.complete_time,
+            message=c.message or None,
+            exit_code=c.exit_code,
+        )
+        reason = "Completed" if c.outcome == Outcome.SUCCEEDED else "WorkerFailed"
+        message = f"{c.holder_identity} completed with {c.outcome} under fencing token" + (
+            f" {c.fencing_token}" + (f": {c.message}" if c.message else "")
+        )
+        status = _finished(ctx, status, c.outcome, reason, message)
+        return Plan(
+            Action.NONE,
+            status,
+            events=[("Normal" if reason == "Completed" else "Warning", reason, message)],
+        )
+
+    deadline = job.spec.active_deadline_seconds
+    if deadline is not None and now >= start_time + timedelta(seconds=deadline):
+        message = f"The job ran longer than activeDeadlineSeconds={deadline}."
+        status = _finished(ctx, status, Outcome.FAILED, "DeadlineExceeded", message)
+        return Plan(
+            Action.STOP,
+            status,
+            events=[("Warning", "DeadlineExceeded", message)],
+            delete_pods_below_token=lease.fencing_token + 1 if stale else 0,
+        )
+
+    if lease.holder_identity is not None:
+        holder = lease.holder_identity
+        status = _with(
+            ctx,
+            status,
+            Phase.RUNNING,
+            (
+                "LeaseHeld",
+                true,
+                "Claimed",
+                f"{holder} holds the lease under token {lease.fencing_token}.",
+            ),
+            (
+                "Ready",
+                true,
+                "Running",
+                f"Attempt {lease.fencing_token} of {job.spec.max_attempts} is running.",
+            ),
+        )
+        if (
+            job.spec.template is not None
+            and not pod_created_for_holder
+            and holder == pod_name(name, lease.fencing_token)
+        ):
+            return Plan(Action.START_POD, status, pod_name=holder, delete_pods_below_token=stale)
+        return Plan(Action.NONE, status, delete_pods_below_token=stale)
+
+    # Unheld and not completed: released, reclaimed, or never claimed.
+    if lease.fencing_token >= job.spec.max_attempts:
+        message = (
+            f"All {job.spec.max_attempts} attempts were used; the last lease (token"
+            f" {lease.fencing_token}) ended without a completion."
+        )
+        status = _finished(ctx, status, Outcome.FAILED, "AttemptsExhausted", message)
+        return Plan(
+            Action.STOP,
+            status,
+            events=[("Warning", "AttemptsExhausted", message)],
+            delete_pods_below_token=stale + 1 if stale else 0,
+        )
+    if job.spec.template is None:
+        status = _with(
+            ctx,
+            status,
+            Phase.PENDING,
+            ("LeaseHeld", false, "WaitingForWorker", "Pull mode: waiting for a worker to claim."),
+            ("Ready", true, "WaitingForWorker", "Pull mode: waiting for a worker to claim."),
+        )
+        return Plan(Action.NONE, status)
+    next_pod = pod_name(name, lease.fencing_token + 1)
+    status = _with(
+        ctx,
+        status,
+        Phase.PENDING,
+        ("LeaseHeld", false, "Claiming", f"Claiming the lease for {next_pod}."),
+    )
+    return Plan(
+        Action.CLAIM_AND_START,
+        status,
+        pod_name=next_pod,
+        delete_pods_below_token=stale + 1,
+    )
+
+
+def build_pod(
+    job: LeasedJob,
+    *,
+    namespace: str,
+    holder: str,
+    token: int,
+    owner_uid: str,
+) -> dict[str, Any]:
+    """Build the pod of one attempt from the job's template.
+
+    The fencing token and the lease coordinates are injected into every
+    container's env and onto the pod as annotations (for the downward API);
+    the pod is owned by the job (garbage-collected with it) and labelled with
+    the job and token so stale attempts can be found.
+
+    Args:
+        job: the LeasedJob; must have ``spec.template``.
+        namespace: the job's namespace.
+        holder: the pod's name, which is also the lease holder identity.
+        token: the fencing token the attempt runs under.
+        owner_uid: the job's ``metadata.uid``.
+
+    Returns:
+        The pod body, JSON-ready.
+
+    Raises:
+        ValueError: the job has no pod template (pull mode).
+    """
+    if job.spec.template is None:
+        raise ValueError("a LeasedJob without spec.template (pull mode) gets no pod")
+    template = job.spec.template
+    job_name = str(job.metadata["name"])
+    meta = template.metadata or models.PodTemplateMetadata()
+    labels = {**(meta.labels or {}), LABEL_JOB: job_name, LABEL_TOKEN: str(token)}
+    annotations = {
+        **(meta.annotations or {}),
+        ANNOTATION_TOKEN: str(token),
+        ANNOTATION_HOLDER: holder,
+        ANNOTATION_LEASE: lease_name(job_name),
+    }
+    spec = copy.deepcopy(template.spec)
+    spec["restartPolicy"] = "Never"
+    injected = [
+        {"name": ENV_NAMESPACE, "value": namespace},
+        {"name": ENV_JOB, "value": job_name},
+        {"name": ENV_LEASE, "value": lease_name(job_name)},
+        {"name": ENV_HOLDER, "value": holder},
+        {"name": ENV_TOKEN, "value": str(token)},
+        {"name": ENV_DURATION, "value": str(job.spec.lease_duration_seconds)},
+    ]
+    names = {e["name"] for e in injected}
+    for container in spec.get("containers", []):
+        own = [e for e in container.get("env", []) if e.get("name") not in names]
+        container["env"] = own + injected
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": holder,
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [
+                {
+                    "apiVersion": models.API_VERSION,
+                    "kind": "LeasedJob",
+                    "name": job_name,
+                    "uid": owner_uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": spec,
+    }

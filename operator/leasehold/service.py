@@ -1,0 +1,472 @@
+"""The operator's service layer: carry out a reconcile plan against the API.
+
+Why this module exists: :mod:`leasehold.reconcile` decides, purely; this
+module reads what the decision needs (job, lease, pods), performs the plan
+(create the lease, claim, create or delete pods, stop the lease), records
+Events and writes the job's status through the status subresource. Kopf
+handlers call :meth:`JobService.reconcile` and :meth:`JobService.reclaim`
+and hold no logic themselves.
+
+All calls are blocking (the official client); the controller runs them in
+threads. One lock per job keeps two triggers for the same job (a lease event
+and an expiry, say) from interleaving in this process; across processes
+every lease write is a compare-and-swap, so a second operator could not
+double-claim either.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final, cast
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
+
+from leasehold import models, reconcile
+from leasehold.models import LeasedJob, LeasedJobStatus
+from leasehold.protocol import Rejection
+from leasehold.reconcile import Action, Plan
+from leasehold.store import (
+    Accepted,
+    LeaseNotFoundError,
+    LeaseStore,
+    StoredLease,
+    TransientStoreError,
+    api_error,
+    api_message,
+    format_time,
+)
+
+log = logging.getLogger(__name__)
+
+COMPONENT: Final = "leasehold-operator"
+STALE_POD_GRACE_SECONDS: Final = 5
+"""Grace for a stale attempt's pod: its lease is already gone, so be quick."""
+
+
+@dataclass(frozen=True)
+class ReclaimOutcome:
+    """What :meth:`JobService.reclaim` did.
+
+    Attributes:
+        reclaimed: whether this call took the lease back.
+        token: the lease's token when judged.
+        holder: the holder it was taken from (or ``None``).
+        reason: a short word for logs: ``Reclaimed``, ``Renewed``, ``Unheld``,
+            ``Completed``, ``Missing``.
+    """
+
+    reclaimed: bool
+    token: int
+    holder: str | None
+    reason: str
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class JobService:
+    """Reconcile LeasedJobs and reclaim their leases, with one API client.
+
+    Args:
+        api_client: a configured ``kubernetes.client.ApiClient``.
+        clock: wall clock for status timestamps and deadlines.
+        instance: reported as the Events' ``reportingInstance``.
+    """
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        clock: Callable[[], datetime] = _utcnow,
+        instance: str | None = None,
+    ) -> None:
+        self._custom = client.CustomObjectsApi(api_client)
+        self._core = client.CoreV1Api(api_client)
+        self._store = LeaseStore(api_client, field_manager="leasehold-operator")
+        self._clock = clock
+        self._instance = instance or socket.gethostname()
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+
+    @property
+    def store(self) -> LeaseStore:
+        """The lease store this service writes through."""
+        return self._store
+
+    def _lock(self, namespace: str, name: str) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault(f"{namespace}/{name}", threading.Lock())
+
+    # -- reading --------------------------------------------------------------
+
+    def _get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return cast(
+                "dict[str, Any]",
+                self._custom.get_namespaced_custom_object(
+                    models.GROUP, models.VERSION, namespace, "leasedjobs", name
+                ),
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise api_error(exc, f"get LeasedJob {namespace}/{name}") from exc
+
+    def _get_lease(self, namespace: str, name: str) -> StoredLease | None:
+        try:
+            return self._store.get(namespace, reconcile.lease_name(name))
+        except LeaseNotFoundError:
+            return None
+
+    # -- reconcile --------------------------------------------------------------
+
+    def reconcile(self, namespace: str, name: str) -> Plan | None:
+        """Bring one LeasedJob one step closer to done, and report its status.
+
+        Args:
+            namespace: the job's namespace.
+            name: the job's name.
+
+        Returns:
+            The plan that was carried out, or ``None`` if the job is gone or
+            invalid (an invalid job gets a ``Ready=False`` condition and an
+            Event instead).
+
+        Raises:
+            TransientStoreError: the API server failed; call again later.
+            StoreError: an unexpected refusal (e.g. RBAC).
+        """
+        with self._lock(namespace, name):
+            body = self._get_job(namespace, name)
+            if body is None:
+                return None
+            try:
+                job = LeasedJob.model_validate(body)
+            except ValidationError as exc:
+                self._report_invalid(body, exc)
+                return None
+            lease = self._get_lease(namespace, name)
+            status = job.status or LeasedJobStatus()
+            holder = lease.record.holder_identity if lease else None
+            plan = reconcile.plan(
+                job,
+                lease.record if lease else None,
+                now=self._clock(),
+                pod_created_for_holder=holder is not None and status.pod_name == holder,
+            )
+            plan = self._carry_out(job, body, lease, plan)
+            for type_, reason, message in plan.events:
+                self.record_event(body, type_, reason, message)
+            self._write_status(namespace, name, body, plan.status)
+            return plan
+
+    def _carry_out(
+        self, job: LeasedJob, body: dict[str, Any], lease: StoredLease | None, plan: Plan
+    ) -> Plan:
+        namespace, name = _ns_name(body)
+        if plan.delete_pods_below_token:
+            self._delete_stale_pods(namespace, name, plan.delete_pods_below_token)
+        if plan.action is Action.CREATE_LEASE:
+            return self._create_lease(job, body, plan)
+        if plan.action is Action.STOP and lease is not None:
+            result = self._store.stop(lease)
+            if not isinstance(result, Accepted) and result.rejection is not Rejection.COMPLETED:
+                raise TransientStoreError(f"stop {namespace}/{name}: lease changed, retrying")
+            return plan
+        if plan.action is Action.CLAIM_AND_START and lease is not None:
+            assert plan.pod_name is not None
+            claimed = self._store.claim(namespace, lease.name, plan.pod_name)
+            if not isinstance(claimed, Accepted):
+                log.info("claim for %s/%s refused: %s", namespace, plan.pod_name, claimed.rejection)
+                raise TransientStoreError(f"claim {namespace}/{name}: {claimed.rejection}")
+            if claimed.token != int(plan.pod_name.rsplit("-", 1)[-1]):
+                # Someone claimed and released in between; the name would lie.
+                self._store.release(namespace, lease.name, plan.pod_name, claimed.token)
+                raise TransientStoreError(f"claim {namespace}/{name}: token moved, retrying")
+            self.record_event(
+                body,
+                "Normal",
+                "Claimed",
+                f"Lease claimed for pod {plan.pod_name} under fencing token {claimed.token}.",
+            )
+            return self._start_pod(job, body, plan, claimed.token, claimed.lease)
+        if plan.action is Action.START_POD and lease is not None:
+            assert plan.pod_name is not None
+            return self._start_pod(job, body, plan, lease.record.fencing_token, lease)
+        return plan
+
+    def _create_lease(self, job: LeasedJob, body: dict[str, Any], plan: Plan) -> Plan:
+        namespace, name = _ns_name(body)
+        carried = (job.status.fencing_token if job.status else None) or 0
+        self._store.create(
+            namespace,
+            reconcile.lease_name(name),
+            job_name=name,
+            lease_duration_seconds=job.spec.lease_duration_seconds,
+            max_fencing_token=max(job.spec.max_attempts, carried),
+            initial_fencing_token=carried,
+            owner_references=[_owner_ref(body)],
+            labels={reconcile.LABEL_JOB: name},
+        )
+        if carried:
+            self.record_event(
+                body,
+                "Warning",
+                "LeaseRecreated",
+                f"The JobLease was missing; recreated it at fencing token {carried} so tokens"
+                " never go back.",
+            )
+        return plan
+
+    def _start_pod(
+        self,
+        job: LeasedJob,
+        body: dict[str, Any],
+        plan: Plan,
+        token: int,
+        lease: StoredLease,
+    ) -> Plan:
+        namespace, _ = _ns_name(body)
+        assert plan.pod_name is not None
+        pod = reconcile.build_pod(
+            job,
+            namespace=namespace,
+            holder=plan.pod_name,
+            token=token,
+            owner_uid=str(body["metadata"]["uid"]),
+        )
+        status = plan.status.model_copy(
+            update={
+                "pod_name": plan.pod_name,
+                "holder_identity": plan.pod_name,
+                "fencing_token": token,
+                "attempts": token,
+            }
+        )
+        try:
+            self._core.create_namespaced_pod(namespace, cast(Any, pod), field_manager=COMPONENT)
+        except ApiException as exc:
+            if exc.status == 409:
+                return Plan(plan.action, status, plan.events, plan.pod_name)
+            if exc.status is not None and 400 <= exc.status < 500 and exc.status != 429:
+                return self._pod_rejected(body, plan, lease, exc)
+            raise api_error(exc, f"create pod {namespace}/{plan.pod_name}") from exc
+        log.info("started pod %s/%s under fencing token %d", namespace, plan.pod_name, token)
+        self.record_event(
+            body, "Normal", "Started", f"Created pod {plan.pod_name} (fencing token {token})."
+        )
+        return Plan(plan.action, status, plan.events, plan.pod_name)
+
+    def _pod_rejected(
+        self, body: dict[str, Any], plan: Plan, lease: StoredLease, exc: ApiException
+    ) -> Plan:
+        """The API server refused the job's pod: a bad template. Fail the job."""
+        message = f"The pod template was rejected: {api_message(exc)}"
+        log.warning("%s/%s: %s", *_ns_name(body), message)
+        current = self._store.get(lease.namespace, lease.name)
+        self._store.stop(current)
+        status = reconcile.failed_status(
+            LeasedJob.model_validate(body),
+            plan.status,
+            "PodCreateFailed",
+            message,
+            now=self._clock(),
+        )
+        return Plan(Action.STOP, status, [*plan.events, ("Warning", "PodCreateFailed", message)])
+
+    def _delete_stale_pods(self, namespace: str, name: str, below_token: int) -> None:
+        pods = self._core.list_namespaced_pod(
+            namespace, label_selector=f"{reconcile.LABEL_JOB}={name}"
+        )
+        for pod in pods.items:
+            meta = pod.metadata
+            if meta is None or meta.name is None or meta.deletion_timestamp is not None:
+                continue
+            try:
+                token = int((meta.labels or {}).get(reconcile.LABEL_TOKEN, "0"))
+            except ValueError:
+                continue
+            if token >= below_token:
+                continue
+            log.info("deleting stale pod %s/%s (token %d)", namespace, meta.name, token)
+            try:
+                self._core.delete_namespaced_pod(
+                    meta.name, namespace, grace_period_seconds=STALE_POD_GRACE_SECONDS
+                )
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise api_error(exc, f"delete pod {namespace}/{meta.name}") from exc
+
+    # -- expiry ------------------------------------------------------------------
+
+    def reclaim(self, namespace: str, lease_name: str, judged_generation: int) -> ReclaimOutcome:
+        """Reclaim a lease judged expired at ``judged_generation``.
+
+        The caller (the operator's expiry clock) saw no change of the lease's
+        spec since it first saw ``judged_generation``, for longer than the
+        lease duration plus a margin. This re-reads the lease: if its
+        generation moved (a renewal landed), nothing is reclaimed; otherwise
+        the reclaim write is conditioned on the read ``resourceVersion``, so a
+        renewal that lands in between makes it fail (409).
+
+        Args:
+            namespace: the lease's namespace.
+            lease_name: the lease's name.
+            judged_generation: the ``metadata.generation`` judged expired.
+
+        Returns:
+            What happened.
+
+        Raises:
+            TransientStoreError: the API server failed; try again later.
+        """
+        for _ in range(8):
+            try:
+                lease = self._store.get(namespace, lease_name)
+            except LeaseNotFoundError:
+                return ReclaimOutcome(False, 0, None, "Missing")
+            record = lease.record
+            if record.completion is not None:
+                return ReclaimOutcome(False, record.fencing_token, None, "Completed")
+            if lease.generation != judged_generation:
+                return ReclaimOutcome(
+                    False, record.fencing_token, record.holder_identity, "Renewed"
+                )
+            if record.holder_identity is None:
+                return ReclaimOutcome(False, record.fencing_token, None, "Unheld")
+            result = self._store.reclaim(lease)
+            if isinstance(result, Accepted):
+                log.info(
+                    "reclaimed %s/%s from %s (token %d): no renewal seen for %ds + margin",
+                    namespace,
+                    lease_name,
+                    record.holder_identity,
+                    record.fencing_token,
+                    record.lease_duration_seconds,
+                )
+                job = self._get_job(namespace, record.job_name)
+                if job is not None:
+                    self.record_event(
+                        job,
+                        "Warning",
+                        "Reclaimed",
+                        f"Lease expired: no renewal from {record.holder_identity} for"
+                        f" {record.lease_duration_seconds}s; took back fencing token"
+                        f" {record.fencing_token}.",
+                    )
+                return ReclaimOutcome(
+                    True, record.fencing_token, record.holder_identity, "Reclaimed"
+                )
+            # 409: something changed; re-read and judge again.
+        raise TransientStoreError(f"reclaim {namespace}/{lease_name}: kept conflicting")
+
+    # -- reporting -----------------------------------------------------------------
+
+    def _write_status(
+        self, namespace: str, name: str, body: dict[str, Any], status: LeasedJobStatus
+    ) -> None:
+        new = status.model_dump(mode="json", by_alias=True, exclude_none=True)
+        old = body.get("status") or {}
+        if new == old:
+            return
+        patch = {"status": {**{k: None for k in old if k not in new}, **new}}
+        try:
+            self._custom.patch_namespaced_custom_object_status(
+                models.GROUP,
+                models.VERSION,
+                namespace,
+                "leasedjobs",
+                name,
+                patch,
+                field_manager=COMPONENT,
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return
+            raise api_error(exc, f"patch status of LeasedJob {namespace}/{name}") from exc
+
+    def _report_invalid(self, body: dict[str, Any], exc: ValidationError) -> None:
+        namespace, name = _ns_name(body)
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        message = f"Invalid LeasedJob: {where}: {first['msg']}"
+        log.warning("%s/%s: %s", namespace, name, message)
+        self.record_event(body, "Warning", "InvalidSpec", message)
+        generation = body.get("metadata", {}).get("generation")
+        conditions = reconcile.set_condition(
+            [],
+            "Ready",
+            models.ConditionStatus.FALSE,
+            "InvalidSpec",
+            message,
+            now=self._clock(),
+            generation=generation,
+        )
+        status = LeasedJobStatus(conditions=conditions, observed_generation=generation)
+        self._write_status(namespace, name, body, status)
+
+    def record_event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        """Record a core/v1 Event about ``obj``; failures are logged, not raised.
+
+        Args:
+            obj: the involved object's body (needs apiVersion, kind, metadata).
+            type_: ``Normal`` or ``Warning``.
+            reason: CamelCase reason.
+            message: what happened, for people.
+        """
+        meta = obj.get("metadata", {})
+        now = self._clock()
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "generateName": f"{meta.get('name', 'x')}.",
+                "namespace": meta.get("namespace"),
+            },
+            "involvedObject": {
+                "apiVersion": obj.get("apiVersion"),
+                "kind": obj.get("kind"),
+                "name": meta.get("name"),
+                "namespace": meta.get("namespace"),
+                "uid": meta.get("uid"),
+            },
+            "type": type_,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": COMPONENT},
+            "reportingComponent": f"{models.GROUP}/operator",
+            "reportingInstance": self._instance[:128],
+            "firstTimestamp": format_time(now).split(".")[0] + "Z",
+            "lastTimestamp": format_time(now).split(".")[0] + "Z",
+            "count": 1,
+        }
+        try:
+            self._core.create_namespaced_event(str(meta.get("namespace")), cast(Any, event))
+        except ApiException as exc:
+            log.warning(
+                "could not record Event %s on %s: %s", reason, meta.get("name"), api_message(exc)
+            )
+
+
+def _ns_name(body: dict[str, Any]) -> tuple[str, str]:
+    meta = body["metadata"]
+    return str(meta["namespace"]), str(meta["name"])
+
+
+def _owner_ref(body: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": models.API_VERSION,
+        "kind": "LeasedJob",
+        "name": body["metadata"]["name"],
+        "uid": body["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }

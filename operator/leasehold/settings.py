@@ -1,0 +1,46 @@
+"""One settings object for the operator (environment prefix ``LEASEHOLD_``).
+
+Why this module exists: every knob the operator has is declared here once,
+with its unit and why it exists, and read from the environment (Helm sets
+them) or from command-line flags (which override). Kopf's own tuning is
+applied from these in the controller's startup handler only.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class OperatorSettings(BaseSettings):
+    """Settings of ``leasehold operator``."""
+
+    model_config = SettingsConfigDict(env_prefix="LEASEHOLD_", extra="ignore")
+
+    namespaces: list[str] = Field(default_factory=list)
+    """Namespaces to watch; empty means the whole cluster (``LEASEHOLD_NAMESPACES``
+    as a JSON list, e.g. ``["team-a","team-b"]``)."""
+
+    expiry_margin_seconds: float = Field(default=1.0, ge=0, le=60)
+    """Extra time past a lease's duration before the operator reclaims it.
+    Covers the delay between a renewal landing and the operator seeing it
+    (watch lag). Reclaims happen at duration + margin after the last change
+    the operator saw, measured on its own monotonic clock."""
+
+    liveness_endpoint: str = "http://0.0.0.0:8080/healthz"
+    """Where Kopf serves its liveness probe (empty to disable)."""
+
+    standalone: bool = True
+    """Run without Kopf peering (a single replica). HA installs set it false."""
+
+    peering_name: str = "leasehold"
+    """The KopfPeering object replicas coordinate through when not standalone."""
+
+    priority: int = 0
+    """This replica's peering priority (the highest active one works)."""
+
+    retry_delay_seconds: float = Field(default=2.0, gt=0, le=300)
+    """Delay before a reconcile that hit a transient API error is retried."""
+
+    log_level: str = "INFO"
+    """Python logging level name."""

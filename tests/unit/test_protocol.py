@@ -1,0 +1,313 @@
+"""Unit tests of the pure lease protocol (``DESIGN.md``, "The protocol")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
+
+from leasehold.protocol import (
+    Accepted,
+    Completion,
+    Decision,
+    FencingToken,
+    HolderIdentity,
+    LeaseRecord,
+    Outcome,
+    Refused,
+    Rejection,
+    claim,
+    complete,
+    reclaim,
+    release,
+    renew,
+)
+
+T0 = datetime(2024, 1, 1, tzinfo=UTC)
+A = HolderIdentity("worker-a")
+B = HolderIdentity("worker-b")
+WORKERS = (A, B, HolderIdentity("worker-c"), HolderIdentity("worker-d"))
+
+
+def fresh(token: int = 0, limit: int | None = None) -> LeaseRecord:
+    return LeaseRecord(
+        job_name="job",
+        holder_identity=None,
+        fencing_token=FencingToken(token),
+        lease_duration_seconds=30,
+        max_fencing_token=None if limit is None else FencingToken(limit),
+    )
+
+
+def accepted(decision: Decision) -> LeaseRecord:
+    assert isinstance(decision, Accepted), decision
+    return decision.record
+
+
+def refused(decision: Decision, before: LeaseRecord, why: Rejection) -> None:
+    assert isinstance(decision, Refused), decision
+    assert decision.rejection is why
+    assert decision.record == before
+
+
+@dataclass
+class Model:
+    """What the lease must be, kept independently of the protocol's records."""
+
+    token: int
+    limit: int | None = None
+    holder: HolderIdentity | None = None
+    completion: tuple[int, HolderIdentity, Outcome] | None = None
+    claims: int = 0
+
+    def holder_check(self, worker: HolderIdentity, token: int) -> Rejection | None:
+        if self.completion is not None:
+            return Rejection.COMPLETED
+        if token != self.token:
+            return Rejection.STALE_TOKEN
+        if self.holder != worker:
+            return Rejection.NOT_HOLDER
+        return None
+
+
+# Which token a worker sends: its latest grant, any of its grants, anyone's grant, the
+# lease's current token (read from the store), or a made-up one; index picks in the pool.
+TOKEN_CHOICES = st.tuples(
+    st.sampled_from(["latest", "own", "anyone", "current", "made_up"]),
+    st.integers(0, 50),
+    st.integers(-2, 40),
+)
+
+
+class LeaseMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.record = fresh()
+        self.model = Model(token=0)
+        self.start_token = 0
+        self.granted: dict[HolderIdentity, list[int]] = {w: [] for w in WORKERS}
+        self.tokens_seen: list[int] = [0]
+        self.first_completion: Completion | None = None
+        self.ticks = 0
+
+    @initialize(start=st.integers(0, 5), limit=st.none() | st.integers(0, 12))
+    def start(self, start: int, limit: int | None) -> None:
+        self.record = fresh(start, limit)
+        self.model = Model(token=start, limit=limit)
+        self.start_token = start
+        self.tokens_seen = [start]
+
+    def now(self) -> datetime:
+        self.ticks += 1
+        return T0 + timedelta(seconds=self.ticks)
+
+    def pick_token(self, worker: HolderIdentity, choice: tuple[str, int, int]) -> int:
+        source, index, made_up = choice
+        pools: dict[str, list[int]] = {
+            "latest": self.granted[worker][-1:],
+            "own": self.granted[worker],
+            "anyone": [t for ts in self.granted.values() for t in ts],
+            "current": [self.record.fencing_token],
+        }
+        pool = pools.get(source, [])
+        return pool[index % len(pool)] if pool else made_up
+
+    def apply(self, decision: Decision, before: LeaseRecord, expected: Rejection | None) -> bool:
+        if before.completion is not None:  # nothing is accepted after completion
+            assert isinstance(decision, Refused)
+        if expected is not None:
+            refused(decision, before, expected)
+            return False
+        self.record = accepted(decision)
+        assert self.record.job_name == before.job_name
+        assert self.record.lease_duration_seconds == before.lease_duration_seconds
+        assert self.record.max_fencing_token == before.max_fencing_token
+        return True
+
+    @rule(worker=st.sampled_from(WORKERS))
+    def do_claim(self, worker: HolderIdentity) -> None:
+        before, now = self.record, self.now()
+        expected = (
+            Rejection.COMPLETED
+            if self.model.completion is not None
+            else Rejection.LOST_RACE
+            if self.model.holder is not None
+            else Rejection.EXHAUSTED
+            if self.model.limit is not None and self.model.token >= self.model.limit
+            else None
+        )
+        if self.apply(claim(before, worker, now), before, expected):
+            assert not before.held and before.completion is None
+            assert self.record.fencing_token == before.fencing_token + 1
+            assert self.record.acquire_time == now and self.record.renew_time == now
+            self.model.token += 1
+            self.model.claims += 1
+            self.model.holder = worker
+            self.granted[worker].append(self.record.fencing_token)
+
+    @rule(worker=st.sampled_from(WORKERS), choice=TOKEN_CHOICES)
+    def do_renew(self, worker: HolderIdentity, choice: tuple[str, int, int]) -> None:
+        token = self.pick_token(worker, choice)
+        before, now = self.record, self.now()
+        expected = self.model.holder_check(worker, token)
+        if self.apply(renew(before, worker, FencingToken(token), now), before, expected):
+            assert self.record.renew_time == now
+            assert self.record.acquire_time == before.acquire_time
+
+    @rule(worker=st.sampled_from(WORKERS), choice=TOKEN_CHOICES, outcome=st.sampled_from(Outcome))
+    def do_complete(
+        self, worker: HolderIdentity, choice: tuple[str, int, int], outcome: Outcome
+    ) -> None:
+        token = self.pick_token(worker, choice)
+        before, now = self.record, self.now()
+        expected = self.model.holder_check(worker, token)
+        decision = complete(
+            before,
+            worker,
+            FencingToken(token),
+            outcome,
+            now,
+            message=f"by {worker}",
+            exit_code=token,
+        )
+        if self.apply(decision, before, expected):
+            done = self.record.completion
+            assert done is not None
+            assert (done.fencing_token, done.holder_identity) == (before.fencing_token, worker)
+            assert (done.outcome, done.complete_time) == (outcome, now)
+            assert (done.message, done.exit_code) == (f"by {worker}", token)
+            assert self.model.holder is not None
+            self.model.completion = (self.model.token, self.model.holder, outcome)
+            self.model.holder = None
+            self.first_completion = done
+
+    @rule(worker=st.sampled_from(WORKERS), choice=TOKEN_CHOICES)
+    def do_release(self, worker: HolderIdentity, choice: tuple[str, int, int]) -> None:
+        token = self.pick_token(worker, choice)
+        before = self.record
+        expected = self.model.holder_check(worker, token)
+        if self.apply(release(before, worker, FencingToken(token)), before, expected):
+            self.model.holder = None
+
+    @rule(expired=st.booleans())
+    def do_reclaim(self, expired: bool) -> None:
+        before = self.record
+        expected = (
+            Rejection.COMPLETED
+            if self.model.completion is not None
+            else Rejection.NOT_EXPIRED
+            if self.model.holder is None or not expired
+            else None
+        )
+        if self.apply(reclaim(before, expired=expired), before, expected):
+            self.model.holder = None
+
+    @invariant()
+    def matches_model(self) -> None:
+        assert self.record.fencing_token == self.model.token
+        assert self.record.holder_identity == self.model.holder
+        assert self.record.held == (self.model.holder is not None)
+
+    @invariant()
+    def token_moves_only_by_claims(self) -> None:
+        assert self.record.fencing_token == self.start_token + self.model.claims
+        step = self.record.fencing_token - self.tokens_seen[-1]
+        assert step in (0, 1)
+        if self.model.limit is not None:  # no claim takes the token past the limit
+            assert self.record.fencing_token <= max(self.start_token, self.model.limit)
+        self.tokens_seen.append(self.record.fencing_token)
+
+    @invariant()
+    def completion_recorded_once(self) -> None:
+        done = self.record.completion
+        if self.model.completion is None:
+            assert done is None
+            return
+        assert done is not None and done == self.first_completion
+        assert (done.fencing_token, done.holder_identity, done.outcome) == self.model.completion
+        assert not self.record.held
+
+
+def test_lease_state_machine() -> None:
+    run_state_machine_as_test(
+        LeaseMachine,
+        settings=settings(
+            max_examples=200,
+            stateful_step_count=50,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow],
+        ),
+    )
+
+
+def test_worked_example_stale_holder_is_fenced_off() -> None:
+    lease = fresh()
+    for i in range(6):  # tokens 1..6 come and go
+        worker = WORKERS[i % len(WORKERS)]
+        lease = accepted(claim(lease, worker, T0))
+        lease = accepted(release(lease, worker, lease.fencing_token))
+    lease = accepted(claim(lease, A, T0))
+    assert (lease.holder_identity, lease.fencing_token) == (A, 7)
+    # A pauses; the operator judges the lease expired and reclaims it.
+    refused(reclaim(lease, expired=False), lease, Rejection.NOT_EXPIRED)
+    lease = accepted(reclaim(lease, expired=True))
+    assert (lease.holder_identity, lease.fencing_token) == (None, 7)
+    lease = accepted(claim(lease, B, T0 + timedelta(seconds=60)))
+    assert (lease.holder_identity, lease.fencing_token) == (B, 8)
+    # A resumes: its token 7 is stale for every operation.
+    stale = FencingToken(7)
+    refused(complete(lease, A, stale, Outcome.SUCCEEDED, T0), lease, Rejection.STALE_TOKEN)
+    refused(renew(lease, A, stale, T0), lease, Rejection.STALE_TOKEN)
+    refused(release(lease, A, stale), lease, Rejection.STALE_TOKEN)
+    # B completes with 8: recorded once, under B and 8.
+    done_at = T0 + timedelta(seconds=90)
+    lease = accepted(complete(lease, B, FencingToken(8), Outcome.SUCCEEDED, done_at, exit_code=0))
+    assert lease.completion == Completion(FencingToken(8), B, Outcome.SUCCEEDED, done_at, "", 0)
+    assert (lease.holder_identity, lease.fencing_token) == (None, 8)
+    again = complete(lease, B, FencingToken(8), Outcome.FAILED, T0 + timedelta(seconds=99))
+    refused(again, lease, Rejection.COMPLETED)
+    refused(claim(lease, A, T0), lease, Rejection.COMPLETED)
+    refused(reclaim(lease, expired=True), lease, Rejection.COMPLETED)
+
+
+@pytest.mark.parametrize("start", [0, 4])
+def test_old_release_retried_after_same_holder_claimed_again_changes_nothing(start: int) -> None:
+    lease = accepted(claim(fresh(start), A, T0))
+    old = lease.fencing_token
+    lease = accepted(release(lease, A, old))
+    lease = accepted(claim(lease, A, T0 + timedelta(seconds=5)))
+    assert lease.fencing_token == old + 1
+    refused(release(lease, A, old), lease, Rejection.STALE_TOKEN)
+    refused(renew(lease, A, old, T0), lease, Rejection.STALE_TOKEN)
+    refused(complete(lease, A, old, Outcome.FAILED, T0), lease, Rejection.STALE_TOKEN)
+    assert (lease.holder_identity, lease.fencing_token) == (A, old + 1)
+
+
+def test_claims_stop_at_the_attempt_limit() -> None:
+    lease = fresh(limit=2)
+    lease = accepted(release(accepted(claim(lease, A, T0)), A, FencingToken(1)))
+    lease = accepted(claim(lease, B, T0))
+    assert lease.fencing_token == 2
+    lease = accepted(renew(lease, B, FencingToken(2), T0))  # the last holder keeps working
+    lease = accepted(reclaim(lease, expired=True))
+    refused(claim(lease, A, T0), lease, Rejection.EXHAUSTED)
+    assert (lease.holder_identity, lease.fencing_token) == (None, 2)
+
+
+def test_right_token_wrong_holder_is_not_holder() -> None:
+    lease = accepted(claim(fresh(), A, T0))
+    refused(renew(lease, B, lease.fencing_token, T0), lease, Rejection.NOT_HOLDER)
+    refused(claim(lease, B, T0), lease, Rejection.LOST_RACE)
+    released = accepted(release(lease, A, lease.fencing_token))
+    refused(renew(released, A, released.fencing_token, T0), released, Rejection.NOT_HOLDER)
+    refused(reclaim(released, expired=True), released, Rejection.NOT_EXPIRED)
