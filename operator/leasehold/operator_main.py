@@ -28,10 +28,10 @@ def api_client() -> client.ApiClient:
         kubernetes.config.ConfigException: no credentials found.
     """
     try:
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
+        config.load_incluster_config()
         return client.ApiClient()
     except config.ConfigException:
-        api: client.ApiClient = config.new_client_from_config()  # type: ignore[no-untyped-call]
+        api: client.ApiClient = config.new_client_from_config()
         return api
 
 

@@ -39,7 +39,7 @@ def _rejection(call: Any) -> str:
     with pytest.raises(ApiException) as info:
         call()
     assert info.value.status == 422, info.value.body
-    message: str = json.loads(info.value.body)["message"]
+    message: str = json.loads(info.value.body or "{}")["message"]
     return message
 
 
@@ -137,7 +137,7 @@ def test_api_server_rejects_invariant_breaking_writes(
     message = _rejection(lambda: _merge(api_client, namespace, change))
     assert expected in message
     # Nothing changed.
-    body = client.CustomObjectsApi(api_client).get_namespaced_custom_object(
+    body: Any = client.CustomObjectsApi(api_client).get_namespaced_custom_object(
         G, V, namespace, "jobleases", "l"
     )
     assert body["spec"]["fencingToken"] == start["fencingToken"]
@@ -229,7 +229,7 @@ def test_defaults_are_applied(api_client: client.ApiClient, namespace: str) -> N
         "metadata": {"name": "d"},
         "spec": {},
     }
-    created = client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+    created: Any = client.CustomObjectsApi(api_client).create_namespaced_custom_object(
         G, V, namespace, "leasedjobs", body
     )
     assert created["spec"]["leaseDurationSeconds"] == 30

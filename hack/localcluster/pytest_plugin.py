@@ -1,0 +1,142 @@
+"""Pytest fixtures for tests that need a real Kubernetes API server.
+
+Register with ``pytest_plugins = ["localcluster.pytest_plugin"]`` or
+``-p localcluster.pytest_plugin``. Fixtures:
+
+- ``kubeconfig`` (session): the cluster to test against. With
+  ``LEASEHOLD_TEST_KUBECONFIG`` set to a kubeconfig file, that cluster (kind,
+  a cluster from ``python -m localcluster up``, ...); otherwise a
+  `LocalCluster` started for the session in a temp folder and stopped at its
+  end. A cluster that cannot start fails the tests; it never skips them.
+- ``kubectl`` (session): a `Kubectl` bound to that kubeconfig.
+- ``namespace`` (function): a fresh namespace named after the test, deleted
+  afterwards without waiting.
+
+This module imports nothing from ``leasehold``: it tests the cluster, not
+the operator.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from localcluster.binaries import tools_bin_dir
+from localcluster.cluster import LocalCluster
+from localcluster.errors import LocalClusterError
+from localcluster.kubectl import Kubectl, KubectlError
+
+KUBECONFIG_ENV = "LEASEHOLD_TEST_KUBECONFIG"
+NAMESPACE_LABEL = "leasehold.dev/test-namespace"
+_NAME_LIMIT = 63
+_SUFFIX_LENGTH = 6  # "-" and five random characters, as generateName adds
+
+
+def namespace_name(test_name: str, suffix: str = "") -> str:
+    """Turn a test name into a valid namespace name (RFC 1123 label).
+
+    Args:
+        test_name: The test's name, e.g. ``test_gc[configmap]``.
+        suffix: Appended after a dash, to keep names unique across runs.
+
+    Returns:
+        Lowercase letters, digits and dashes, at most 63 characters, starting
+        and ending with a letter or digit.
+    """
+    base = re.sub(r"[^a-z0-9]+", "-", test_name.lower()).strip("-") or "test"
+    room = _NAME_LIMIT - (len(suffix) + 1 if suffix else 0)
+    base = base[:room].rstrip("-") or "t"
+    return f"{base}-{suffix}" if suffix else base
+
+
+@pytest.fixture(scope="session")
+def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Give the kubeconfig of the cluster under test, starting one if needed.
+
+    Args:
+        tmp_path_factory: Pytest's temp folders; the local cluster's work
+            directory (logs included) stays there after the run.
+
+    Yields:
+        Path of an admin kubeconfig.
+    """
+    given = os.environ.get(KUBECONFIG_ENV)
+    if given:
+        path = Path(given).expanduser()
+        if not path.is_file():
+            pytest.fail(f"{KUBECONFIG_ENV}={given} does not name a kubeconfig file", pytrace=False)
+        yield path
+        return
+    cluster = LocalCluster(tmp_path_factory.mktemp("localcluster"), stop_with_parent=True)
+    try:
+        cluster.start()
+    except (LocalClusterError, OSError) as exc:
+        pytest.fail(f"the local control plane did not start: {exc}", pytrace=False)
+    try:
+        yield cluster.kubeconfig
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def kubectl(kubeconfig: Path) -> Kubectl:
+    """Give a kubectl runner bound to the cluster under test.
+
+    The binary is the static kubectl from ``hack/tools.sh``.
+
+    Args:
+        kubeconfig: The cluster's kubeconfig.
+
+    Returns:
+        The runner; call it like ``kubectl("get", "pods", "-n", ns)``.
+    """
+    try:
+        bin_dir = tools_bin_dir()
+    except LocalClusterError as exc:
+        pytest.fail(f"kubectl is not available: {exc}", pytrace=False)
+    return Kubectl(bin_dir / "kubectl", kubeconfig)
+
+
+@pytest.fixture
+def namespace(request: pytest.FixtureRequest, kubectl: Kubectl) -> Iterator[str]:
+    """Create a namespace for one test and delete it afterwards.
+
+    The name is the test's name made valid, cut to fit 63 characters with a
+    random suffix, so a rerun does not collide with a namespace that is still
+    terminating. The fixture waits for the namespace's ``default``
+    service account, without which pods cannot be created.
+
+    Args:
+        request: The test's request, for its name.
+        kubectl: The kubectl runner.
+
+    Yields:
+        The namespace name.
+    """
+    name = namespace_name(request.node.name, secrets.token_hex(3)[: _SUFFIX_LENGTH - 1])
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": name, "labels": {NAMESPACE_LABEL: "true"}},
+    }
+    kubectl("create", "-f", "-", input=json.dumps(manifest))
+    try:
+        kubectl(
+            "wait",
+            "--for=create",
+            "serviceaccount/default",
+            "-n",
+            name,
+            "--timeout=30s",
+        )
+    except KubectlError:
+        kubectl("delete", "namespace", name, "--wait=false", check=False)
+        raise
+    yield name
+    kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
