@@ -265,9 +265,10 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
+    settings.peering.standalone = runtime.settings.standalone
+    settings.peering.mandatory = not runtime.settings.standalone
     settings.peering.name = runtime.settings.peering_name
     settings.peering.priority = runtime.settings.priority
-    settings.peering.standalone = runtime.settings.standalone
     runtime.tasks.append(asyncio.get_running_loop().create_task(runtime.expiry.run()))
     log.info(
         "leasehold operator started (expiry margin %.1fs, %s)",

@@ -48,12 +48,12 @@ def run_operator(settings: OperatorSettings) -> int:
         level=settings.log_level.upper(),
         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
     )
+    if logging.getLogger().level > logging.DEBUG:
+        # Kopf logs every handler call at INFO; our own lines say what happened.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     service = JobService(api_client())
     runtime = controller.build_runtime(settings, service)
     kopf.run(
-        standalone=settings.standalone,
-        priority=settings.priority,
-        peering_name=settings.peering_name,
         liveness_endpoint=settings.liveness_endpoint or None,
         clusterwide=not settings.namespaces,
         namespaces=settings.namespaces,

@@ -1,0 +1,389 @@
+"""``leasehold run -- CMD ARGS...``: run any program under the pod's lease.
+
+Why this module exists: workers written in any language get the lease's
+guarantees without an SDK. The wrapper holds the lease the operator claimed
+for the pod (:meth:`LeaseHolder.from_env`), renews it, runs the command as a
+child in its own process group, and:
+
+* when the lease is lost (a renewal is refused, or the local deadline comes
+  close without a successful renewal) it stops the child **before** the
+  local deadline: ``SIGTERM`` to the process group, then ``SIGKILL`` after
+  the grace period, never later than the deadline; then exits with
+  :data:`EXIT_LEASE_LOST` (75, ``EX_TEMPFAIL``) after a ``lease lost: ...``
+  line on stderr;
+* when the child exits on its own it records the completion (``Succeeded``
+  for exit code 0, else ``Failed`` with ``exit code N``) and exits with the
+  child's code; a refused completion (the lease was taken meanwhile) exits 75;
+* ``SIGTERM``/``SIGINT`` sent to the wrapper are forwarded to the child's
+  process group; a child that then exits is not the job's outcome (the pod
+  is being stopped), so the lease is released for the next attempt instead
+  of completed.
+
+The child gets the wrapper's environment, including
+``LEASEHOLD_FENCING_TOKEN``, which it must send with every effect so fenced
+targets can reject it once a newer holder exists. Processes the command
+leaves behind in its process group are killed when it ends: the lease ends
+with the command, as a container's processes end with its main process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from types import FrameType
+from typing import Any, Final
+
+from leasehold.protocol import Outcome
+from leasehold.store import Rejected, StoreError
+from leasehold.worker import (
+    ENV_FENCING_TOKEN,
+    LeaseEnvironmentError,
+    LeaseHolder,
+    LeaseLost,
+    LeaseTiming,
+)
+
+log = logging.getLogger("leasehold.run")
+
+EXIT_LEASE_LOST: Final = 75
+"""Exit code when the lease was lost or the completion refused (``EX_TEMPFAIL``)."""
+EXIT_USAGE: Final = 2
+"""Exit code for a bad command line or lease environment."""
+EXIT_NOT_EXECUTABLE: Final = 126
+EXIT_NOT_FOUND: Final = 127
+
+DEFAULT_GRACE_SECONDS: Final = 5.0
+POLL_SECONDS: Final = 0.05
+"""How often the wrapper looks at the child while nothing happens."""
+
+FORWARDED_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
+
+
+def term_lead_seconds(timing: LeaseTiming, grace_seconds: float) -> float:
+    """How long before the local deadline ``SIGTERM`` goes out without a renewal.
+
+    The child must be dead by the deadline, so the wrapper sends ``SIGTERM``
+    when ``remaining_seconds() <= lead`` and ``SIGKILL`` at the deadline.
+    The lead is the grace period, but at most half the slack a healthy
+    holder keeps (``window - renew interval``): a renewal that is merely due
+    must not get the child killed.
+
+    Args:
+        timing: the lease's timing.
+        grace_seconds: the requested grace period (seconds, >= 0).
+
+    Returns:
+        The lead in seconds (``>= 0``).
+    """
+    slack = timing.window_seconds - timing.renew_interval_seconds
+    return max(0.0, min(grace_seconds, slack / 2))
+
+
+def _exit_code(returncode: int) -> int:
+    """A shell-style exit code: the code, or 128 + N when killed by signal N."""
+    return returncode if returncode >= 0 else 128 - returncode
+
+
+def _describe(returncode: int) -> str:
+    if returncode >= 0:
+        return f"exit code {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = f"signal {-returncode}"
+    return f"killed by {name}"
+
+
+class _Child:
+    """The command, in its own process group; signals go to the whole group."""
+
+    def __init__(self, command: Sequence[str], env: dict[str, str]) -> None:
+        self.process = subprocess.Popen(list(command), env=env, process_group=0)
+        self.pid = self.process.pid
+
+    def exited(self) -> bool:
+        """Whether the child exited, without reaping it (its group id stays valid)."""
+        try:
+            info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return True
+        return info is not None
+
+    def signal_group(self, signum: int) -> None:
+        """Send ``signum`` to the child's process group (gone already: nothing)."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signum)
+
+    def reap(self) -> int:
+        """Kill what is left of the group, reap the child, return its returncode."""
+        self.signal_group(signal.SIGKILL)
+        return self.process.wait()
+
+
+class _Runner:
+    """One ``leasehold run``: the holder, the child, and the signal forwarding."""
+
+    def __init__(self, holder: LeaseHolder, grace_seconds: float) -> None:
+        self.holder = holder
+        self.grace = max(0.0, grace_seconds)
+        self.lead = term_lead_seconds(holder.timing, self.grace)
+        self.forwarded: int | None = None
+        self.child: _Child | None = None
+
+    def _forward(self, signum: int, frame: FrameType | None) -> None:
+        self.forwarded = signum
+        if self.child is not None:
+            log.info("forwarding %s to the command", signal.Signals(signum).name)
+            self.child.signal_group(signum)
+
+    def run(self, command: Sequence[str]) -> int:
+        try:
+            self.holder.start()
+        except LeaseLost as loss:
+            log.error("lease lost: %s (the command was not started)", loss)
+            return EXIT_LEASE_LOST
+        env = dict(os.environ)
+        env[ENV_FENCING_TOKEN] = str(self.holder.token)
+        previous: dict[int, Any] = {}
+        if threading.current_thread() is threading.main_thread():  # else: cannot forward
+            for signum in FORWARDED_SIGNALS:
+                previous[signum] = signal.signal(signum, self._forward)
+        try:
+            try:
+                self.child = _Child(command, env)
+            except OSError as exc:
+                code = EXIT_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_NOT_EXECUTABLE
+                log.error("cannot start %s: %s", command[0], exc)
+                return self._complete(code, f"exit code {code}: cannot start {command[0]}: {exc}")
+            log.info(
+                "started %s as pid %d (fencing token %s)",
+                command,
+                self.child.pid,
+                self.holder.token,
+            )
+            if self.forwarded is not None:  # arrived while the child was starting
+                self.child.signal_group(self.forwarded)
+            return self._supervise(self.child)
+        finally:
+            for forwarded, handler in previous.items():
+                signal.signal(forwarded, handler)
+
+    def _supervise(self, child: _Child) -> int:
+        holder = self.holder
+        while True:
+            if child.exited():
+                returncode = child.reap()
+                return self._child_exited(returncode)
+            loss = holder.loss
+            if loss is not None:
+                return self._stop_child(child, f"{loss}")
+            remaining = holder.remaining_seconds()
+            if remaining <= self.lead:
+                return self._stop_child(
+                    child,
+                    f"no successful renewal; local deadline in {remaining:.3f} s"
+                    f" (SIGTERM lead {self.lead:.3f} s)",
+                )
+            holder.lost.wait(min(POLL_SECONDS, remaining - self.lead))
+
+    def _stop_child(self, child: _Child, reason: str) -> int:
+        """Kill the child before the local deadline; exit 75."""
+        holder = self.holder
+        holder.stop()
+        noticed = time.monotonic()
+        deadline = holder.deadline
+        kill_at = noticed + self.grace
+        if deadline is not None:
+            kill_at = min(kill_at, deadline)
+        log.error(
+            "lease lost: %s; stopping the command (pid %d): SIGTERM now, SIGKILL in %.3f s%s",
+            reason,
+            child.pid,
+            max(0.0, kill_at - noticed),
+            "" if deadline is None else f" (local deadline in {deadline - noticed:.3f} s)",
+        )
+        if kill_at > noticed:
+            child.signal_group(signal.SIGTERM)
+            while not child.exited() and time.monotonic() < kill_at:
+                time.sleep(min(0.01, max(0.0, kill_at - time.monotonic())))
+        escalated = not child.exited()
+        returncode = child.reap()  # SIGKILL to the group, then reap
+        stopped = time.monotonic()
+        log.error(
+            "command stopped (%s%s) %.3f s after the loss was noticed%s",
+            _describe(returncode),
+            ", after SIGKILL" if escalated else "",
+            stopped - noticed,
+            "" if deadline is None else f", {deadline - stopped:.3f} s before the local deadline",
+        )
+        return EXIT_LEASE_LOST
+
+    def _child_exited(self, returncode: int) -> int:
+        code = _exit_code(returncode)
+        if self.forwarded is not None:
+            name = signal.Signals(self.forwarded).name
+            log.info(
+                "command ended (%s) after %s; releasing the lease", _describe(returncode), name
+            )
+            try:
+                self.holder.release()
+            except StoreError as exc:
+                log.error("releasing the lease failed: %s", exc)
+            return code
+        return self._complete(code, _describe(returncode))
+
+    def _complete(self, code: int, message: str) -> int:
+        outcome = Outcome.SUCCEEDED if code == 0 else Outcome.FAILED
+        try:
+            result = self.holder.complete(outcome, message=message, exit_code=code)
+        except StoreError as exc:
+            log.error("lease lost: the completion could not be recorded: %s", exc)
+            return EXIT_LEASE_LOST
+        if isinstance(result, Rejected):
+            record = result.lease.record
+            log.error(
+                "lease lost: completion refused (%s); the lease is now held by %s with token %s",
+                result.rejection,
+                record.holder_identity or "nobody",
+                record.fencing_token,
+            )
+            return EXIT_LEASE_LOST
+        log.info(
+            "completed lease %s: %s (%s) under fencing token %s",
+            self.holder.key,
+            outcome,
+            message,
+            self.holder.token,
+        )
+        return code
+
+
+def run_command(
+    command: Sequence[str],
+    *,
+    grace_seconds: float = DEFAULT_GRACE_SECONDS,
+    holder: LeaseHolder | None = None,
+) -> int:
+    """Run ``command`` under the pod's lease; see the module docstring.
+
+    Args:
+        command: the program and its arguments.
+        grace_seconds: time between ``SIGTERM`` and ``SIGKILL`` when the lease
+            is lost (seconds); never past the local deadline.
+        holder: the lease holder, not started (default
+            :meth:`LeaseHolder.from_env`); closed at the end.
+
+    Returns:
+        The exit code: the child's (``128 + N`` if killed by signal N),
+        :data:`EXIT_LEASE_LOST` when the lease was lost or the completion
+        refused, :data:`EXIT_USAGE` for a bad lease environment, 126/127
+        when the command cannot be started.
+    """
+    if not command:
+        log.error("no command given: leasehold run -- CMD ARGS...")
+        return EXIT_USAGE
+    if holder is None:
+        try:
+            holder = LeaseHolder.from_env()
+        except LeaseEnvironmentError as exc:
+            log.error("bad lease environment: %s", exc)
+            return EXIT_USAGE
+    try:
+        return _Runner(holder, grace_seconds).run(command)
+    finally:
+        holder.close()
+
+
+def _configure_logging() -> None:
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            stream=sys.stderr,
+            level=logging.INFO,
+            format="%(asctime)s leasehold run[%(process)d] %(levelname)s %(message)s",
+        )
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--grace-seconds",
+        type=float,
+        default=DEFAULT_GRACE_SECONDS,
+        metavar="N",
+        help="seconds between SIGTERM and SIGKILL when the lease is lost; never past the"
+        f" local deadline (default: {DEFAULT_GRACE_SECONDS:g})",
+    )
+    parser.add_argument(
+        "run_argv",
+        nargs=argparse.REMAINDER,
+        metavar="-- CMD ARGS...",
+        help="the command to run",
+    )
+
+
+_DESCRIPTION = """\
+Run CMD under the lease the operator claimed for this pod (LEASEHOLD_* env).
+The lease is renewed in the background. If it is lost, CMD's process group
+gets SIGTERM, then SIGKILL before the local deadline, and leasehold exits 75.
+When CMD exits, its outcome is recorded (Succeeded for 0, else Failed) and
+leasehold exits with CMD's code (75 if the lease was taken meanwhile).
+"""
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    _configure_logging()
+    argv = list(args.run_argv)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    return run_command(argv, grace_seconds=args.grace_seconds)
+
+
+def add_run_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register the ``run`` sub-command.
+
+    Args:
+        subparsers: what ``ArgumentParser.add_subparsers()`` returned.
+
+    Returns:
+        The ``run`` parser; its ``func`` default takes the parsed
+        ``argparse.Namespace`` and returns the exit code.
+    """
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "run",
+        help="run a command under the pod's lease (renew, kill on loss, record the outcome)",
+        description=_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_arguments(parser)
+    parser.set_defaults(func=_cmd_run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``leasehold run`` on its own (without the rest of the CLI).
+
+    Args:
+        argv: arguments after ``run`` (default ``sys.argv[1:]``), e.g.
+            ``["--grace-seconds", "2", "--", "sh", "-c", "exit 3"]``.
+
+    Returns:
+        The exit code (see :func:`run_command`).
+    """
+    parser = argparse.ArgumentParser(
+        prog="leasehold run",
+        description=_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_arguments(parser)
+    return _cmd_run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,182 @@
+"""Pure reconcile decisions and pod building (golden files)."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from leasehold import reconcile
+from leasehold.models import ConditionStatus, LeasedJob, Phase
+from leasehold.protocol import Completion, FencingToken, HolderIdentity, LeaseRecord, Outcome
+from leasehold.reconcile import Action
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "reconcile"
+NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
+
+
+def job(template: bool = True, **spec: Any) -> LeasedJob:
+    body: dict[str, Any] = {
+        "metadata": {"name": "hello", "namespace": "ns", "uid": "u-1", "generation": 2},
+        "spec": {"leaseDurationSeconds": 10, "maxAttempts": 3, **spec},
+    }
+    if template:
+        body["spec"]["template"] = {
+            "metadata": {"labels": {"team": "a"}},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "w",
+                        "image": "busybox",
+                        "command": ["sh", "-c", "echo hi"],
+                        "env": [
+                            {"name": "A", "value": "1"},
+                            {"name": "LEASEHOLD_FENCING_TOKEN", "value": "999"},
+                        ],
+                    }
+                ]
+            },
+        }
+    return LeasedJob.model_validate(body)
+
+
+def lease(token: int, holder: str | None = None, **kw: Any) -> LeaseRecord:
+    return LeaseRecord(
+        job_name="hello",
+        holder_identity=HolderIdentity(holder) if holder else None,
+        fencing_token=FencingToken(token),
+        lease_duration_seconds=10,
+        **kw,
+    )
+
+
+def test_build_pod_matches_golden_file() -> None:
+    pod = reconcile.build_pod(job(), namespace="ns", holder="hello-7", token=7, owner_uid="u-1")
+    golden = DATA / "pod-hello-7.json"
+    if os.environ.get("UPDATE_GOLDEN"):
+        golden.write_text(json.dumps(pod, indent=2, sort_keys=True) + "\n")
+    assert pod == json.loads(golden.read_text())
+
+
+def test_build_pod_overrides_a_user_supplied_token_env() -> None:
+    pod = reconcile.build_pod(job(), namespace="ns", holder="hello-7", token=7, owner_uid="u-1")
+    env = pod["spec"]["containers"][0]["env"]
+    tokens = [e["value"] for e in env if e["name"] == "LEASEHOLD_FENCING_TOKEN"]
+    assert tokens == ["7"]
+
+
+def test_build_pod_refuses_pull_mode() -> None:
+    with pytest.raises(ValueError, match="pull mode"):
+        reconcile.build_pod(job(template=False), namespace="ns", holder="x", token=1, owner_uid="u")
+
+
+def test_no_lease_creates_one() -> None:
+    plan = reconcile.plan(job(), None, now=NOW, pod_created_for_holder=False)
+    assert plan.action is Action.CREATE_LEASE
+    assert plan.status.phase == Phase.PENDING
+    assert plan.status.start_time == NOW
+
+
+def test_unheld_lease_is_claimed_for_the_next_pod() -> None:
+    plan = reconcile.plan(job(), lease(1), now=NOW, pod_created_for_holder=False)
+    assert plan.action is Action.CLAIM_AND_START
+    assert plan.pod_name == "hello-2"
+    assert plan.delete_pods_below_token == 2
+
+
+def test_held_lease_whose_pod_was_never_created_starts_it() -> None:
+    plan = reconcile.plan(job(), lease(2, "hello-2"), now=NOW, pod_created_for_holder=False)
+    assert plan.action is Action.START_POD
+    plan = reconcile.plan(job(), lease(2, "hello-2"), now=NOW, pod_created_for_holder=True)
+    assert plan.action is Action.NONE
+    assert plan.status.phase == Phase.RUNNING
+    assert (plan.status.holder_identity, plan.status.fencing_token) == ("hello-2", 2)
+
+
+def test_held_by_a_foreign_holder_starts_nothing() -> None:
+    plan = reconcile.plan(job(), lease(2, "someone"), now=NOW, pod_created_for_holder=False)
+    assert plan.action is Action.NONE
+
+
+def test_exhausted_attempts_fail_the_job() -> None:
+    plan = reconcile.plan(job(), lease(3), now=NOW, pod_created_for_holder=False)
+    assert plan.action is Action.STOP
+    assert plan.status.phase == Phase.FAILED
+    failed = next(c for c in plan.status.conditions or [] if c.type == "Failed")
+    assert (failed.status, failed.reason) == (ConditionStatus.TRUE, "AttemptsExhausted")
+    assert failed.observed_generation == 2
+    assert [e[1] for e in plan.events] == ["AttemptsExhausted"]
+
+
+def test_deadline_fails_the_job() -> None:
+    j = job(activeDeadlineSeconds=60)
+    j.status = reconcile.plan(j, lease(1, "hello-1"), now=NOW, pod_created_for_holder=True).status
+    later = reconcile.plan(
+        j, lease(1, "hello-1"), now=NOW + timedelta(seconds=61), pod_created_for_holder=True
+    )
+    assert later.action is Action.STOP
+    assert later.status.phase == Phase.FAILED
+    assert later.delete_pods_below_token == 2
+
+
+def test_completion_finishes_the_job() -> None:
+    done = Completion(FencingToken(2), HolderIdentity("hello-2"), Outcome.SUCCEEDED, NOW)
+    plan = reconcile.plan(job(), lease(2, completion=done), now=NOW, pod_created_for_holder=True)
+    assert plan.action is Action.NONE
+    assert plan.status.phase == Phase.SUCCEEDED
+    assert plan.status.completion is not None
+    assert plan.status.completion.fencing_token == 2
+    assert plan.status.completion_time == NOW
+    failed = reconcile.plan(
+        job(),
+        lease(
+            2,
+            completion=Completion(
+                FencingToken(2), HolderIdentity("hello-2"), Outcome.FAILED, NOW, "exit code 3", 3
+            ),
+        ),
+        now=NOW,
+        pod_created_for_holder=True,
+    )
+    assert failed.status.phase == Phase.FAILED
+    assert "exit code 3" in failed.events[0][2]
+
+
+def test_finished_job_is_left_alone() -> None:
+    j = job()
+    j.status = reconcile.plan(j, lease(3), now=NOW, pod_created_for_holder=False).status
+    again = reconcile.plan(j, lease(3), now=NOW + timedelta(hours=1), pod_created_for_holder=False)
+    assert again.action is Action.NONE
+    assert again.status == j.status
+
+
+def test_pull_mode_waits_for_a_worker() -> None:
+    plan = reconcile.plan(job(template=False), lease(0), now=NOW, pod_created_for_holder=False)
+    assert plan.action is Action.NONE
+    assert plan.status.phase == Phase.PENDING
+    assert plan.delete_pods_below_token == 0
+
+
+def test_transition_time_moves_only_when_status_flips() -> None:
+    first = reconcile.set_condition(
+        [], "Ready", ConditionStatus.TRUE, "Running", "a", now=NOW, generation=1
+    )
+    same = reconcile.set_condition(
+        first, "Ready", ConditionStatus.TRUE, "Running", "b", now=NOW + timedelta(1), generation=2
+    )
+    assert same[0].last_transition_time == NOW
+    assert same[0].message == "b"
+    flipped = reconcile.set_condition(
+        same, "Ready", ConditionStatus.FALSE, "Failed", "c", now=NOW + timedelta(2), generation=2
+    )
+    assert flipped[0].last_transition_time == NOW + timedelta(2)
+
+
+def test_pod_name_is_cut_to_a_valid_length() -> None:
+    name = reconcile.pod_name("x" * 253, 12)
+    assert len(name) == 253
+    assert name.endswith("-12")
