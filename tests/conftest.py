@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
-pytest_plugins = ["localcluster.pytest_plugin"]
+pytest_plugins = ["localcluster.pytest_plugin", "podrunner.pytest_plugin"]
 
 REPO = Path(__file__).resolve().parents[1]
 CRD_DIR = REPO / "deploy" / "crds"
