@@ -5,9 +5,12 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 from kubernetes import client, config
+
+from operatorproc import OperatorProcess
 
 pytest_plugins = ["localcluster.pytest_plugin", "podrunner.pytest_plugin"]
 
@@ -53,6 +56,47 @@ def crds_installed(kubeconfig: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
+def worker_cluster_role(crds_installed: Path) -> str:
+    """The worker ClusterRole from deploy/rbac/, applied to the cluster."""
+    kubectl = str(_kubectl_bin())
+    applied = subprocess.run(
+        [
+            kubectl,
+            "--kubeconfig",
+            str(crds_installed),
+            "apply",
+            "--server-side",
+            "-f",
+            str(REPO / "deploy" / "rbac" / "worker-clusterrole.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    if applied.returncode != 0:
+        pytest.fail(f"applying the worker ClusterRole failed:\n{applied.stderr}")
+    return "leasehold-worker"
+
+
+@pytest.fixture
+def worker_rbac(api_client: client.ApiClient, worker_cluster_role: str, namespace: str) -> None:
+    """Bind the worker ClusterRole to the test namespace's default service account."""
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "leasehold-worker"},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": worker_cluster_role,
+        },
+        "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": namespace}],
+    }
+    client.RbacAuthorizationV1Api(api_client).create_namespaced_role_binding(
+        namespace, cast(Any, binding)
+    )
+
+
+@pytest.fixture(scope="session")
 def api_client(crds_installed: Path) -> Iterator[client.ApiClient]:
     """An admin ``kubernetes.client.ApiClient`` for the test cluster."""
     api = config.new_client_from_config(config_file=str(crds_installed))
@@ -60,96 +104,15 @@ def api_client(crds_installed: Path) -> Iterator[client.ApiClient]:
     api.close()
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class OperatorProcess:
-    """``leasehold operator`` as a real process, watching one namespace.
-
-    Args:
-        kubeconfig: the cluster's kubeconfig.
-        namespace: the namespace to watch.
-        log_path: where its output goes.
-        margin_seconds: the expiry margin.
-    """
-
-    def __init__(
-        self, kubeconfig: Path, namespace: str, log_path: Path, margin_seconds: float = 1.0
-    ) -> None:
-        self.kubeconfig = kubeconfig
-        self.namespace = namespace
-        self.log_path = log_path
-        self.margin_seconds = margin_seconds
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        """Start it and wait until its liveness endpoint answers."""
-        import os
-        import time
-        import urllib.request
-
-        port = _free_port()
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
-        log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(
-            [
-                str(REPO / ".venv" / "bin" / "leasehold"),
-                "operator",
-                "--namespace",
-                self.namespace,
-                "--expiry-margin-seconds",
-                str(self.margin_seconds),
-                "--liveness-endpoint",
-                f"http://127.0.0.1:{port}/healthz",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                pytest.fail(f"operator exited with {self.proc.returncode}:\n{self.logs()}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1):
-                    return
-            except OSError:
-                time.sleep(0.2)
-        pytest.fail(f"operator did not become live in 30 s:\n{self.logs()}")
-
-    def stop(self) -> None:
-        """Stop it (SIGTERM, then SIGKILL)."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-    def kill(self) -> None:
-        """SIGKILL it (a crash)."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-    def logs(self) -> str:
-        """Everything it printed so far."""
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-
 @pytest.fixture
 def operator(
-    crds_installed: Path, namespace: str, tmp_path: Path
+    crds_installed: Path, namespace: str, tmp_path: Path, worker_rbac: None
 ) -> Iterator[OperatorProcess]:
     """A running operator watching the test's namespace; its log is shown on failure."""
     proc = OperatorProcess(crds_installed, namespace, tmp_path / "operator.log")
-    proc.start()
+    try:
+        proc.start()
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
     yield proc
     proc.stop()

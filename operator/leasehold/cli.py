@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from leasehold import crds
+from leasehold.run import add_run_parser
 
 DESCRIPTION = """\
 leasehold runs Kubernetes jobs under expiring leases with fencing tokens.
@@ -132,6 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_op.add_argument("--priority", type=int, help="peering priority of this replica")
     p_op.add_argument("--log-level", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
     p_op.set_defaults(func=_cmd_operator)
+
+    add_run_parser(sub)
     return parser
 
 

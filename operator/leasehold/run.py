@@ -8,7 +8,7 @@ child in its own process group, and:
 * when the lease is lost (a renewal is refused, or the local deadline comes
   close without a successful renewal) it stops the child **before** the
   local deadline: ``SIGTERM`` to the process group, then ``SIGKILL`` after
-  the grace period, never later than the deadline; then exits with
+  the grace period, never later than just before the deadline; then exits with
   :data:`EXIT_LEASE_LOST` (75, ``EX_TEMPFAIL``) after a ``lease lost: ...``
   line on stderr;
 * when the child exits on its own it records the completion (``Succeeded``
@@ -63,6 +63,9 @@ EXIT_NOT_FOUND: Final = 127
 DEFAULT_GRACE_SECONDS: Final = 5.0
 POLL_SECONDS: Final = 0.05
 """How often the wrapper looks at the child while nothing happens."""
+KILL_ALLOWANCE_SECONDS: Final = 0.1
+"""``SIGKILL`` goes out this long before the local deadline, so that the child
+is dead (not merely signalled) when the deadline comes."""
 
 FORWARDED_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
 
@@ -71,7 +74,8 @@ def term_lead_seconds(timing: LeaseTiming, grace_seconds: float) -> float:
     """How long before the local deadline ``SIGTERM`` goes out without a renewal.
 
     The child must be dead by the deadline, so the wrapper sends ``SIGTERM``
-    when ``remaining_seconds() <= lead`` and ``SIGKILL`` at the deadline.
+    when ``remaining_seconds() <= lead`` and ``SIGKILL`` just before the
+    deadline (:data:`KILL_ALLOWANCE_SECONDS`).
     The lead is the grace period, but at most half the slack a healthy
     holder keeps (``window - renew interval``): a renewal that is merely due
     must not get the child killed.
@@ -202,7 +206,7 @@ class _Runner:
         deadline = holder.deadline
         kill_at = noticed + self.grace
         if deadline is not None:
-            kill_at = min(kill_at, deadline)
+            kill_at = min(kill_at, deadline - KILL_ALLOWANCE_SECONDS)
         log.error(
             "lease lost: %s; stopping the command (pid %d): SIGTERM now, SIGKILL in %.3f s%s",
             reason,
@@ -338,11 +342,22 @@ leasehold exits with CMD's code (75 if the lease was taken meanwhile).
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    """Run, then leave the process at once with the exit code.
+
+    ``os._exit`` (after flushing): a renew request may still be in flight in
+    a daemon thread (the API server is unreachable, or the lease was just
+    lost); the interpreter's shutdown must neither wait for it nor let it
+    wake inside the TLS library mid-shutdown, which aborts the process.
+    """
     _configure_logging()
     argv = list(args.run_argv)
     if argv and argv[0] == "--":
         argv = argv[1:]
-    return run_command(argv, grace_seconds=args.grace_seconds)
+    code = run_command(argv, grace_seconds=args.grace_seconds)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def add_run_parser(subparsers: Any) -> argparse.ArgumentParser:

@@ -46,8 +46,6 @@ from leasehold.store import (
 log = logging.getLogger(__name__)
 
 COMPONENT: Final = "leasehold-operator"
-STALE_POD_GRACE_SECONDS: Final = 5
-"""Grace for a stale attempt's pod: its lease is already gone, so be quick."""
 
 
 @dataclass(frozen=True)
@@ -298,9 +296,9 @@ class JobService:
                 continue
             log.info("deleting stale pod %s/%s (token %d)", namespace, meta.name, token)
             try:
-                self._core.delete_namespaced_pod(
-                    meta.name, namespace, grace_period_seconds=STALE_POD_GRACE_SECONDS
-                )
+                # The pod's own grace period applies: its lease is already
+                # gone, so anything it still does under its token is fenced.
+                self._core.delete_namespaced_pod(meta.name, namespace)
             except ApiException as exc:
                 if exc.status != 404:
                     raise api_error(exc, f"delete pod {namespace}/{meta.name}") from exc

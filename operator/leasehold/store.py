@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, cast
 
+import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
@@ -124,7 +125,7 @@ def api_error(exc: ApiException, action: str) -> StoreError:
         later), else :class:`StoreError` (retrying won't help).
     """
     status = exc.status
-    if status is None or status == 429 or status >= 500:
+    if not status or status == 429 or status >= 500:  # 0/None: no response (e.g. TLS error)
         return TransientStoreError(f"{action}: {api_message(exc)}", status)
     return StoreError(f"{action}: HTTP {status}: {api_message(exc)}", status)
 
@@ -288,6 +289,11 @@ def _completion_body(completion: Completion) -> dict[str, Any]:
     return body
 
 
+def _timeout(request_timeout: float | None) -> dict[str, Any]:
+    """The client's ``_request_timeout`` keyword, when a timeout is given."""
+    return {} if request_timeout is None else {"_request_timeout": request_timeout}
+
+
 def _holder_tests(holder: HolderIdentity, token: FencingToken) -> list[dict[str, Any]]:
     return [
         {"op": "test", "path": "/spec/holderIdentity", "value": holder},
@@ -328,12 +334,15 @@ class LeaseStore:
 
     # -- plain reads and writes ---------------------------------------------
 
-    def get(self, namespace: str, name: str) -> StoredLease:
+    def get(
+        self, namespace: str, name: str, *, request_timeout: float | None = None
+    ) -> StoredLease:
         """Read a lease.
 
         Args:
             namespace: the lease's namespace.
             name: the lease's name.
+            request_timeout: give up after this many seconds (``None``: wait).
 
         Returns:
             The lease.
@@ -348,12 +357,50 @@ class LeaseStore:
             body = cast(
                 "dict[str, Any]",
                 self._api.get_namespaced_custom_object(
-                    models.GROUP, models.VERSION, namespace, PLURAL, name
+                    models.GROUP,
+                    models.VERSION,
+                    namespace,
+                    PLURAL,
+                    name,
+                    **_timeout(request_timeout),
                 ),
             )
         except ApiException as exc:
             raise _convert(exc, namespace, name, "get") from exc
+        except urllib3.exceptions.HTTPError as exc:
+            raise TransientStoreError(f"get {namespace}/{name}: {exc}") from exc
         return to_stored(body)
+
+    def list_leases(
+        self, namespace: str, *, label_selector: str | None = None
+    ) -> list[StoredLease]:
+        """Read all leases of a namespace.
+
+        Args:
+            namespace: where to look.
+            label_selector: only leases matching it (e.g. ``pool=gpu``).
+
+        Returns:
+            The leases, in the API server's order.
+
+        Raises:
+            InvalidLeaseError: an object does not parse.
+            TransientStoreError: retry later.
+            StoreError: any other refusal.
+        """
+        kwargs: dict[str, Any] = {"label_selector": label_selector} if label_selector else {}
+        try:
+            body = cast(
+                "dict[str, Any]",
+                self._api.list_namespaced_custom_object(
+                    models.GROUP, models.VERSION, namespace, PLURAL, **kwargs
+                ),
+            )
+        except ApiException as exc:
+            raise api_error(exc, f"list {namespace}") from exc
+        except urllib3.exceptions.HTTPError as exc:
+            raise TransientStoreError(f"list {namespace}: {exc}") from exc
+        return [to_stored(item) for item in body.get("items", [])]
 
     def create(
         self,
@@ -417,17 +464,29 @@ class LeaseStore:
             raise _convert(exc, namespace, name, "create") from exc
         return to_stored(body)
 
-    def _patch(self, namespace: str, name: str, ops: list[dict[str, Any]]) -> dict[str, Any]:
-        result = self._api.patch_namespaced_custom_object(
-            models.GROUP,
-            models.VERSION,
-            namespace,
-            PLURAL,
-            name,
-            ops,
-            field_manager=self._field_manager,
-            _content_type=_JSON_PATCH,
-        )
+    def _patch(
+        self,
+        namespace: str,
+        name: str,
+        ops: list[dict[str, Any]],
+        request_timeout: float | None = None,
+    ) -> dict[str, Any]:
+        try:
+            result = self._api.patch_namespaced_custom_object(
+                models.GROUP,
+                models.VERSION,
+                namespace,
+                PLURAL,
+                name,
+                ops,
+                field_manager=self._field_manager,
+                _content_type=_JSON_PATCH,
+                **_timeout(request_timeout),
+            )
+        except urllib3.exceptions.HTTPError as exc:
+            # Timeouts and dropped connections: no answer, so the write may
+            # or may not have landed. The caller retries or re-reads.
+            raise TransientStoreError(f"patch {namespace}/{name}: {exc}") from exc
         return cast("dict[str, Any]", result)
 
     # -- the protocol -------------------------------------------------------
@@ -501,15 +560,18 @@ class LeaseStore:
         token: FencingToken,
         ops: list[dict[str, Any]],
         decide: Callable[[LeaseRecord], protocol.Decision],
+        request_timeout: float | None = None,
     ) -> Result:
         """Write ``ops`` guarded by holder + token tests; classify a refusal."""
         for _ in range(MAX_CONFLICT_RETRIES):
             try:
-                body = self._patch(namespace, name, _holder_tests(holder, token) + ops)
+                body = self._patch(
+                    namespace, name, _holder_tests(holder, token) + ops, request_timeout
+                )
             except ApiException as exc:
                 if exc.status not in (409, 422):
                     raise _convert(exc, namespace, name, action) from exc
-                lease = self.get(namespace, name)
+                lease = self.get(namespace, name, request_timeout=request_timeout)
                 decision = decide(lease.record)
                 if isinstance(decision, protocol.Refused):
                     return Rejected(decision.rejection, lease)
@@ -528,7 +590,15 @@ class LeaseStore:
             f"{action} {namespace}/{name}: still conflicting after {MAX_CONFLICT_RETRIES} tries"
         )
 
-    def renew(self, namespace: str, name: str, holder: str, token: int) -> Result:
+    def renew(
+        self,
+        namespace: str,
+        name: str,
+        holder: str,
+        token: int,
+        *,
+        request_timeout: float | None = None,
+    ) -> Result:
         """Renew: the holder is alive. Exactly one API write, no read before.
 
         Args:
@@ -536,6 +606,9 @@ class LeaseStore:
             name: the lease's name.
             holder: the caller's identity.
             token: the caller's fencing token.
+            request_timeout: give up on each request after this many seconds
+                (``None``: wait); a holder passes the time left before its
+                local deadline.
 
         Returns:
             :class:`Accepted`, or :class:`Rejected` with ``NOT_HOLDER``,
@@ -552,7 +625,14 @@ class LeaseStore:
             {"op": "add", "path": "/spec/renewTime", "value": format_time(now)}
         ]
         return self._guarded(
-            namespace, name, "renew", h, t, ops, lambda r: protocol.renew(r, h, t, now)
+            namespace,
+            name,
+            "renew",
+            h,
+            t,
+            ops,
+            lambda r: protocol.renew(r, h, t, now),
+            request_timeout,
         )
 
     def complete(
@@ -565,6 +645,7 @@ class LeaseStore:
         *,
         message: str = "",
         exit_code: int | None = None,
+        request_timeout: float | None = None,
     ) -> Result:
         """Complete: record ``{token, outcome}`` once; the job is done.
 
@@ -576,6 +657,7 @@ class LeaseStore:
             outcome: succeeded or failed.
             message: free text recorded with the completion.
             exit_code: the worker's exit code, if any.
+            request_timeout: give up on each request after this many seconds.
 
         Returns:
             :class:`Accepted`, or :class:`Rejected` with ``NOT_HOLDER``,
@@ -606,9 +688,17 @@ class LeaseStore:
             {"op": "add", "path": "/spec/completion", "value": _completion_body(completion)},
             {"op": "remove", "path": "/spec/holderIdentity"},
         ]
-        return self._guarded(namespace, name, "complete", h, t, ops, decide)
+        return self._guarded(namespace, name, "complete", h, t, ops, decide, request_timeout)
 
-    def release(self, namespace: str, name: str, holder: str, token: int) -> Result:
+    def release(
+        self,
+        namespace: str,
+        name: str,
+        holder: str,
+        token: int,
+        *,
+        request_timeout: float | None = None,
+    ) -> Result:
         """Release: the holder gives the lease up; the token is kept.
 
         Args:
@@ -616,6 +706,7 @@ class LeaseStore:
             name: the lease's name.
             holder: the caller's identity.
             token: the caller's fencing token.
+            request_timeout: give up on each request after this many seconds.
 
         Returns:
             :class:`Accepted`, or :class:`Rejected` with ``NOT_HOLDER``,
@@ -629,7 +720,14 @@ class LeaseStore:
         h, t = HolderIdentity(holder), FencingToken(token)
         ops = [{"op": "remove", "path": "/spec/holderIdentity"}]
         return self._guarded(
-            namespace, name, "release", h, t, ops, lambda r: protocol.release(r, h, t)
+            namespace,
+            name,
+            "release",
+            h,
+            t,
+            ops,
+            lambda r: protocol.release(r, h, t),
+            request_timeout,
         )
 
     def reclaim(self, judged: StoredLease) -> Result:

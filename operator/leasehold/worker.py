@@ -47,7 +47,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
-import inspect
 import logging
 import math
 import os
@@ -56,15 +55,11 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Final, Protocol, TypeVar, cast
+from typing import Any, Final, Protocol, TypeVar
 
-import urllib3
-
-from leasehold import models
 from leasehold.kubeclient import new_api_client
 from leasehold.protocol import FencingToken, HolderIdentity, MonotonicClock, Outcome, Rejection
 from leasehold.store import (
-    PLURAL,
     Accepted,
     LeaseNotFoundError,
     LeaseStore,
@@ -72,7 +67,6 @@ from leasehold.store import (
     Result,
     StoredLease,
     TransientStoreError,
-    to_stored,
 )
 
 log = logging.getLogger(__name__)
@@ -130,6 +124,14 @@ class LeaseLost(Exception):  # noqa: N818 - it names an event, like KeyboardInte
         self.reason = reason
         self.detail = detail
 
+    def again(self) -> LeaseLost:
+        """A fresh copy to raise once more (re-raising one object grows its traceback).
+
+        Returns:
+            A new :class:`LeaseLost` with the same reason and detail.
+        """
+        return LeaseLost(self.reason, self.detail)
+
 
 class LeaseEnvironmentError(ValueError):
     """A ``LEASEHOLD_*`` variable the holder needs is missing or malformed."""
@@ -142,16 +144,23 @@ class LeaseEnvironmentError(ValueError):
 class LeaseOperations(Protocol):
     """The lease operations a holder needs; :class:`~leasehold.store.LeaseStore` has them.
 
-    A store may also accept a keyword ``request_timeout`` (seconds) on
-    ``renew``, ``complete`` and ``release``; the holder passes one when it
-    does (see :func:`_timeout_kwargs`).
+    ``request_timeout`` (seconds) bounds one API request, so a renewal that
+    hangs cannot run past the holder's deadline.
     """
 
     def claim(self, namespace: str, name: str, claimant: str) -> Result:
         """Claim an unheld lease. See :meth:`LeaseStore.claim`."""
         ...
 
-    def renew(self, namespace: str, name: str, holder: str, token: int) -> Result:
+    def renew(
+        self,
+        namespace: str,
+        name: str,
+        holder: str,
+        token: int,
+        *,
+        request_timeout: float | None = None,
+    ) -> Result:
         """Renew. See :meth:`LeaseStore.renew`."""
         ...
 
@@ -165,35 +174,38 @@ class LeaseOperations(Protocol):
         *,
         message: str = "",
         exit_code: int | None = None,
+        request_timeout: float | None = None,
     ) -> Result:
         """Complete. See :meth:`LeaseStore.complete`."""
         ...
 
-    def release(self, namespace: str, name: str, holder: str, token: int) -> Result:
+    def release(
+        self,
+        namespace: str,
+        name: str,
+        holder: str,
+        token: int,
+        *,
+        request_timeout: float | None = None,
+    ) -> Result:
         """Release. See :meth:`LeaseStore.release`."""
         ...
 
-
-def _timeout_kwargs(method: Callable[..., Result], timeout: float) -> dict[str, Any]:
-    """``{"request_timeout": timeout}`` if ``method`` takes it, else ``{}``.
-
-    ``LeaseStore`` does not pass a per-request timeout to the API client yet
-    (a change to ``store.py`` is pending); until it does, a hung request is
-    still cut off by the renewer thread at the deadline, it only keeps its
-    own helper thread busy.
-    """
-    try:
-        parameters = inspect.signature(method).parameters
-    except (TypeError, ValueError):
-        return {}
-    if "request_timeout" in parameters:
-        return {"request_timeout": max(timeout, 0.001)}
-    return {}
+    def list_leases(
+        self, namespace: str, *, label_selector: str | None = None
+    ) -> list[StoredLease]:
+        """List leases. See :meth:`LeaseStore.list_leases`."""
+        ...
 
 
-_RETRYABLE: Final = (TransientStoreError, urllib3.exceptions.HTTPError, OSError)
-"""Errors after which a write may be tried again. urllib3 and socket errors
-(timeouts, refused connections) are not converted by the store yet."""
+def _timeout_kwargs(timeout: float) -> dict[str, Any]:
+    """The keyword that bounds one store request to ``timeout`` seconds."""
+    return {"request_timeout": max(timeout, 0.001)}
+
+
+_RETRYABLE: Final = (TransientStoreError, OSError)
+"""Errors after which a write may be tried again (the store converts client
+timeouts and dropped connections to :class:`TransientStoreError`)."""
 
 
 # --------------------------------------------------------------------------
@@ -296,11 +308,12 @@ class LeaseTiming:
 # The holder
 
 
-@dataclass
+@dataclass(eq=False)
 class _Attempt:
     """One renew request in flight in its own daemon thread."""
 
     started_at: float
+    answer_by: float
     done: threading.Event = field(default_factory=threading.Event)
     result: Result | None = None
     error: BaseException | None = None
@@ -386,6 +399,7 @@ class LeaseHolder:
         self._final: Result | None = None
         self._final_tried = False
         self._thread: threading.Thread | None = None
+        self._in_flight: set[_Attempt] = set()
         self._owned_api_client: Any = None
 
     # -- construction ----------------------------------------------------
@@ -520,7 +534,7 @@ class LeaseHolder:
         """
         with self._lock:
             if self._loss is not None:
-                raise self._loss
+                raise self._loss.again()
             if self._final is not None:
                 raise LeaseLost(LossReason.ENDED, f"{self.key} was completed or released")
             deadline = self._deadline_locked()
@@ -594,29 +608,34 @@ class LeaseHolder:
 
     # -- renewing --------------------------------------------------------
 
-    def _send_renew(self, attempt: _Attempt, timeout: float) -> None:
-        """Body of an attempt's thread: one renew request."""
+    def _send_renew(self, attempt: _Attempt, answer_by: float) -> None:
+        """Body of an attempt's thread: one renew request, answered by ``answer_by``.
+
+        The timeout is computed last, right before sending, so the request
+        cannot run past ``answer_by`` (the deadline).
+        """
         try:
             renew = self._store.renew
+            kwargs = _timeout_kwargs(answer_by - self._monotonic())
             attempt.result = renew(
-                self.namespace,
-                self.lease_name,
-                self.holder_identity,
-                self._token,
-                **_timeout_kwargs(renew, timeout),
+                self.namespace, self.lease_name, self.holder_identity, self._token, **kwargs
             )
         except BaseException as exc:  # reported to the renewer, never lost
             attempt.error = exc
         finally:
+            with self._lock:
+                self._in_flight.discard(attempt)
             attempt.done.set()
             self._wake.set()
 
-    def _launch(self, timeout: float) -> _Attempt:
+    def _launch(self, answer_by: float) -> _Attempt:
         """Start one renew request in its own daemon thread; the clock is read first."""
-        attempt = _Attempt(started_at=self._monotonic())
+        attempt = _Attempt(started_at=self._monotonic(), answer_by=answer_by)
+        with self._lock:
+            self._in_flight.add(attempt)
         threading.Thread(
             target=self._send_renew,
-            args=(attempt, timeout),
+            args=(attempt, answer_by),
             name=f"leasehold-renew-{self.lease_name}",
             daemon=True,
         ).start()
@@ -689,9 +708,9 @@ class LeaseHolder:
         with self._lock:
             deadline = self._deadline_locked()
         now = self._monotonic()
-        timeout = self.timing.window_seconds if deadline is None else deadline - now
-        attempt = _Attempt(started_at=now)
-        self._send_renew(attempt, timeout)
+        answer_by = now + self.timing.window_seconds if deadline is None else deadline
+        attempt = _Attempt(started_at=now, answer_by=answer_by)
+        self._send_renew(attempt, answer_by)
         self._apply(attempt)
         if attempt.error is not None:
             if isinstance(attempt.error, LeaseNotFoundError):
@@ -705,7 +724,7 @@ class LeaseHolder:
     def _raise_if_over(self) -> None:
         with self._lock:
             if self._loss is not None:
-                raise self._loss
+                raise self._loss.again()
             if self._final is not None:
                 raise LeaseLost(LossReason.ENDED, f"{self.key} was completed or released")
 
@@ -765,7 +784,7 @@ class LeaseHolder:
                     f"could not renew {self.key} within {self.timing.window_seconds:.3g} s"
                     f" (last error: {last_error})",
                 )
-            attempt = self._launch(give_up_at - now)
+            attempt = self._launch(give_up_at)
             attempt.done.wait(max(0.0, give_up_at - self._monotonic()))
             if not attempt.done.is_set():
                 continue  # the loop gives up at give_up_at
@@ -808,7 +827,7 @@ class LeaseHolder:
             if not in_flight and now >= next_renew:
                 # The per-request timeout ends at the deadline: an answer
                 # after it would be worthless.
-                new_attempt = self._launch(deadline - now)
+                new_attempt = self._launch(deadline)
                 with self._lock:
                     self._attempt = new_attempt
                 continue
@@ -830,9 +849,25 @@ class LeaseHolder:
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=1.0)
 
-    def close(self) -> None:
-        """Stop renewing and close the API client this holder built, if any."""
+    def close(self, wait_seconds: float = 1.0) -> None:
+        """Stop renewing, let requests in flight end, close the client built here.
+
+        A renew request still in flight ends at its timeout (the deadline,
+        when the store takes a timeout). Waiting for it, a little past that
+        and at most ``wait_seconds``, lets a process exit without a daemon
+        thread waking inside the TLS library while the interpreter shuts
+        down (which can abort the process).
+
+        Args:
+            wait_seconds: the longest wait for requests in flight (seconds).
+        """
         self.stop()
+        give_up_at = self._monotonic() + wait_seconds
+        with self._lock:
+            in_flight = list(self._in_flight)
+        for attempt in in_flight:
+            until = min(give_up_at, attempt.answer_by + 0.05)
+            attempt.done.wait(max(0.0, until - self._monotonic()))
         api_client, self._owned_api_client = self._owned_api_client, None
         if api_client is not None:
             api_client.close()
@@ -878,7 +913,7 @@ class LeaseHolder:
                 outcome,
                 message=message,
                 exit_code=exit_code,
-                **_timeout_kwargs(method, timeout),
+                **_timeout_kwargs(timeout),
             )
 
         def ours(result: Rejected, retried: bool) -> bool:
@@ -917,7 +952,7 @@ class LeaseHolder:
                 self.lease_name,
                 self.holder_identity,
                 self._token,
-                **_timeout_kwargs(method, timeout),
+                **_timeout_kwargs(timeout),
             )
 
         def ours(result: Rejected, retried: bool) -> bool:
@@ -1089,7 +1124,7 @@ class LeaseHolder:
         except asyncio.CancelledError as exc:
             if cancelled_for is not None:
                 task.uncancel()
-                raise cancelled_for from exc
+                raise cancelled_for.again() from exc
             raise
         finally:
             inside = False
@@ -1169,22 +1204,8 @@ def claim(
 def _list_leases(
     store: LeaseOperations, namespace: str, label_selector: str | None
 ) -> list[StoredLease]:
-    """All JobLeases of a namespace, oldest first.
-
-    Uses ``store.list(namespace, label_selector=...)`` when the store has
-    it. ``LeaseStore`` has no list yet (a change to ``store.py`` is
-    pending); until then the read goes through the store's own client.
-    """
-    lister = getattr(store, "list", None)
-    if callable(lister):
-        leases = cast("list[StoredLease]", lister(namespace, label_selector=label_selector))
-    else:
-        api = cast("Any", store)._api
-        kwargs: dict[str, Any] = {"label_selector": label_selector} if label_selector else {}
-        body = api.list_namespaced_custom_object(
-            models.GROUP, models.VERSION, namespace, PLURAL, **kwargs
-        )
-        leases = [to_stored(item) for item in body.get("items", [])]
+    """All JobLeases of a namespace, oldest first."""
+    leases = store.list_leases(namespace, label_selector=label_selector)
 
     def age(lease: StoredLease) -> tuple[str, str]:
         meta = lease.body.get("metadata", {})

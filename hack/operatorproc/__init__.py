@@ -1,0 +1,93 @@
+"""``leasehold operator`` as a real process, for tests and the demo.
+
+It stands in for the operator's Deployment on the local control plane, so it
+lives outside the ``leasehold`` package.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class OperatorProcess:
+    """``leasehold operator`` as a real process, watching one namespace.
+
+    Args:
+        kubeconfig: the cluster's kubeconfig.
+        namespace: the namespace to watch.
+        log_path: where its output goes.
+        margin_seconds: the expiry margin.
+    """
+
+    def __init__(
+        self, kubeconfig: Path, namespace: str, log_path: Path, margin_seconds: float = 1.0
+    ) -> None:
+        self.kubeconfig = kubeconfig
+        self.namespace = namespace
+        self.log_path = log_path
+        self.margin_seconds = margin_seconds
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        """Start it and wait until its liveness endpoint answers."""
+        port = _free_port()
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [
+                str(Path(sys.prefix) / "bin" / "leasehold"),
+                "operator",
+                "--namespace",
+                self.namespace,
+                "--expiry-margin-seconds",
+                str(self.margin_seconds),
+                "--liveness-endpoint",
+                f"http://127.0.0.1:{port}/healthz",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"operator exited with {self.proc.returncode}:\n{self.logs()}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.2)
+        raise RuntimeError(f"operator did not become live in 30 s:\n{self.logs()}")
+
+    def stop(self) -> None:
+        """Stop it (SIGTERM, then SIGKILL)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def kill(self) -> None:
+        """SIGKILL it (a crash)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def logs(self) -> str:
+        """Everything it printed so far."""
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

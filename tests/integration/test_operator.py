@@ -1,0 +1,404 @@
+"""The operator end to end on a real control plane, with real worker processes.
+
+Each test runs its own ``leasehold operator`` process watching the test's
+namespace; pods run as local processes through the pod runner, whose
+``leasehold run`` wrappers renew against the real API server.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+import pytest
+from kubernetes import client, watch
+
+from leasehold import models, worker
+from leasehold.protocol import Outcome, Rejection
+from leasehold.store import LeaseStore, Rejected
+from operatorproc import OperatorProcess
+from podrunner import PodRunner
+
+G, V = models.GROUP, models.VERSION
+T = TypeVar("T")
+
+
+def wait_for(what: str, check: Callable[[], T | None], timeout: float = 30.0) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)
+
+
+def create_job(
+    api: client.ApiClient,
+    namespace: str,
+    name: str,
+    command: str | None,
+    *,
+    lease_seconds: int = 3,
+    max_attempts: int = 3,
+    **spec: Any,
+) -> None:
+    body: dict[str, Any] = {
+        "apiVersion": models.API_VERSION,
+        "kind": "LeasedJob",
+        "metadata": {"name": name},
+        "spec": {"leaseDurationSeconds": lease_seconds, "maxAttempts": max_attempts, **spec},
+    }
+    if command is not None:
+        body["spec"]["template"] = {
+            "spec": {
+                "containers": [
+                    {"name": "worker", "image": "local", "command": ["sh", "-c", command]}
+                ]
+            }
+        }
+    client.CustomObjectsApi(api).create_namespaced_custom_object(
+        G, V, namespace, "leasedjobs", body
+    )
+
+
+def get_job(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    body: Any = client.CustomObjectsApi(api).get_namespaced_custom_object(
+        G, V, namespace, "leasedjobs", name
+    )
+    return dict(body)
+
+
+def status(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    return dict(get_job(api, namespace, name).get("status") or {})
+
+
+def phase_is(api: client.ApiClient, namespace: str, name: str, phase: str) -> Callable[[], bool]:
+    return lambda: status(api, namespace, name).get("phase") == phase
+
+
+def condition(st: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next(c for c in st.get("conditions", []) if c["type"] == type_)
+
+
+def events(api: client.ApiClient, namespace: str, name: str) -> list[tuple[str, str]]:
+    items = (
+        client.CoreV1Api(api)
+        .list_namespaced_event(
+            namespace, field_selector=f"involvedObject.name={name},involvedObject.kind=LeasedJob"
+        )
+        .items
+    )
+    return [(e.reason or "", e.message or "") for e in items]
+
+
+def lease_holder(store: LeaseStore, namespace: str, name: str) -> tuple[str | None, int]:
+    record = store.get(namespace, name).record
+    return record.holder_identity, record.fencing_token
+
+
+def run(seconds: float) -> str:
+    script = f"echo token $LEASEHOLD_FENCING_TOKEN; sleep {seconds}"
+    return f"leasehold run -- sh -c {shlex.quote(script)}"
+
+
+@pytest.fixture
+def store(api_client: client.ApiClient) -> LeaseStore:
+    return LeaseStore(api_client)
+
+
+def test_job_runs_to_completion(
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    namespace: str,
+) -> None:
+    create_job(api_client, namespace, "hello", run(0.5))
+    wait_for("Succeeded", phase_is(api_client, namespace, "hello", "Succeeded"), 60)
+    st = status(api_client, namespace, "hello")
+    assert st["completion"]["fencingToken"] == 1
+    assert st["completion"]["outcome"] == "Succeeded"
+    assert st["attempts"] == 1
+    assert condition(st, "Complete")["status"] == "True"
+    assert condition(st, "Ready")["observedGeneration"] == 1
+    assert "token 1" in local_pod_runner.log(namespace, "hello-1")
+    reasons = [r for r, _ in events(api_client, namespace, "hello")]
+    assert {"Claimed", "Started", "Completed"} <= set(reasons)
+
+
+def test_paused_worker_is_reclaimed_and_cannot_complete(
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    store: LeaseStore,
+    namespace: str,
+) -> None:
+    duration = 3
+    create_job(api_client, namespace, "pause", run(duration * 2.5), lease_seconds=duration)
+    local_pod_runner.wait_for_pid(namespace, "pause-1", timeout=30)
+    time.sleep(1.0)  # let it renew at least once
+    local_pod_runner.pause(namespace, "pause-1")
+    paused_at = time.monotonic()
+    wait_for(
+        "reclaim", lambda: lease_holder(store, namespace, "pause") != ("pause-1", 1), duration + 5
+    )
+    reclaimed_after = time.monotonic() - paused_at
+    assert reclaimed_after <= duration + 2, f"reclaimed {reclaimed_after:.2f}s after the pause"
+    assert reclaimed_after >= duration, f"reclaimed early: {reclaimed_after:.2f}s"
+    wait_for("Succeeded", phase_is(api_client, namespace, "pause", "Succeeded"), 60)
+    st = status(api_client, namespace, "pause")
+    assert st["completion"]["fencingToken"] == 2
+    # The stale worker wakes up: it must not complete under token 1.
+    local_pod_runner.resume(namespace, "pause-1")
+    code = local_pod_runner.wait_for_exit(namespace, "pause-1", timeout=40)
+    assert code != 0
+    late = store.complete(namespace, "pause", "pause-1", 1, Outcome.SUCCEEDED)
+    assert isinstance(late, Rejected)
+    assert late.rejection is Rejection.COMPLETED
+    final = store.get(namespace, "pause").record
+    assert final.completion is not None
+    assert final.completion.fencing_token == 2
+    assert any(r == "Reclaimed" for r, _ in events(api_client, namespace, "pause"))
+
+
+def test_renewing_worker_is_never_reclaimed(
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    namespace: str,
+) -> None:
+    duration = 2
+    create_job(api_client, namespace, "steady", run(duration * 3), lease_seconds=duration)
+    wait_for("Succeeded", phase_is(api_client, namespace, "steady", "Succeeded"), 60)
+    st = status(api_client, namespace, "steady")
+    assert st["attempts"] == 1
+    assert st["completion"]["fencingToken"] == 1
+    assert "Reclaimed" not in [r for r, _ in events(api_client, namespace, "steady")]
+
+
+def test_sigkilled_worker_is_reclaimed(
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    store: LeaseStore,
+    namespace: str,
+) -> None:
+    duration = 3
+    create_job(api_client, namespace, "killed", run(60), lease_seconds=duration)
+    local_pod_runner.wait_for_pid(namespace, "killed-1", timeout=30)
+    time.sleep(0.5)
+    local_pod_runner.kill(namespace, "killed-1")
+    killed_at = time.monotonic()
+    wait_for(
+        "reclaim",
+        lambda: lease_holder(store, namespace, "killed") != ("killed-1", 1),
+        duration + 5,
+    )
+    assert time.monotonic() - killed_at <= duration + operator.margin_seconds + 1
+    wait_for("attempt 2", lambda: lease_holder(store, namespace, "killed") == ("killed-2", 2), 10)
+
+
+def test_recreated_pod_does_not_inherit_the_old_claim(
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    store: LeaseStore,
+    namespace: str,
+) -> None:
+    core = client.CoreV1Api(api_client)
+    create_job(api_client, namespace, "reborn", run(4), lease_seconds=2)
+    local_pod_runner.wait_for_pid(namespace, "reborn-1", timeout=30)
+    original = core.read_namespaced_pod("reborn-1", namespace)
+    local_pod_runner.pause(namespace, "reborn-1")
+    wait_for("attempt 2", lambda: lease_holder(store, namespace, "reborn")[1] == 2, 15)
+    local_pod_runner.kill(namespace, "reborn-1")
+    wait_for(
+        "old pod gone",
+        lambda: (
+            not [
+                p
+                for p in core.list_namespaced_pod(namespace).items
+                if p.metadata and p.metadata.name == "reborn-1"
+            ]
+        ),
+        40,
+    )
+    # Someone recreates the pod under the same name, with the same token in its env.
+    assert original.spec is not None
+    original.spec.node_name = None
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "reborn-1", "labels": {"recreated": "yes"}},
+        "spec": cast(Any, api_client).sanitize_for_serialization(original.spec),
+    }
+    core.create_namespaced_pod(namespace, cast(Any, pod))
+    code = local_pod_runner.wait_for_exit(namespace, "reborn-1", timeout=30)
+    assert code == 75, local_pod_runner.log(namespace, "reborn-1")
+    assert "lease lost" in local_pod_runner.log(namespace, "reborn-1")
+    wait_for("Succeeded", phase_is(api_client, namespace, "reborn", "Succeeded"), 60)
+    assert status(api_client, namespace, "reborn")["completion"]["fencingToken"] == 2
+
+
+def test_job_fails_after_max_attempts_of_stalled_workers(
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    store: LeaseStore,
+    namespace: str,
+) -> None:
+    # `sleep` never renews: every attempt stalls until its lease expires.
+    create_job(api_client, namespace, "stuck", "sleep 300", lease_seconds=2, max_attempts=2)
+    wait_for("Failed", phase_is(api_client, namespace, "stuck", "Failed"), 30)
+    st = status(api_client, namespace, "stuck")
+    failed = condition(st, "Failed")
+    assert (failed["status"], failed["reason"]) == ("True", "AttemptsExhausted")
+    assert "All 2 attempts" in failed["message"]
+    assert st["attempts"] == 2
+    lease = store.get(namespace, "stuck").record
+    assert lease.max_fencing_token == 2
+    refused = store.claim(namespace, "stuck", "latecomer")
+    assert isinstance(refused, Rejected)
+    assert refused.rejection is Rejection.EXHAUSTED
+
+
+def test_operator_restart_does_not_reclaim_early(
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    store: LeaseStore,
+    namespace: str,
+) -> None:
+    duration = 4
+    create_job(api_client, namespace, "restart", run(8), lease_seconds=duration)
+    local_pod_runner.wait_for_pid(namespace, "restart-1", timeout=30)
+    time.sleep(1.0)
+    operator.kill()
+    local_pod_runner.pause(namespace, "restart-1")
+    time.sleep(duration + 2)  # the lease is overdue while no operator runs
+    operator.start()
+    restarted_at = time.monotonic()
+    wait_for("reclaim", lambda: lease_holder(store, namespace, "restart")[1] == 2, duration + 10)
+    waited = time.monotonic() - restarted_at
+    assert waited >= duration, f"reclaimed {waited:.2f}s after restart: too early"
+    local_pod_runner.kill(namespace, "restart-1")
+    wait_for("Succeeded", phase_is(api_client, namespace, "restart", "Succeeded"), 60)
+
+
+def test_operator_restart_mid_job_still_completes(
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    namespace: str,
+) -> None:
+    create_job(api_client, namespace, "calm", run(6), lease_seconds=3)
+    local_pod_runner.wait_for_pid(namespace, "calm-1", timeout=30)
+    time.sleep(1.5)
+    operator.kill()
+    time.sleep(1.5)
+    operator.start()
+    wait_for("Succeeded", phase_is(api_client, namespace, "calm", "Succeeded"), 60)
+    st = status(api_client, namespace, "calm")
+    assert st["attempts"] == 1
+    assert st["completion"]["fencingToken"] == 1
+
+
+def test_bad_pod_template_is_reported_and_others_still_run(
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    namespace: str,
+) -> None:
+    body = {
+        "apiVersion": models.API_VERSION,
+        "kind": "LeasedJob",
+        "metadata": {"name": "broken"},
+        "spec": {
+            "template": {
+                "spec": {
+                    "containers": [{"name": "Not_A_DNS_Label", "image": "x", "command": ["true"]}]
+                }
+            }
+        },
+    }
+    client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        G, V, namespace, "leasedjobs", body
+    )
+    create_job(api_client, namespace, "fine", run(0.2))
+    wait_for("Failed", phase_is(api_client, namespace, "broken", "Failed"), 30)
+    failed = condition(status(api_client, namespace, "broken"), "Failed")
+    assert failed["reason"] == "PodCreateFailed"
+    assert "spec.containers[0].name" in failed["message"]
+    assert "PodCreateFailed" in [r for r, _ in events(api_client, namespace, "broken")]
+    wait_for("Succeeded", phase_is(api_client, namespace, "fine", "Succeeded"), 60)
+
+
+def test_renewals_cost_exactly_one_write_each(
+    operator: OperatorProcess,
+    api_client: client.ApiClient,
+    store: LeaseStore,
+    namespace: str,
+) -> None:
+    create_job(api_client, namespace, "pull", None, lease_seconds=30)
+    wait_for("lease", lambda: _lease_exists(store, namespace, "pull"), 15)
+    claimed = store.claim(namespace, "pull", "pool-1")
+    assert not isinstance(claimed, Rejected)
+    wait_for("Running", phase_is(api_client, namespace, "pull", "Running"), 15)
+    time.sleep(1.0)  # let the operator settle its own writes (status of the job)
+    start_rv = store.get(namespace, "pull").resource_version
+    renewals = 20
+    stream = watch.Watch()
+    seen: list[str] = []
+    custom = client.CustomObjectsApi(api_client)
+    for _ in range(renewals):
+        assert not isinstance(store.renew(namespace, "pull", "pool-1", claimed.token), Rejected)
+    time.sleep(2.0)  # time for an operator write, if it made any
+    for event in stream.stream(
+        custom.list_namespaced_custom_object,
+        G,
+        V,
+        namespace,
+        "jobleases",
+        resource_version=start_rv,
+        timeout_seconds=2,
+    ):
+        seen.append(event["object"]["metadata"]["resourceVersion"])
+    stream.stop()
+    assert len(seen) == renewals, f"{len(seen)} lease writes for {renewals} renewals"
+
+
+def _lease_exists(store: LeaseStore, namespace: str, name: str) -> bool:
+    try:
+        store.get(namespace, name)
+    except Exception:
+        return False
+    return True
+
+
+def test_pull_mode_claim_expiry_and_completion(
+    operator: OperatorProcess,
+    api_client: client.ApiClient,
+    store: LeaseStore,
+    namespace: str,
+) -> None:
+    create_job(api_client, namespace, "pool", None, lease_seconds=2, max_attempts=3)
+    wait_for("lease", lambda: _lease_exists(store, namespace, "pool"), 15)
+    wait_for("Pending", phase_is(api_client, namespace, "pool", "Pending"), 15)
+    # A worker claims, then goes silent (no renewals): the operator reclaims.
+    silent = store.claim(namespace, "pool", "pool-silent")
+    assert not isinstance(silent, Rejected)
+    wait_for("reclaim", lambda: lease_holder(store, namespace, "pool") == (None, 1), 10)
+    holder = worker.claim(namespace, "pool", "pool-good", store=store)
+    assert holder is not None
+    assert holder.token == 2
+    wait_for(
+        "Running",
+        lambda: status(api_client, namespace, "pool").get("holderIdentity") == "pool-good",
+        15,
+    )
+    holder.complete(Outcome.SUCCEEDED, message="done")
+    wait_for("Succeeded", phase_is(api_client, namespace, "pool", "Succeeded"), 15)
+    assert status(api_client, namespace, "pool")["completion"]["fencingToken"] == 2

@@ -1,0 +1,388 @@
+"""The worker SDK and ``leasehold run`` against a real API server.
+
+Leases are taken away the way the operator does it (``reclaim`` of the exact
+version judged, then another party's claim); network faults come from a real
+TCP proxy between the wrapper and the API server.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+import yaml
+from kubernetes import client
+
+from faultproxy import TcpProxy
+from leasehold import worker
+from leasehold.protocol import Outcome, Rejection
+from leasehold.store import Accepted, LeaseStore
+from leasehold.worker import LeaseLost
+
+RUN = [sys.executable, "-m", "leasehold.cli", "run"]
+"""``leasehold run`` as its own process, through the real command line."""
+
+
+@pytest.fixture
+def store(api_client: client.ApiClient) -> LeaseStore:
+    return LeaseStore(api_client)
+
+
+def take_away(store: LeaseStore, namespace: str, name: str, thief: str) -> float:
+    """Reclaim the lease as the operator would, then claim it as ``thief``.
+
+    Returns:
+        Monotonic time right after the reclaim landed (the holder lost it then).
+    """
+    for _ in range(50):
+        judged = store.get(namespace, name)
+        if isinstance(store.reclaim(judged), Accepted):  # a renewal can land in between
+            taken_at = time.monotonic()
+            break
+    else:
+        raise AssertionError("could not reclaim the lease")
+    assert isinstance(store.claim(namespace, name, thief), Accepted)
+    return taken_at
+
+
+class Noticed:
+    def __init__(self) -> None:
+        self.at: float | None = None
+        self.loss: LeaseLost | None = None
+        self.called = threading.Event()
+
+    def __call__(self, loss: LeaseLost) -> None:
+        self.at, self.loss = time.monotonic(), loss
+        self.called.set()
+
+
+def test_holder_keeps_a_2s_lease_for_6s(store: LeaseStore, namespace: str) -> None:
+    store.create(namespace, "job", job_name="job", lease_duration_seconds=2)
+    holder = worker.claim(namespace, "job", "worker-a", store=store)
+    assert holder is not None and holder.token == 1
+    renew_times = []
+    end = time.monotonic() + 6
+    while time.monotonic() < end:
+        holder.check()
+        renew_times.append(store.get(namespace, "job").record.renew_time)
+        time.sleep(0.2)
+    assert not holder.lost.is_set()
+    distinct = sorted({t for t in renew_times if t is not None})
+    assert len(distinct) >= 6, distinct  # every 0.67 s: about 9
+    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(distinct)]
+    assert max(gaps) < 1.0, gaps  # never near the 2 s the operator would wait
+    assert isinstance(holder.release(), Accepted)
+    lease = store.get(namespace, "job").record
+    assert (lease.holder_identity, lease.fencing_token) == (None, 1)
+
+
+def test_holder_notices_a_reclaim_within_one_renew_interval(
+    store: LeaseStore, namespace: str
+) -> None:
+    store.create(namespace, "job", job_name="job", lease_duration_seconds=3)
+    noticed = Noticed()
+    holder = worker.claim(namespace, "job", "worker-a", store=store, on_lost=noticed)
+    assert holder is not None
+    interval = holder.timing.renew_interval_seconds  # 1 s
+    time.sleep(0.3)
+    taken_at = take_away(store, namespace, "job", "worker-b")
+    assert noticed.called.wait(interval + 1.0)
+    assert noticed.at is not None
+    assert noticed.at - taken_at <= interval + 0.25
+    with pytest.raises(LeaseLost) as raised:
+        holder.check()
+    assert raised.value.reason in (Rejection.STALE_TOKEN, Rejection.NOT_HOLDER)
+    assert holder.lost.is_set()
+    # The lost holder's completion is refused by the store.
+    late = holder.complete(Outcome.SUCCEEDED)
+    assert not isinstance(late, Accepted)
+    assert store.get(namespace, "job").record.completion is None
+
+
+def test_pull_mode_claim_then_second_claim_gets_none(store: LeaseStore, namespace: str) -> None:
+    store.create(namespace, "job", job_name="job", lease_duration_seconds=10)
+    first = worker.claim(namespace, "job", "pool-1", store=store)
+    assert first is not None and first.token == 1
+    assert worker.claim(namespace, "job", "pool-2", store=store) is None
+    assert isinstance(first.complete(Outcome.SUCCEEDED), Accepted)
+    assert worker.claim(namespace, "job", "pool-2", store=store) is None  # completed
+
+
+def test_claim_any_skips_held_and_completed_leases(store: LeaseStore, namespace: str) -> None:
+    for name in ("a-done", "b-held", "c-free"):
+        store.create(
+            namespace, name, job_name=name, lease_duration_seconds=10, labels={"pool": "x"}
+        )
+    store.create(namespace, "d-other", job_name="d-other", lease_duration_seconds=10)
+    done = worker.claim(namespace, "a-done", "earlier", store=store)
+    assert done is not None and isinstance(done.complete(Outcome.SUCCEEDED), Accepted)
+    held = worker.claim(namespace, "b-held", "someone", store=store)
+    assert held is not None
+    try:
+        mine = worker.claim_any(namespace, "pool-1", label_selector="pool=x", store=store)
+        assert mine is not None and mine.lease_name == "c-free" and mine.token == 1
+        assert worker.claim_any(namespace, "pool-2", label_selector="pool=x", store=store) is None
+        mine.release()
+    finally:
+        held.release()
+
+
+# -- leasehold run -----------------------------------------------------------
+
+
+def push_claim(store: LeaseStore, namespace: str, duration: int, holder: str = "pod-a") -> int:
+    """Create a lease and claim it for ``holder``, as the operator does for a pod."""
+    store.create(namespace, "job", job_name="job", lease_duration_seconds=duration)
+    claimed = store.claim(namespace, "job", holder)
+    assert isinstance(claimed, Accepted)
+    return claimed.token
+
+
+def run_env(kubeconfig: Path, namespace: str, token: int, duration: int) -> dict[str, str]:
+    return {
+        **os.environ,
+        "KUBECONFIG": str(kubeconfig),
+        "LEASEHOLD_NAMESPACE": namespace,
+        "LEASEHOLD_JOB": "job",
+        "LEASEHOLD_LEASE": "job",
+        "LEASEHOLD_HOLDER": "pod-a",
+        "LEASEHOLD_FENCING_TOKEN": str(token),
+        "LEASEHOLD_LEASE_DURATION_SECONDS": str(duration),
+    }
+
+
+@pytest.mark.parametrize(
+    ("script", "code", "outcome"),
+    [
+        ('test "$LEASEHOLD_FENCING_TOKEN" = 1 && exit 3', 3, Outcome.FAILED),
+        ('test "$LEASEHOLD_FENCING_TOKEN" = 1', 0, Outcome.SUCCEEDED),
+    ],
+)
+def test_run_records_the_commands_exit(
+    store: LeaseStore,
+    crds_installed: Path,
+    namespace: str,
+    script: str,
+    code: int,
+    outcome: Outcome,
+) -> None:
+    token = push_claim(store, namespace, 5)
+    done = subprocess.run(
+        [*RUN, "--", "sh", "-c", script],
+        env=run_env(crds_installed, namespace, token, 5),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == code, done.stderr
+    lease = store.get(namespace, "job").record
+    assert lease.completion is not None, done.stderr
+    assert lease.completion.outcome == outcome
+    assert lease.completion.exit_code == code
+    assert lease.completion.message == f"exit code {code}"
+    assert (lease.completion.fencing_token, lease.holder_identity) == (1, None)
+    assert "completed lease" in done.stderr
+
+
+def _gone(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"  # a zombie no one reaped yet
+
+
+def _wait_for_pid(pidfile: Path, proc: subprocess.Popen[str]) -> int:
+    end = time.monotonic() + 20
+    while time.monotonic() < end:
+        if pidfile.exists() and pidfile.read_text().strip():
+            return int(pidfile.read_text())
+        if proc.poll() is not None:
+            raise AssertionError(f"wrapper exited {proc.returncode}: {proc.communicate()[1]}")
+        time.sleep(0.05)
+    raise AssertionError("the command never started")
+
+
+@pytest.fixture
+def wrapper_procs() -> Iterator[list[subprocess.Popen[str]]]:
+    procs: list[subprocess.Popen[str]] = []
+    yield procs
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+class DeathWatch:
+    """Notes when process ``pid`` is gone (polled every 5 ms in a thread)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.gone_at: float | None = None
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        end = time.monotonic() + 30
+        while time.monotonic() < end:
+            if _gone(self.pid):
+                self.gone_at = time.monotonic()
+                return
+            time.sleep(0.005)
+
+    def wait(self) -> float:
+        self._thread.join(timeout=30)
+        assert self.gone_at is not None, f"pid {self.pid} still alive"
+        return self.gone_at
+
+
+def _seconds(pattern: str, text: str) -> float:
+    found = re.search(pattern, text)
+    assert found, f"{pattern!r} not in:\n{text}"
+    return float(found.group(1))
+
+
+def test_run_kills_the_command_when_the_lease_is_taken(
+    store: LeaseStore,
+    crds_installed: Path,
+    namespace: str,
+    tmp_path: Path,
+    wrapper_procs: list[subprocess.Popen[str]],
+) -> None:
+    duration = 6  # renew every 2 s, local window 4.8 s
+    token = push_claim(store, namespace, duration)
+    pidfile = tmp_path / "pid"
+    proc = subprocess.Popen(
+        [*RUN, "--grace-seconds", "3", "--", "sh", "-c", f'echo $$ > "{pidfile}"; exec sleep 60'],
+        env=run_env(crds_installed, namespace, token, duration),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wrapper_procs.append(proc)
+    pid = _wait_for_pid(pidfile, proc)
+    death = DeathWatch(pid)
+    time.sleep(0.5)
+    taken_at = take_away(store, namespace, "job", "thief")
+    _, stderr = proc.communicate(timeout=15)
+    exited_at = time.monotonic()
+    assert proc.returncode == 75, stderr
+    assert "lease lost: StaleToken" in stderr or "lease lost: NotHolder" in stderr, stderr
+    dead_at = death.wait()
+    # Noticed at the next renewal (<= 2 s), long before the local deadline.
+    assert dead_at - taken_at <= 2.0 + 0.5, stderr
+    before_deadline = _seconds(r"([-\d.]+) s before the local deadline", stderr)
+    assert before_deadline >= 1.5, stderr
+    print(
+        f"\n[measure] lease taken away -> child dead {dead_at - taken_at:.3f} s,"
+        f" wrapper exited {exited_at - taken_at:.3f} s;"
+        f" child stopped {before_deadline:.3f} s before the wrapper's local deadline"
+    )
+    lease = store.get(namespace, "job").record
+    assert (lease.holder_identity, lease.fencing_token, lease.completion) == ("thief", 2, None)
+
+
+def _proxied_kubeconfig(kubeconfig: Path, proxy: TcpProxy, out: Path) -> Path:
+    """A copy of ``kubeconfig`` whose server is the proxy (TLS name kept)."""
+    config = yaml.safe_load(kubeconfig.read_text())
+    for entry in config["clusters"]:
+        cluster = entry["cluster"]
+        url = urlsplit(cluster["server"])
+        assert url.hostname is not None
+        cluster.setdefault("tls-server-name", url.hostname)
+        cluster["server"] = urlunsplit(url._replace(netloc=proxy.url_host))
+    out.write_text(yaml.safe_dump(config))
+    return out
+
+
+def test_run_kills_the_command_before_the_deadline_when_renewals_hang(
+    store: LeaseStore,
+    crds_installed: Path,
+    namespace: str,
+    tmp_path: Path,
+    wrapper_procs: list[subprocess.Popen[str]],
+) -> None:
+    """The API server becomes unreachable: no answer, no rejection.
+
+    The command ignores SIGTERM, so it dies by the SIGKILL that must come
+    before the wrapper's local deadline (which itself ends before the
+    operator would judge the lease expired).
+    """
+    server = urlsplit(
+        yaml.safe_load(crds_installed.read_text())["clusters"][0]["cluster"]["server"]
+    )
+    assert server.hostname is not None and server.port is not None
+    duration = 6  # renew every 2 s, window 4.8 s, SIGTERM lead min(5, 1.4) s
+    token = push_claim(store, namespace, duration)
+    pidfile = tmp_path / "pid"
+    with TcpProxy(server.hostname, server.port) as proxy:
+        kubeconfig = _proxied_kubeconfig(crds_installed, proxy, tmp_path / "kubeconfig")
+        proc = subprocess.Popen(
+            [*RUN, "--", "sh", "-c", f'trap "" TERM; echo $$ > "{pidfile}"; exec sleep 60'],
+            env=run_env(kubeconfig, namespace, token, duration),
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        wrapper_procs.append(proc)
+        pid = _wait_for_pid(pidfile, proc)
+        death = DeathWatch(pid)
+        time.sleep(0.3)
+        held_at = time.monotonic()
+        proxy.hold()
+        try:
+            _, stderr = proc.communicate(timeout=15)
+        finally:
+            proxy.release()
+        exited_at = time.monotonic()
+    assert proc.returncode == 75, stderr
+    assert "lease lost: no successful renewal" in stderr, stderr
+    assert "after SIGKILL" in stderr, stderr  # it ignored SIGTERM
+    dead_at = death.wait()
+    before_deadline = _seconds(r"([-\d.]+) s before the local deadline", stderr)
+    assert 0 < before_deadline < 0.5, stderr
+    # The deadline counts from the start of the last renewal that got through,
+    # at most 4.8 s before the hold; the operator would wait 6 s + its margin.
+    assert dead_at - held_at < 4.8, stderr
+    assert exited_at - held_at < 4.8 + 1.0, stderr  # + at most 1 s for a hung request
+    print(
+        f"\n[measure] API unreachable -> child dead {dead_at - held_at:.3f} s,"
+        f" wrapper exited {exited_at - held_at:.3f} s;"
+        f" child dead {before_deadline:.3f} s before the wrapper's local deadline"
+    )
+    # Nothing was written meanwhile: the lease is still pod-a's, not completed.
+    lease = store.get(namespace, "job").record
+    assert (lease.holder_identity, lease.completion) == ("pod-a", None)
+
+
+def test_run_forwards_sigterm_and_releases_the_lease(
+    store: LeaseStore,
+    crds_installed: Path,
+    namespace: str,
+    tmp_path: Path,
+    wrapper_procs: list[subprocess.Popen[str]],
+) -> None:
+    token = push_claim(store, namespace, 10)
+    pidfile = tmp_path / "pid"
+    proc = subprocess.Popen(
+        [*RUN, "--", "sh", "-c", f'echo $$ > "{pidfile}"; exec sleep 60'],
+        env=run_env(crds_installed, namespace, token, 10),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wrapper_procs.append(proc)
+    pid = _wait_for_pid(pidfile, proc)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=15)
+    assert proc.returncode == 128 + signal.SIGTERM, stderr
+    assert _gone(pid)
+    lease = store.get(namespace, "job").record
+    assert (lease.holder_identity, lease.fencing_token, lease.completion) == (None, 1, None)
