@@ -235,7 +235,14 @@ def test_recreated_pod_does_not_inherit_the_old_claim(
         "metadata": {"name": "reborn-1", "labels": {"recreated": "yes"}},
         "spec": cast(Any, api_client).sanitize_for_serialization(original.spec),
     }
-    core.create_namespaced_pod(namespace, cast(Any, pod))
+    created = core.create_namespaced_pod(namespace, cast(Any, pod))
+    assert created.metadata is not None
+    uid = str(created.metadata.uid)
+    wait_for(
+        "the runner to see the new pod",
+        lambda: str(local_pod_runner.pod_dir(namespace, "reborn-1") or "").endswith(uid),
+        30,
+    )
     code = local_pod_runner.wait_for_exit(namespace, "reborn-1", timeout=30)
     assert code == 75, local_pod_runner.log(namespace, "reborn-1")
     assert "lease lost" in local_pod_runner.log(namespace, "reborn-1")

@@ -1,0 +1,68 @@
+"""The whole flow as a user drives it: kubectl apply, kubectl get, kubectl wait."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from localcluster import Kubectl
+from operatorproc import OperatorProcess
+from podrunner import PodRunner
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def test_apply_example_and_watch_it_complete(
+    kubectl: Kubectl, operator: OperatorProcess, pod_runner: PodRunner | None, namespace: str
+) -> None:
+    kubectl("-n", namespace, "apply", "-f", str(EXAMPLES / "leasedjob-hello.yaml"))
+    kubectl(
+        "-n",
+        namespace,
+        "wait",
+        "--for=jsonpath={.status.phase}=Succeeded",
+        "leasedjob/hello",
+        "--timeout=60s",
+    )
+    table = kubectl("-n", namespace, "get", "ljob", "hello").stdout.splitlines()
+    assert table[0].split() == ["NAME", "PHASE", "HOLDER", "TOKEN", "ATTEMPTS", "AGE"]
+    assert table[1].split()[:4] == ["hello", "Succeeded", "1", "1"]
+    leases = kubectl("-n", namespace, "get", "jlease", "hello").stdout.splitlines()
+    assert leases[0].split()[:7] == [
+        "NAME",
+        "JOB",
+        "HOLDER",
+        "TOKEN",
+        "RENEWED",
+        "DURATION",
+        "OUTCOME",
+    ]
+    assert "Succeeded" in leases[1].split()
+    by_category = kubectl("-n", namespace, "get", "leasehold").stdout
+    assert "leasedjob.leasehold.dev/hello" in by_category
+    assert "joblease.leasehold.dev/hello" in by_category
+
+
+def test_kubectl_rejects_bad_input_naming_the_field(
+    kubectl: Kubectl, crds_installed: Path, namespace: str
+) -> None:
+    bad = """
+apiVersion: leasehold.dev/v1alpha1
+kind: LeasedJob
+metadata:
+  name: bad
+spec:
+  leaseDurationSeconds: 0
+  maxAttempts: 1000
+"""
+    result = kubectl("-n", namespace, "apply", "-f", "-", input=bad, check=False)
+    assert result.returncode != 0
+    assert "spec.leaseDurationSeconds" in result.stderr
+    assert "spec.maxAttempts" in result.stderr
+    assert kubectl("-n", namespace, "get", "ljob", "-o", "name").stdout.strip() == ""
+
+
+def test_kubectl_explain_documents_the_fields(kubectl: Kubectl, crds_installed: Path) -> None:
+    out = kubectl("explain", "leasedjob.spec.leaseDurationSeconds").stdout
+    assert "reclaimed" in out
+    out = kubectl("explain", "joblease.spec.fencingToken").stdout
+    assert "exactly one" in out
