@@ -39,7 +39,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         with LocalCluster(work / "cluster") as cluster:
-            kubeconfig = cluster.start()
+            kubeconfig = cluster.kubeconfig
             kubectl = str(tools_bin_dir() / "kubectl")
             repo = Path(__file__).resolve().parents[1]
             subprocess.run(
