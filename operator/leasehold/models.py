@@ -30,6 +30,15 @@ GROUP: Final = "leasehold.dev"
 VERSION: Final = "v1alpha1"
 API_VERSION: Final = f"{GROUP}/{VERSION}"
 
+# The pod contract: env vars the operator injects into every attempt's pod,
+# read by the worker SDK (``LeaseHolder.from_env``) and ``leasehold run``.
+ENV_NAMESPACE: Final = "LEASEHOLD_NAMESPACE"
+ENV_JOB: Final = "LEASEHOLD_JOB"
+ENV_LEASE: Final = "LEASEHOLD_LEASE"
+ENV_HOLDER: Final = "LEASEHOLD_HOLDER"
+ENV_FENCING_TOKEN: Final = "LEASEHOLD_FENCING_TOKEN"
+ENV_LEASE_DURATION: Final = "LEASEHOLD_LEASE_DURATION_SECONDS"
+
 MAX_LEASE_DURATION_SECONDS: Final = 3600
 """The longest lease: an hour. Longer leases make stalls cost too much."""
 MAX_ATTEMPTS: Final = 100

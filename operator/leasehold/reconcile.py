@@ -29,13 +29,6 @@ ANNOTATION_TOKEN: Final = "leasehold.dev/fencing-token"
 ANNOTATION_HOLDER: Final = "leasehold.dev/holder"
 ANNOTATION_LEASE: Final = "leasehold.dev/lease"
 
-ENV_NAMESPACE: Final = "LEASEHOLD_NAMESPACE"
-ENV_JOB: Final = "LEASEHOLD_JOB"
-ENV_LEASE: Final = "LEASEHOLD_LEASE"
-ENV_HOLDER: Final = "LEASEHOLD_HOLDER"
-ENV_TOKEN: Final = "LEASEHOLD_FENCING_TOKEN"
-ENV_DURATION: Final = "LEASEHOLD_LEASE_DURATION_SECONDS"
-
 MAX_POD_NAME: Final = 253
 
 
@@ -397,12 +390,12 @@ def build_pod(
     spec = copy.deepcopy(template.spec)
     spec["restartPolicy"] = "Never"
     injected = [
-        {"name": ENV_NAMESPACE, "value": namespace},
-        {"name": ENV_JOB, "value": job_name},
-        {"name": ENV_LEASE, "value": lease_name(job_name)},
-        {"name": ENV_HOLDER, "value": holder},
-        {"name": ENV_TOKEN, "value": str(token)},
-        {"name": ENV_DURATION, "value": str(job.spec.lease_duration_seconds)},
+        {"name": models.ENV_NAMESPACE, "value": namespace},
+        {"name": models.ENV_JOB, "value": job_name},
+        {"name": models.ENV_LEASE, "value": lease_name(job_name)},
+        {"name": models.ENV_HOLDER, "value": holder},
+        {"name": models.ENV_FENCING_TOKEN, "value": str(token)},
+        {"name": models.ENV_LEASE_DURATION, "value": str(job.spec.lease_duration_seconds)},
     ]
     names = {e["name"] for e in injected}
     for container in spec.get("containers", []):

@@ -41,10 +41,10 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import Any, Final
 
+from leasehold.models import ENV_FENCING_TOKEN
 from leasehold.protocol import Outcome
 from leasehold.store import Rejected, StoreError
 from leasehold.worker import (
-    ENV_FENCING_TOKEN,
     LeaseEnvironmentError,
     LeaseHolder,
     LeaseLost,

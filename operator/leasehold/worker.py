@@ -58,6 +58,14 @@ from types import TracebackType
 from typing import Any, Final, Protocol, TypeVar
 
 from leasehold.kubeclient import new_api_client
+from leasehold.models import (
+    ENV_FENCING_TOKEN,
+    ENV_HOLDER,
+    ENV_JOB,
+    ENV_LEASE,
+    ENV_LEASE_DURATION,
+    ENV_NAMESPACE,
+)
 from leasehold.protocol import FencingToken, HolderIdentity, MonotonicClock, Outcome, Rejection
 from leasehold.store import (
     Accepted,
@@ -72,16 +80,6 @@ from leasehold.store import (
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-# --------------------------------------------------------------------------
-# Environment (injected by the operator into each pod it creates)
-
-ENV_NAMESPACE: Final = "LEASEHOLD_NAMESPACE"
-ENV_JOB: Final = "LEASEHOLD_JOB"
-ENV_LEASE: Final = "LEASEHOLD_LEASE"
-ENV_HOLDER: Final = "LEASEHOLD_HOLDER"
-ENV_FENCING_TOKEN: Final = "LEASEHOLD_FENCING_TOKEN"
-ENV_LEASE_DURATION: Final = "LEASEHOLD_LEASE_DURATION_SECONDS"
 
 DEFAULT_RENEW_FRACTION: Final = 1 / 3
 """Renew every third of the lease duration: two renewals can fail in a row."""
