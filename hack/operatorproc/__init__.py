@@ -39,6 +39,7 @@ class OperatorProcess:
         self.log_path = log_path
         self.margin_seconds = margin_seconds
         self.proc: subprocess.Popen[bytes] | None = None
+        self.metrics_port = _free_port()
 
     def start(self) -> None:
         """Start it and wait until its liveness endpoint answers."""
@@ -55,6 +56,8 @@ class OperatorProcess:
                 str(self.margin_seconds),
                 "--liveness-endpoint",
                 f"http://127.0.0.1:{port}/healthz",
+                "--metrics-port",
+                str(self.metrics_port),
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -70,6 +73,18 @@ class OperatorProcess:
             except OSError:
                 time.sleep(0.2)
         raise RuntimeError(f"operator did not become live in 30 s:\n{self.logs()}")
+
+    def metrics(self) -> dict[str, float]:
+        """Scrape its ``/metrics``: ``{"name{labels}": value}`` (no comments)."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            text = response.read().decode()
+        samples: dict[str, float] = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                samples[name] = float(value)
+        return samples
 
     def stop(self) -> None:
         """Stop it (SIGTERM, then SIGKILL)."""

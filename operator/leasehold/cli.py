@@ -56,6 +56,8 @@ def _cmd_operator(args: argparse.Namespace) -> int:
         overrides["expiry_margin_seconds"] = args.expiry_margin_seconds
     if args.liveness_endpoint is not None:
         overrides["liveness_endpoint"] = args.liveness_endpoint
+    if args.metrics_port is not None:
+        overrides["metrics_port"] = args.metrics_port
     if args.peering:
         overrides["peering_name"] = args.peering
         overrides["standalone"] = False
@@ -124,6 +126,11 @@ def build_parser() -> argparse.ArgumentParser:
     p_op.add_argument(
         "--liveness-endpoint",
         help="where to serve the liveness probe (default http://0.0.0.0:8080/healthz)",
+    )
+    p_op.add_argument(
+        "--metrics-port",
+        type=int,
+        help="port of the Prometheus /metrics endpoint, 0 to disable (default 9090)",
     )
     p_op.add_argument(
         "--peering",

@@ -29,7 +29,7 @@ from typing import Any
 
 import kopf
 
-from leasehold import models
+from leasehold import metrics, models
 from leasehold.protocol import ExpiryClock
 from leasehold.service import JobService
 from leasehold.settings import OperatorSettings
@@ -100,6 +100,26 @@ class _Due:
     generation: int = field(compare=False)
 
 
+@dataclass(frozen=True)
+class LeaseChange:
+    """What one JobLease watch event changed.
+
+    Attributes:
+        before: ``(holder, token, completion, cap)`` seen last, ``None`` at first sight.
+        after: the same now (``None`` when the lease was deleted).
+        generation_changed: the spec changed since the last event.
+    """
+
+    before: tuple[Any, ...] | None
+    after: tuple[Any, ...] | None
+    generation_changed: bool
+
+    @property
+    def needs_reconcile(self) -> bool:
+        """Holder, token, completion or cap changed: the job's status moves."""
+        return self.before != self.after
+
+
 @dataclass
 class _Watched:
     namespace: str
@@ -134,7 +154,7 @@ class ExpiryWatch:
         self._watched: dict[str, _Watched] = {}
         self._wake = asyncio.Event()
 
-    def observe(self, body: dict[str, Any], deleted: bool = False) -> bool:
+    def observe(self, body: dict[str, Any], deleted: bool = False) -> LeaseChange:
         """Note a JobLease watch event.
 
         Args:
@@ -142,15 +162,15 @@ class ExpiryWatch:
             deleted: whether the event was a deletion.
 
         Returns:
-            Whether holder, token or completion changed since the last event
-            (the job then needs a reconcile).
+            What changed since the last event of this lease.
         """
         meta = body.get("metadata", {})
         spec = body.get("spec", {})
         key = f"{meta.get('namespace')}/{meta.get('name')}/{meta.get('uid')}"
         if deleted:
             self._clock.forget(key)
-            return self._watched.pop(key, None) is not None
+            gone = self._watched.pop(key, None)
+            return LeaseChange(gone.signature if gone else None, None, False)
         generation = int(meta.get("generation", 0))
         signature = (
             spec.get("holderIdentity"),
@@ -174,7 +194,11 @@ class ExpiryWatch:
             due = first_seen + self._watched[key].duration_seconds + self._clock.margin_seconds
             heapq.heappush(self._heap, _Due(due, key, generation))
             self._wake.set()
-        return old is None or old.signature != signature
+        return LeaseChange(
+            old.signature if old else None,
+            signature,
+            old is None or old.generation != generation,
+        )
 
     async def run(self) -> None:
         """Check leases as they come due; runs until cancelled."""
@@ -201,6 +225,7 @@ class ExpiryWatch:
                     self._heap, _Due(self._monotonic() + remaining, due.key, due.generation)
                 )
                 continue
+            metrics.EXPIRATIONS.inc()
             try:
                 await self._on_expired(
                     watched.namespace, watched.name, watched.job_name, due.generation
@@ -225,6 +250,7 @@ class Runtime:
     service: JobService
     queue: WorkQueue
     expiry: ExpiryWatch
+    phases: metrics.JobPhases = field(default_factory=metrics.JobPhases)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
 
@@ -242,6 +268,8 @@ def build_runtime(settings: OperatorSettings, service: JobService) -> Runtime:
 
     async def on_expired(namespace: str, lease_name: str, job_name: str, generation: int) -> None:
         outcome = await asyncio.to_thread(service.reclaim, namespace, lease_name, generation)
+        if outcome.reclaimed:
+            metrics.RECLAIMS.inc()
         log.debug("expiry of %s/%s: %s", namespace, lease_name, outcome.reason)
         queue.trigger(namespace, job_name)
 
@@ -270,6 +298,7 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     settings.peering.name = runtime.settings.peering_name
     settings.peering.priority = runtime.settings.priority
     runtime.tasks.append(asyncio.get_running_loop().create_task(runtime.expiry.run()))
+    metrics.serve(runtime.settings.metrics_port)
     log.info(
         "leasehold operator started (expiry margin %.1fs, %s)",
         runtime.settings.expiry_margin_seconds,
@@ -289,9 +318,12 @@ async def stop_tasks(memo: Any, **_: Any) -> None:
 @kopf.on.event(models.GROUP, models.VERSION, "leasedjobs")
 async def leased_job_event(*, type: str, body: kopf.Body, memo: Any, **_: Any) -> None:
     """A LeasedJob changed: reconcile it."""
+    meta = body["metadata"]
+    key = f"{meta['namespace']}/{meta['name']}"
+    phase = (body.get("status") or {}).get("phase")
+    memo.runtime.phases.observe(key, phase, deleted=type == "DELETED")
     if type == "DELETED":
         return
-    meta = body["metadata"]
     memo.runtime.queue.trigger(meta["namespace"], meta["name"])
 
 
@@ -300,7 +332,16 @@ async def job_lease_event(*, type: str, body: kopf.Body, memo: Any, **_: Any) ->
     """A JobLease changed: feed the expiry clock; reconcile its job on a real change."""
     runtime: Runtime = memo.runtime
     raw = dict(body)
-    changed = runtime.expiry.observe(raw, deleted=type == "DELETED")
-    if changed:
+    change = runtime.expiry.observe(raw, deleted=type == "DELETED")
+    if change.after is None:
+        metrics.lease_forgotten(change.before)
+    else:
+        metrics.observe_lease_change(
+            change.before,
+            change.after,
+            change.generation_changed,
+            raw.get("spec", {}).get("renewTime"),
+        )
+    if change.needs_reconcile:
         job_name = raw.get("spec", {}).get("jobName") or raw["metadata"]["name"]
         runtime.queue.trigger(raw["metadata"]["namespace"], job_name)

@@ -30,6 +30,9 @@ class OperatorSettings(BaseSettings):
     liveness_endpoint: str = "http://0.0.0.0:8080/healthz"
     """Where Kopf serves its liveness probe (empty to disable)."""
 
+    metrics_port: int = Field(default=9090, ge=0, le=65535)
+    """Port of the Prometheus ``/metrics`` endpoint (0 disables it)."""
+
     standalone: bool = True
     """Run without Kopf peering (a single replica). HA installs set it false."""
 

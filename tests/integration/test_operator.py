@@ -162,6 +162,13 @@ def test_paused_worker_is_reclaimed_and_cannot_complete(
     assert final.completion is not None
     assert final.completion.fencing_token == 2
     assert any(r == "Reclaimed" for r, _ in events(api_client, namespace, "pause"))
+    scraped = operator.metrics()
+    assert scraped["leasehold_reclaims_total"] == 1
+    assert scraped["leasehold_expirations_total"] >= 1
+    assert scraped["leasehold_claims_total"] == 2
+    assert scraped["leasehold_renewals_observed_total"] >= 1
+    assert scraped['leasehold_jobs{phase="Succeeded"}'] == 1
+    assert scraped["leasehold_leases_held"] == 0
 
 
 def test_renewing_worker_is_never_reclaimed(
