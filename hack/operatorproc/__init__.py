@@ -29,10 +29,19 @@ class OperatorProcess:
         namespace: the namespace to watch.
         log_path: where its output goes.
         margin_seconds: the expiry margin.
+        peering: run with Kopf peering under this name (HA), or standalone.
+        priority: this replica's peering priority.
     """
 
     def __init__(
-        self, kubeconfig: Path, namespace: str, log_path: Path, margin_seconds: float = 1.0
+        self,
+        kubeconfig: Path,
+        namespace: str,
+        log_path: Path,
+        margin_seconds: float = 1.0,
+        *,
+        peering: str | None = None,
+        priority: int = 0,
     ) -> None:
         self.kubeconfig = kubeconfig
         self.namespace = namespace
@@ -40,6 +49,8 @@ class OperatorProcess:
         self.margin_seconds = margin_seconds
         self.proc: subprocess.Popen[bytes] | None = None
         self.metrics_port = _free_port()
+        self.peering = peering
+        self.priority = priority
 
     def start(self) -> None:
         """Start it and wait until its liveness endpoint answers."""
@@ -58,6 +69,11 @@ class OperatorProcess:
                 f"http://127.0.0.1:{port}/healthz",
                 "--metrics-port",
                 str(self.metrics_port),
+                *(
+                    ["--peering", self.peering, "--priority", str(self.priority)]
+                    if self.peering
+                    else []
+                ),
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
