@@ -14,12 +14,13 @@ import kopf
 from kubernetes import client, config
 
 from leasehold import controller
+from leasehold.kubeclient import new_api_client
 from leasehold.service import JobService
 from leasehold.settings import OperatorSettings
 
 
 def api_client() -> client.ApiClient:
-    """An API client from ``$KUBECONFIG``/``~/.kube/config``, else in-cluster.
+    """The operator's API client: ``$KUBECONFIG``, in-cluster, else ``~/.kube/config``.
 
     Returns:
         A configured ``kubernetes.client.ApiClient``.
@@ -28,8 +29,7 @@ def api_client() -> client.ApiClient:
         kubernetes.config.ConfigException: no credentials found.
     """
     try:
-        config.load_incluster_config()
-        return client.ApiClient()
+        return new_api_client()
     except config.ConfigException:
         api: client.ApiClient = config.new_client_from_config()
         return api
