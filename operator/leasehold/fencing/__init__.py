@@ -133,8 +133,60 @@ class MemoryFence:
         with self._lock:
             return self._highest.get(resource)
 
+    def _check(self, resource: str, token: int, idempotency_key: str | None) -> int | None:
+        previous = self._highest.get(resource)
+        if not admits(previous, token):
+            assert previous is not None
+            raise StaleToken(resource, token, previous)
+        if idempotency_key is not None and idempotency_key in self._applied:
+            raise DuplicateEffect(idempotency_key)
+        return previous
+
+    def check(self, resource: str, token: int, idempotency_key: str | None = None) -> int | None:
+        """Refuse what :meth:`admit` would refuse; record nothing.
+
+        For targets that apply the effect between a check and a record (the
+        HTTP middleware): they must hold a per-resource lock across both.
+
+        Args:
+            resource: the resource key the effect writes.
+            token: the writer's fencing token.
+            idempotency_key: the effect's key, if it has one.
+
+        Returns:
+            The highest token accepted so far, ``None`` if none.
+
+        Raises:
+            StaleToken: a higher token was accepted for ``resource`` before.
+            DuplicateEffect: ``idempotency_key`` was applied before.
+        """
+        with self._lock:
+            return self._check(resource, token, idempotency_key)
+
+    def record(self, resource: str, token: int, idempotency_key: str | None = None) -> Admitted:
+        """Check again and record an applied effect, in one step.
+
+        Args:
+            resource: the resource key the effect wrote.
+            token: the effect's fencing token.
+            idempotency_key: the effect's key, if it has one.
+
+        Returns:
+            What was admitted.
+
+        Raises:
+            StaleToken: a higher token was accepted for ``resource`` before.
+            DuplicateEffect: ``idempotency_key`` was applied before.
+        """
+        with self._lock:
+            previous = self._check(resource, token, idempotency_key)
+            if idempotency_key is not None:
+                self._applied.add(idempotency_key)
+            self._highest[resource] = token
+            return Admitted(resource, token, previous)
+
     def admit(self, resource: str, token: int, idempotency_key: str | None = None) -> Admitted:
-        """Check an effect and record it as accepted.
+        """Check an effect and record it as accepted, in one step.
 
         Args:
             resource: the resource key the effect writes.
@@ -148,14 +200,4 @@ class MemoryFence:
             StaleToken: a higher token was accepted for ``resource`` before.
             DuplicateEffect: ``idempotency_key`` was applied before.
         """
-        with self._lock:
-            previous = self._highest.get(resource)
-            if not admits(previous, token):
-                assert previous is not None
-                raise StaleToken(resource, token, previous)
-            if idempotency_key is not None:
-                if idempotency_key in self._applied:
-                    raise DuplicateEffect(idempotency_key)
-                self._applied.add(idempotency_key)
-            self._highest[resource] = token
-            return Admitted(resource, token, previous)
+        return self.record(resource, token, idempotency_key)
