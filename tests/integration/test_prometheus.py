@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from tests.integration.test_operator import create_job, phase_is, run, wait_for
 
 from operatorproc import OperatorProcess
 from podrunner import PodRunner
+from tests.integration.test_operator import create_job, phase_is, run, wait_for
 
 
 def _free_port() -> int:
