@@ -57,6 +57,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Final, Protocol, TypeVar
 
+from leasehold import fencing
 from leasehold.kubeclient import new_api_client
 from leasehold.models import (
     ENV_FENCING_TOKEN,
@@ -490,6 +491,62 @@ class LeaseHolder:
     def token(self) -> FencingToken:
         """The fencing token to send with every effect (targets reject lower ones)."""
         return self._token
+
+    def effect_key(self, step: str) -> str:
+        """The idempotency key of one effect of this attempt: ``job/token/step``.
+
+        Args:
+            step: the effect's name within the attempt (e.g. ``"charge-card"``).
+
+        Returns:
+            e.g. ``"ns/payout/8/charge-card"``: unique per job, attempt and step.
+        """
+        return fencing.idempotency_key(
+            f"{self.namespace}/{self.job_name or self.lease_name}", self._token, step
+        )
+
+    def fencing_headers(self, resource: str, step: str | None = None) -> dict[str, str]:
+        """HTTP headers that carry this attempt's token to a fenced service.
+
+        Args:
+            resource: the resource key the request writes.
+            step: name of the effect, for an ``Idempotency-Key`` header.
+
+        Returns:
+            Headers for :class:`~leasehold.fencing.http.FencingMiddleware`.
+        """
+        from leasehold.fencing.http import fencing_headers
+
+        key = self.effect_key(step) if step is not None else None
+        return fencing_headers(self._token, resource, key)
+
+    def sql_params(self, resource: str, step: str | None = None) -> dict[str, Any]:
+        """Named SQL parameters for :data:`leasehold.fencing.postgres.FENCE_SQL`.
+
+        Args:
+            resource: the resource key the statement writes.
+            step: name of the effect, for its idempotency key.
+
+        Returns:
+            ``{"leasehold_token": ..., "leasehold_resource": ..., ...}``.
+        """
+        from leasehold.fencing.postgres import sql_params
+
+        key = self.effect_key(step) if step is not None else None
+        return dict(sql_params(self._token, resource, key))
+
+    def annotate(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Put this attempt's token on a Kubernetes object (fenced by the policy).
+
+        Args:
+            body: the object (or patch) as a dict; changed in place.
+
+        Returns:
+            ``body``, with the ``leasehold.dev/fencing-token`` annotation.
+        """
+        from leasehold.fencing.kube import annotate
+
+        return annotate(body, self._token)
 
     @property
     def key(self) -> str:

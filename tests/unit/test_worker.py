@@ -521,3 +521,21 @@ def test_add_run_parser_registers_run_with_its_func() -> None:
     assert args.grace_seconds == 1.5
     assert args.run_argv == ["--", "sh", "-c", "exit 3"]
     assert callable(args.func)
+
+
+# -- fencing helpers ----------------------------------------------------------
+
+
+def test_holder_carries_its_token_to_each_kind_of_target() -> None:
+    holder = make_holder(FakeStore(), 10)
+    assert holder.effect_key("pay") == "ns/job/1/pay"
+    headers = holder.fencing_headers("account/42", step="pay")
+    assert headers["Leasehold-Fencing-Token"] == "1"
+    assert headers["Leasehold-Resource"] == "account/42"
+    assert headers["Idempotency-Key"] == "ns/job/1/pay"
+    params = holder.sql_params("account/42", step="pay")
+    assert params["leasehold_token"] == 1
+    assert params["leasehold_resource"] == "account/42"
+    assert params["leasehold_idempotency_key"] == "ns/job/1/pay"
+    body = holder.annotate({"metadata": {"name": "cm"}})
+    assert body["metadata"]["annotations"]["leasehold.dev/fencing-token"] == "1"
