@@ -94,6 +94,7 @@ class LocalCluster:
         self.stop_with_parent = stop_with_parent
         self.timings: dict[str, float] = {}
         self._bin_dir = bin_dir
+        self._used_bin_dir: Path = Path()
         self._ports: Ports | None = None
         self._processes: dict[str, Process] = {}
 
@@ -149,6 +150,7 @@ class LocalCluster:
         # state file must name the binaries the way /proc shows them.
         bin_dir = bin_dir.absolute()
         check_binaries(bin_dir)
+        self._used_bin_dir = bin_dir
 
         began = time.monotonic()
         self.timings = {}
@@ -189,6 +191,38 @@ class LocalCluster:
             raise
         self.timings["total"] = time.monotonic() - began
         return self.kubeconfig
+
+    def restart(self, component: str, *, down_seconds: float = 0.0, grace: float = 10.0) -> None:
+        """Stop one component, keep it down a while, start it again and wait until healthy.
+
+        For fault-injection runs: restarting ``etcd`` or ``kube-apiserver``
+        makes every client see its connections drop and its watches end.
+
+        Args:
+            component: ``etcd``, ``kube-apiserver``, ``kube-controller-manager``
+                or ``kube-scheduler``.
+            down_seconds: how long it stays stopped.
+            grace: seconds between SIGTERM and SIGKILL.
+
+        Raises:
+            StateError: the cluster is not started or has no such component.
+            ComponentError: it does not come back healthy within ``timeout``.
+        """
+        process = self._processes.get(component)
+        if process is None:
+            raise StateError(f"no running component {component!r} to restart")
+        stop_all([[process]], grace)
+        time.sleep(down_seconds)
+        builders = {
+            ETCD: etcd_args,
+            APISERVER: apiserver_args,
+            SCHEDULER: scheduler_args,
+            CONTROLLER_MANAGER: controller_manager_args,
+        }
+        probes = component_probes(self.layout, self.ports)
+        self._run(
+            self._used_bin_dir, component, builders[component], probes[component], time.monotonic()
+        )
 
     def stop(self, grace: float = 10.0) -> None:
         """Stop every started component: SIGTERM, then SIGKILL after ``grace`` s.

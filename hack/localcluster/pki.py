@@ -36,7 +36,7 @@ APISERVER_IPS = ("127.0.0.1", "::1", SERVICE_IP)
 
 _CA_LIFETIME = datetime.timedelta(days=3650)
 _LEAF_LIFETIME = datetime.timedelta(days=365)
-_CLOCK_SKEW = datetime.timedelta(hours=1)
+_CLOCK_SKEW = datetime.timedelta(hours=2)
 
 _PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
 

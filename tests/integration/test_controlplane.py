@@ -259,3 +259,17 @@ def test_failed_component_is_named_with_its_log(tmp_path: Path) -> None:
     assert "etcd: cannot start, flags were --name=leasehold" in str(failure.value)
     assert not (tmp_path / "cluster" / "state.json").exists()
     assert (tmp_path / "cluster" / "logs" / "etcd.log").exists()
+
+
+def test_restart_of_the_apiserver_and_etcd(tmp_path: Path) -> None:
+    """A restarted component comes back healthy and keeps the data (fault injection)."""
+    with LocalCluster(tmp_path / "c") as cluster:
+        api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
+        core = client.CoreV1Api(api)
+        core.create_namespaced_config_map(
+            "default", client.V1ConfigMap(metadata=client.V1ObjectMeta(name="kept"))
+        )
+        cluster.restart("etcd", down_seconds=0.5)
+        cluster.restart("kube-apiserver")
+        assert core.read_namespaced_config_map("kept", "default").metadata is not None
+        api.close()
