@@ -1,0 +1,208 @@
+"""Check a recorded history of a chaos run against the lease and fencing guarantees.
+
+Why this exists: faults (pauses, kills, clock skew, restarts, delayed and
+dropped traffic) are only worth injecting if something checks, afterwards,
+that no guarantee was broken. Like Jepsen's checkers, this works on a history
+of operations recorded while the run went on, never on the system's own view
+of itself.
+
+A history is a list of records (dicts, one JSON line each). Kinds:
+
+* ``observed`` — the run's lease watch saw a lease change:
+  ``{"kind": "observed", "t": ..., "lease": "ns/name", "holder": str|None,
+  "token": int, "completion": {"token": int, "holder": str, "outcome": str}|None}``
+* ``complete`` — a worker's completion and the store's answer:
+  ``{"kind": "complete", "t", "job", "holder", "token", "ok": bool}``
+* ``write`` — a fenced write to the target and its answer:
+  ``{"kind": "write", "t", "job", "key", "holder", "token", "ok": bool,
+  "check_at": float, "deadline": float|None}`` (monotonic seconds; ``check_at``
+  is when the worker's lease check before the write passed)
+* ``applied`` — the target's own log of accepted writes, in commit order:
+  ``{"kind": "applied", "seq": int, "key": str, "token": int}``
+* ``job_end`` — how each job ended:
+  ``{"kind": "job_end", "job", "phase": str|None, "reason": str|None}``
+* ``fault`` and any other kind are counted, not checked.
+
+Invariants (each violation is reported with the records that show it):
+
+1. per job at most one accepted completion, under the token and holder that
+   held the lease at that time (the last claim the watch saw before it; the
+   watch delivers one lease's changes in the store's order), never changed;
+2. per lease, tokens observed at successive claims strictly increase;
+3. per target key, no accepted write carries a token lower than one accepted
+   before it (in the target's commit order);
+4. no job lost: every job ends ``Succeeded`` or ``Failed``, and a failed one
+   says why (attempts used up or deadline);
+5. no accepted write was started after its worker's local deadline.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Report:
+    """The checker's verdict.
+
+    Attributes:
+        operations: count of records by kind (and ok/rejected for answers).
+        faults: count of injected faults by kind.
+        violations: human-readable violations, grouped by invariant.
+    """
+
+    operations: Counter[str] = field(default_factory=Counter)
+    faults: Counter[str] = field(default_factory=Counter)
+    violations: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+
+    @property
+    def ok(self) -> bool:
+        """Whether no invariant was violated."""
+        return not any(self.violations.values())
+
+    def table(self) -> str:
+        """The report as a plain-text table."""
+        lines = ["faults injected:"]
+        lines += [f"  {k:<28} {v:>6}" for k, v in sorted(self.faults.items())] or ["  (none)"]
+        lines.append("operations:")
+        lines += [f"  {k:<28} {v:>6}" for k, v in sorted(self.operations.items())]
+        lines.append("violations:")
+        for name in INVARIANTS:
+            found = self.violations.get(name, [])
+            lines.append(f"  {name:<28} {len(found):>6}")
+            lines += [f"    - {v}" for v in found[:5]]
+        return "\n".join(lines)
+
+
+INVARIANTS = (
+    "one-completion-per-job",
+    "tokens-increase-per-lease",
+    "target-tokens-never-go-back",
+    "no-job-lost",
+    "no-effect-after-deadline",
+)
+
+
+def check(history: list[dict[str, Any]]) -> Report:
+    """Check a history against the five invariants.
+
+    Args:
+        history: the records, in the order they were recorded (``t`` is
+            monotonic seconds of one machine; ``applied`` records carry the
+            target's commit sequence ``seq`` instead).
+
+    Returns:
+        The report; ``report.ok`` is the verdict.
+    """
+    report = Report()
+    for record in history:
+        kind = str(record.get("kind"))
+        if kind == "fault":
+            report.faults[str(record.get("fault"))] += 1
+            continue
+        if "ok" in record:
+            kind = f"{kind} {'accepted' if record['ok'] else 'rejected'}"
+        report.operations[kind] += 1
+
+    _check_claims_and_completions(history, report)
+    _check_target(history, report)
+    _check_jobs(history, report)
+    _check_deadlines(history, report)
+    return report
+
+
+def _check_claims_and_completions(history: list[dict[str, Any]], report: Report) -> None:
+    """Invariants 1 and 2, on the watch's own order (etcd order) per lease."""
+    claimed: dict[str, tuple[int, str]] = {}
+    last_token: dict[str, int] = {}
+    completion_seen: dict[str, dict[str, Any]] = {}
+    for record in history:
+        if record.get("kind") != "observed":
+            continue
+        lease, token = str(record["lease"]), int(record["token"])
+        holder, completion = record.get("holder"), record.get("completion")
+        previous = last_token.get(lease)
+        if previous is not None and token < previous:
+            report.violations["tokens-increase-per-lease"].append(
+                f"{lease}: token went down from {previous} to {token}"
+            )
+        if holder is not None and claimed.get(lease) != (token, str(holder)):
+            before = claimed.get(lease)
+            if before is not None and token <= before[0]:
+                report.violations["tokens-increase-per-lease"].append(
+                    f"{lease}: claim under token {token} after a claim under {before[0]}"
+                )
+            claimed[lease] = (token, str(holder))
+        last_token[lease] = token if previous is None else max(token, previous)
+        if completion is None:
+            if lease in completion_seen:
+                report.violations["one-completion-per-job"].append(
+                    f"{lease}: the recorded completion disappeared"
+                )
+            continue
+        first = completion_seen.setdefault(lease, completion)
+        if first != completion:
+            report.violations["one-completion-per-job"].append(
+                f"{lease}: completion changed from {first} to {completion}"
+            )
+        elif first is completion:
+            held = claimed.get(lease)
+            if held is None or (int(completion["token"]), str(completion["holder"])) != held:
+                report.violations["one-completion-per-job"].append(
+                    f"{lease}: completion under token {completion['token']} by"
+                    f" {completion['holder']} while the last claim was {held}"
+                )
+    accepted: dict[str, set[int]] = defaultdict(set)
+    for record in history:
+        if record.get("kind") == "complete" and record.get("ok"):
+            accepted[str(record["job"])].add(int(record["token"]))
+    for job, tokens in accepted.items():
+        if len(tokens) > 1:
+            report.violations["one-completion-per-job"].append(
+                f"{job}: completions accepted under tokens {sorted(tokens)}"
+            )
+
+
+def _check_target(history: list[dict[str, Any]], report: Report) -> None:
+    applied = sorted((r for r in history if r.get("kind") == "applied"), key=lambda r: r["seq"])
+    highest: dict[str, tuple[int, int]] = {}
+    for record in applied:
+        key, token, seq = str(record["key"]), int(record["token"]), int(record["seq"])
+        before = highest.get(key)
+        if before is not None and token < before[0]:
+            report.violations["target-tokens-never-go-back"].append(
+                f"{key}: write #{seq} with token {token} accepted after #{before[1]} with"
+                f" token {before[0]}"
+            )
+        if before is None or token >= before[0]:
+            highest[key] = (token, seq)
+
+
+def _check_jobs(history: list[dict[str, Any]], report: Report) -> None:
+    for record in history:
+        if record.get("kind") != "job_end":
+            continue
+        phase, reason = record.get("phase"), record.get("reason")
+        if phase not in ("Succeeded", "Failed"):
+            report.violations["no-job-lost"].append(
+                f"{record['job']}: ended in phase {phase!r}, not Succeeded or Failed"
+            )
+        elif phase == "Failed" and reason not in ("AttemptsExhausted", "DeadlineExceeded",
+                                                  "WorkerFailed"):
+            report.violations["no-job-lost"].append(
+                f"{record['job']}: failed without a reason the run allows ({reason!r})"
+            )
+
+
+def _check_deadlines(history: list[dict[str, Any]], report: Report) -> None:
+    for record in history:
+        if record.get("kind") != "write" or not record.get("ok"):
+            continue
+        deadline = record.get("deadline")
+        if deadline is None or float(record["check_at"]) > float(deadline):
+            report.violations["no-effect-after-deadline"].append(
+                f"{record['job']}: write under token {record['token']} passed its lease check"
+                f" at {record['check_at']:.3f}, after the worker's deadline {deadline}"
+            )

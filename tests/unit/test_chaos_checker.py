@@ -1,0 +1,158 @@
+"""The chaos checker finds each violation in hand-made histories (and none in a clean one)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from chaos.checker import INVARIANTS, check
+
+
+def observed(lease: str, holder: str | None, token: int, completion: Any = None) -> dict[str, Any]:
+    return {
+        "kind": "observed",
+        "t": 0.0,
+        "lease": lease,
+        "holder": holder,
+        "token": token,
+        "completion": completion,
+    }
+
+
+def done(token: int, holder: str, outcome: str = "Succeeded") -> dict[str, Any]:
+    return {"token": token, "holder": holder, "outcome": outcome}
+
+
+CLEAN: list[dict[str, Any]] = [
+    {"kind": "fault", "fault": "pause"},
+    observed("ns/a", None, 0),
+    observed("ns/a", "a-1", 1),
+    {
+        "kind": "write",
+        "job": "ns/a",
+        "key": "k",
+        "holder": "a-1",
+        "token": 1,
+        "ok": True,
+        "check_at": 1.0,
+        "deadline": 2.0,
+    },
+    observed("ns/a", None, 1),  # reclaimed
+    observed("ns/a", "a-2", 2),
+    {
+        "kind": "write",
+        "job": "ns/a",
+        "key": "k",
+        "holder": "a-2",
+        "token": 2,
+        "ok": True,
+        "check_at": 5.0,
+        "deadline": 6.0,
+    },
+    {
+        "kind": "write",
+        "job": "ns/a",
+        "key": "k",
+        "holder": "a-1",
+        "token": 1,
+        "ok": False,
+        "check_at": 1.5,
+        "deadline": 2.0,
+    },
+    {"kind": "complete", "job": "ns/a", "holder": "a-1", "token": 1, "ok": False},
+    {"kind": "complete", "job": "ns/a", "holder": "a-2", "token": 2, "ok": True},
+    observed("ns/a", None, 2, done(2, "a-2")),
+    observed("ns/a", None, 2, done(2, "a-2")),
+    {"kind": "applied", "seq": 1, "key": "k", "token": 1},
+    {"kind": "applied", "seq": 2, "key": "k", "token": 2},
+    {"kind": "applied", "seq": 3, "key": "k", "token": 2},
+    {"kind": "job_end", "job": "ns/a", "phase": "Succeeded", "reason": "Completed"},
+    {"kind": "job_end", "job": "ns/b", "phase": "Failed", "reason": "AttemptsExhausted"},
+]
+
+
+def test_a_clean_history_passes_and_is_counted() -> None:
+    report = check(CLEAN)
+    assert report.ok, report.table()
+    assert report.faults["pause"] == 1
+    assert report.operations["write accepted"] == 2
+    assert report.operations["write rejected"] == 1
+    assert report.operations["complete accepted"] == 1
+    assert all(name in report.table() for name in INVARIANTS)
+
+
+def with_(extra: list[dict[str, Any]], drop: int | None = None) -> list[dict[str, Any]]:
+    base = [r for i, r in enumerate(CLEAN) if i != drop]
+    return base + extra
+
+
+@pytest.mark.parametrize(
+    ("history", "invariant"),
+    [
+        pytest.param(
+            with_([{"kind": "complete", "job": "ns/a", "holder": "a-1", "token": 1, "ok": True}]),
+            "one-completion-per-job",
+            id="two-accepted-completions",
+        ),
+        pytest.param(
+            with_([observed("ns/a", None, 2, done(2, "a-2", "Failed"))]),
+            "one-completion-per-job",
+            id="completion-changed",
+        ),
+        pytest.param(
+            [observed("ns/x", "x-2", 2), observed("ns/x", None, 2, done(1, "x-1"))],
+            "one-completion-per-job",
+            id="completion-under-stale-token",
+        ),
+        pytest.param(
+            [observed("ns/x", "x-2", 2), observed("ns/x", None, 1)],
+            "tokens-increase-per-lease",
+            id="token-goes-down",
+        ),
+        pytest.param(
+            [observed("ns/x", "x-2", 2), observed("ns/x", None, 2), observed("ns/x", "y", 2)],
+            "tokens-increase-per-lease",
+            id="claim-without-a-new-token",
+        ),
+        pytest.param(
+            with_([{"kind": "applied", "seq": 4, "key": "k", "token": 1}]),
+            "target-tokens-never-go-back",
+            id="stale-write-applied",
+        ),
+        pytest.param(
+            with_([{"kind": "job_end", "job": "ns/c", "phase": "Running", "reason": None}]),
+            "no-job-lost",
+            id="job-never-finished",
+        ),
+        pytest.param(
+            with_([{"kind": "job_end", "job": "ns/c", "phase": "Failed", "reason": "Oops"}]),
+            "no-job-lost",
+            id="job-failed-without-reason",
+        ),
+        pytest.param(
+            with_(
+                [
+                    {
+                        "kind": "write",
+                        "job": "ns/a",
+                        "key": "k",
+                        "holder": "a-2",
+                        "token": 2,
+                        "ok": True,
+                        "check_at": 7.0,
+                        "deadline": 6.0,
+                    }
+                ]
+            ),
+            "no-effect-after-deadline",
+            id="write-after-deadline",
+        ),
+    ],
+)
+def test_each_violation_is_found(history: list[dict[str, Any]], invariant: str) -> None:
+    report = check(history)
+    assert not report.ok
+    assert report.violations[invariant], report.table()
+    others = [name for name in INVARIANTS if name != invariant and report.violations.get(name)]
+    assert others == [], report.table()
