@@ -75,3 +75,11 @@ cluster-down: venv ## Stop the local control plane.
 .PHONY: demo
 demo: venv controlplane tools ## The main job: control plane, CRDs, an example LeasedJob (KEEP=1 keeps it up).
 	hack/demo.sh
+
+##@ Acceptance and benchmarks
+
+SEED ?= $(shell date +%s)
+
+.PHONY: chaos
+chaos: venv controlplane tools ## Jepsen-style run: 200 jobs under faults, history checked (SEED=n to replay).
+	PYTHONPATH=hack $(PY) -m chaos.run --seed $(SEED) --jobs 200 --minutes 8

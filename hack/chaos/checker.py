@@ -189,8 +189,11 @@ def _check_jobs(history: list[dict[str, Any]], report: Report) -> None:
             report.violations["no-job-lost"].append(
                 f"{record['job']}: ended in phase {phase!r}, not Succeeded or Failed"
             )
-        elif phase == "Failed" and reason not in ("AttemptsExhausted", "DeadlineExceeded",
-                                                  "WorkerFailed"):
+        elif phase == "Failed" and reason not in (
+            "AttemptsExhausted",
+            "DeadlineExceeded",
+            "WorkerFailed",
+        ):
             report.violations["no-job-lost"].append(
                 f"{record['job']}: failed without a reason the run allows ({reason!r})"
             )

@@ -69,6 +69,11 @@ class TcpProxy:
             for writer in list(self._writers):
                 writer.close()
             self._open.set()
+            current = asyncio.current_task()
+            tasks = [t for t in asyncio.all_tasks() if t is not current]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
         asyncio.run_coroutine_threadsafe(_stop(), self._loop).result(timeout=10)
         self._loop.call_soon_threadsafe(self._loop.stop)

@@ -31,6 +31,7 @@ class OperatorProcess:
         margin_seconds: the expiry margin.
         peering: run with Kopf peering under this name (HA), or standalone.
         priority: this replica's peering priority.
+        env: extra environment (e.g. libfaketime's, to skew its clock).
     """
 
     def __init__(
@@ -42,6 +43,7 @@ class OperatorProcess:
         *,
         peering: str | None = None,
         priority: int = 0,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.kubeconfig = kubeconfig
         self.namespace = namespace
@@ -51,11 +53,12 @@ class OperatorProcess:
         self.metrics_port = _free_port()
         self.peering = peering
         self.priority = priority
+        self.env = dict(env or {})
 
     def start(self) -> None:
         """Start it and wait until its liveness endpoint answers."""
         port = _free_port()
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), **self.env}
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             [

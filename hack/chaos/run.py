@@ -1,0 +1,539 @@
+"""``make chaos``: many LeasedJobs under injected faults, then a checked history.
+
+Brings up a local control plane, PostgreSQL, the pod runner and the operator;
+runs ``--jobs`` LeasedJobs whose workers (:mod:`chaos.worker`) make fenced
+writes to PostgreSQL; races pull-mode claimers against the operator; and
+injects faults on a seeded, logged schedule:
+
+* ``pause``: SIGSTOP a random worker longer than its lease, then SIGCONT;
+* ``kill``: SIGKILL a random worker;
+* clock skew: workers run under libfaketime at +1 h / -1 h / 0 (per job), the
+  operator at +1 h, and the operator is restarted at -1 h mid-run (a wall-clock
+  step between two lifetimes; see "Clock assumptions");
+* ``operator-restart`` (SIGKILL + start), ``apiserver-restart``, ``etcd-restart``;
+* ``hold-api``/``hold-db`` (traffic held for a few seconds, then delivered),
+  ``drop-api``/``drop-db`` (open connections cut, so replies to renewals,
+  releases or writes in flight are lost), ``delay-db`` (added latency).
+
+Workers reach the API server and PostgreSQL through the fault proxies; the
+operator talks to the API server directly. Afterwards :mod:`chaos.checker`
+checks the history and the run prints the table; exit code 1 on a violation.
+
+Clock assumptions (what the design needs, and what is tested): expiry is
+judged on monotonic clocks, so wall clocks may be off by any amount and may
+step; monotonic clocks may drift in rate by a small fraction (the margins:
+the worker gives up ``margin`` before ``duration``, the operator waits
+``margin`` after it; a rate error ``r`` is safe while ``r * duration`` is well
+under the sum of margins, i.e. far beyond real hardware's ~1e-4). libfaketime
+cannot step only the wall clock while keeping a real monotonic clock (its
+``DONT_FAKE_MONOTONIC`` mode breaks ``sleep`` here), so processes get a fixed
+offset for their lifetime and the step is applied by restarting the operator.
+
+Usage: ``PYTHONPATH=hack .venv/bin/python -m chaos.run --seed 7 [--jobs 200]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import yaml
+from kubernetes import client, config, watch
+
+from chaos import checker
+from chaos.worker import SCHEMA_SQL, record, work
+from faultproxy import TcpProxy
+from leasehold import worker as sdk
+from leasehold.fencing.postgres import install
+from leasehold.store import LeaseStore
+from localcluster import LocalCluster, tools_bin_dir
+from operatorproc import OperatorProcess
+from pgserver import PostgresServer
+from podrunner import PodRunner
+
+REPO = Path(__file__).resolve().parents[2]
+NS = "chaos"
+FAKETIME_LIB = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+LEASE_SECONDS = 3
+MAX_ATTEMPTS = 8
+
+
+def log(message: str) -> None:
+    """One line of the run's own log."""
+    print(f"[chaos {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def faketime_env(offset: str) -> dict[str, str]:
+    """Environment that runs a process with its wall clock off by ``offset``."""
+    if not offset or not FAKETIME_LIB.exists():
+        return {}
+    return {"LD_PRELOAD": str(FAKETIME_LIB), "FAKETIME": offset}
+
+
+class Run:
+    """One chaos run: the system under test, the workload and the faults."""
+
+    def __init__(self, args: argparse.Namespace, work_dir: Path) -> None:
+        self.args = args
+        self.rng = random.Random(args.seed)
+        self.dir = work_dir
+        self.history = str(work_dir / "history.jsonl")
+        Path(self.history).touch(mode=0o666)
+        os.chmod(work_dir, 0o777)
+        self.stop = threading.Event()
+        self.jobs: list[str] = []
+
+    # -- set-up ---------------------------------------------------------------
+
+    def setup(self) -> None:
+        """Start every part, in order."""
+        self.cluster = LocalCluster(self.dir / "cluster")
+        self.kubeconfig = self.cluster.start()
+        log(f"control plane up: {self.cluster.server}")
+        kubectl = str(tools_bin_dir() / "kubectl")
+        for path in ("deploy/crds", "deploy/rbac"):
+            subprocess.run(
+                [
+                    kubectl,
+                    "--kubeconfig",
+                    str(self.kubeconfig),
+                    "apply",
+                    "--server-side",
+                    "-f",
+                    str(REPO / path),
+                ],
+                check=True,
+                capture_output=True,
+            )
+        subprocess.run(
+            [
+                kubectl,
+                "--kubeconfig",
+                str(self.kubeconfig),
+                "wait",
+                "--for=condition=Established",
+                "crd/jobleases.leasehold.dev",
+                "crd/leasedjobs.leasehold.dev",
+            ],
+            check=True,
+            capture_output=True,
+        )
+        subprocess.run(
+            [kubectl, "--kubeconfig", str(self.kubeconfig), "create", "ns", NS],
+            check=True,
+            capture_output=True,
+        )
+        subprocess.run(
+            [
+                kubectl,
+                "--kubeconfig",
+                str(self.kubeconfig),
+                "-n",
+                NS,
+                "create",
+                "rolebinding",
+                "w",
+                "--clusterrole=leasehold-worker",
+                f"--serviceaccount={NS}:default",
+            ],
+            check=True,
+            capture_output=True,
+        )
+        self.pg = PostgresServer(Path(tempfile.mkdtemp(prefix="chaos-pg-", dir="/tmp")))
+        dsn = self.pg.start()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            install(conn)
+            conn.execute(SCHEMA_SQL)
+        self.dsn = dsn
+        host_port = dsn.split("@", 1)[1].split("/", 1)[0]
+        self.db_proxy = TcpProxy("127.0.0.1", int(host_port.rsplit(":", 1)[1])).start()
+        self.proxied_dsn = dsn.replace(host_port, f"127.0.0.1:{self.db_proxy.port}")
+        api_port = int(self.cluster.server.rsplit(":", 1)[1])
+        self.api_proxy = TcpProxy("127.0.0.1", api_port).start()
+        proxied = yaml.safe_load(self.kubeconfig.read_text())
+        for entry in proxied["clusters"]:
+            entry["cluster"]["server"] = f"https://127.0.0.1:{self.api_proxy.port}"
+        self.worker_kubeconfig = self.dir / "kubeconfig-proxied"
+        self.worker_kubeconfig.write_text(yaml.safe_dump(proxied))
+        self.runner = PodRunner(
+            self.worker_kubeconfig,
+            self.dir / "pods",
+            extra_env={"PYTHONPATH": f"{REPO / 'hack'}"},
+        ).start()
+        self.operator = OperatorProcess(
+            self.kubeconfig, NS, self.dir / "operator.log", env=faketime_env("+1h")
+        )
+        self.operator.start()
+        self.api = config.new_client_from_config(config_file=str(self.kubeconfig))
+        self.custom = client.CustomObjectsApi(self.api)
+        self.store = LeaseStore(self.api)
+        log(f"PostgreSQL {dsn}, proxies api:{self.api_proxy.port} db:{self.db_proxy.port}")
+
+    def teardown(self) -> None:
+        """Stop every part; keep the logs."""
+        self.stop.set()
+        for part in ("operator", "runner", "api_proxy", "db_proxy", "pg", "cluster"):
+            thing = getattr(self, part, None)
+            if thing is not None:
+                try:
+                    thing.stop()
+                except Exception as exc:
+                    log(f"stopping {part}: {exc}")
+
+    # -- workload ---------------------------------------------------------------
+
+    def create_job(self, index: int) -> None:
+        """Create one LeasedJob whose pod runs :mod:`chaos.worker`."""
+        name = f"job-{index:03d}"
+        skew = self.rng.choice(["+1h", "-1h", ""])
+        env = [
+            {"name": "CHAOS_DSN", "value": self.proxied_dsn},
+            {"name": "CHAOS_HISTORY", "value": self.history},
+            {"name": "CHAOS_WRITES", "value": str(self.args.writes)},
+            *({"name": k, "value": v} for k, v in faketime_env(skew).items()),
+        ]
+        body = {
+            "apiVersion": "leasehold.dev/v1alpha1",
+            "kind": "LeasedJob",
+            "metadata": {"name": name},
+            "spec": {
+                "leaseDurationSeconds": LEASE_SECONDS,
+                "maxAttempts": MAX_ATTEMPTS,
+                "template": {
+                    "spec": {
+                        "terminationGracePeriodSeconds": 2,
+                        "containers": [
+                            {
+                                "name": "w",
+                                "image": "local",
+                                "command": ["python", "-m", "chaos.worker"],
+                                "env": env,
+                            }
+                        ],
+                    }
+                },
+            },
+        }
+        self.custom.create_namespaced_custom_object(
+            "leasehold.dev", "v1alpha1", NS, "leasedjobs", body
+        )
+        self.jobs.append(name)
+
+    def phases(self) -> dict[str, dict[str, Any]]:
+        """Status of every job."""
+        items: Any = self.custom.list_namespaced_custom_object(
+            "leasehold.dev", "v1alpha1", NS, "leasedjobs"
+        )
+        return {i["metadata"]["name"]: i.get("status") or {} for i in items["items"]}
+
+    def watch_leases(self) -> None:
+        """Record every lease change the API server reports, in its order."""
+        while not self.stop.is_set():
+            try:
+                stream = watch.Watch()
+                for event in stream.stream(
+                    self.custom.list_namespaced_custom_object,
+                    "leasehold.dev",
+                    "v1alpha1",
+                    NS,
+                    "jobleases",
+                    timeout_seconds=10,
+                ):
+                    obj = event["object"]
+                    spec = obj["spec"]
+                    done = spec.get("completion")
+                    record(
+                        self.history,
+                        kind="observed",
+                        lease=f"{NS}/{obj['metadata']['name']}",
+                        holder=spec.get("holderIdentity"),
+                        token=spec.get("fencingToken", 0),
+                        completion={
+                            "token": done["fencingToken"],
+                            "holder": done["holderIdentity"],
+                            "outcome": done["outcome"],
+                        }
+                        if done
+                        else None,
+                    )
+                    if self.stop.is_set():
+                        break
+            except Exception:
+                time.sleep(0.5)  # API server restarts end the watch; start again
+
+    def pull_claimer(self, index: int) -> None:
+        """Race the operator: claim unheld leases with the SDK and work under them."""
+        identity = f"pull-{index}"
+        api = config.new_client_from_config(config_file=str(self.worker_kubeconfig))
+        store = LeaseStore(api)
+        while not self.stop.is_set():
+            time.sleep(self.rng.uniform(0.2, 1.0))
+            try:
+                leases = [
+                    lease
+                    for lease in store.list_leases(NS)
+                    if lease.record.holder_identity is None
+                    and lease.record.completion is None
+                    and lease.record.fencing_token > 0
+                ]
+                if not leases:
+                    continue
+                target = self.rng.choice(leases)
+                holder = sdk.claim(NS, target.name, identity, store=store)
+                if holder is None:
+                    continue
+                record(
+                    self.history,
+                    kind="pull-claim",
+                    lease=f"{NS}/{target.name}",
+                    holder=identity,
+                    token=int(holder.token),
+                )
+                work(
+                    holder, self.proxied_dsn, self.history, self.args.writes, f"{NS}/{target.name}"
+                )
+                holder.close()
+            except Exception as exc:
+                record(self.history, kind="pull-error", error=type(exc).__name__)
+
+    # -- faults ------------------------------------------------------------------
+
+    def running_pods(self) -> list[str]:
+        """Names of pods whose processes run now."""
+        return [
+            name
+            for name in (f"{j}-{t}" for j in self.jobs for t in range(1, 9))
+            if self.runner.pid(NS, name) is not None
+        ]
+
+    def fault(self, kind: str, **detail: Any) -> None:
+        """Record an injected fault."""
+        record(self.history, kind="fault", fault=kind, **detail)
+        log(f"fault {kind} {detail if detail else ''}")
+
+    def inject(self) -> None:
+        """Inject one fault, chosen by the seeded generator."""
+        kinds: list[tuple[str, Callable[[], None]]] = [
+            ("pause", self.f_pause),
+            ("pause", self.f_pause),
+            ("kill", self.f_kill),
+            ("hold-api", lambda: self.f_hold(self.api_proxy, "hold-api")),
+            ("hold-db", lambda: self.f_hold(self.db_proxy, "hold-db")),
+            ("drop-api", lambda: self.f_drop(self.api_proxy, "drop-api")),
+            ("drop-db", lambda: self.f_drop(self.db_proxy, "drop-db")),
+            ("delay-db", self.f_delay_db),
+            ("operator-restart", self.f_operator),
+            ("apiserver-restart", lambda: self.f_restart("kube-apiserver")),
+            ("etcd-restart", lambda: self.f_restart("etcd")),
+        ]
+        _, action = self.rng.choice(kinds)
+        action()
+
+    def f_pause(self) -> None:
+        """SIGSTOP a random worker longer than its lease, SIGCONT it later."""
+        pods = self.running_pods()
+        if not pods:
+            return
+        pod = self.rng.choice(pods)
+        seconds = LEASE_SECONDS + self.rng.uniform(1.5, 4.0)
+        try:
+            self.runner.pause(NS, pod)
+        except LookupError:
+            return
+        self.fault("pause", pod=pod, seconds=round(seconds, 1))
+
+        def resume() -> None:
+            time.sleep(seconds)
+            with contextlib.suppress(LookupError):
+                self.runner.resume(NS, pod)
+
+        threading.Thread(target=resume, daemon=True).start()
+
+    def f_kill(self) -> None:
+        """SIGKILL a random worker."""
+        pods = self.running_pods()
+        if pods:
+            pod = self.rng.choice(pods)
+            try:
+                self.runner.kill(NS, pod)
+                self.fault("kill", pod=pod)
+            except LookupError:
+                pass
+
+    def f_hold(self, proxy: TcpProxy, kind: str) -> None:
+        """Hold a proxy's traffic for a few seconds, then deliver it."""
+        seconds = self.rng.uniform(1.0, LEASE_SECONDS + 2.0)
+        self.fault(kind, seconds=round(seconds, 1))
+        proxy.hold()
+        time.sleep(seconds)
+        proxy.release()
+
+    def f_drop(self, proxy: TcpProxy, kind: str) -> None:
+        """Cut every connection through a proxy (replies in flight are lost)."""
+        self.fault(kind)
+        proxy.drop_connections()
+
+    def f_delay_db(self) -> None:
+        """Add latency to PostgreSQL traffic for a while."""
+        self.fault("delay-db", seconds=0.5)
+        self.db_proxy.set_delay(0.5)
+        time.sleep(3)
+        self.db_proxy.set_delay(0)
+
+    def f_operator(self) -> None:
+        """SIGKILL the operator and start it again."""
+        self.fault("operator-restart")
+        self.operator.kill()
+        time.sleep(self.rng.uniform(0.5, 2.0))
+        self.operator.start()
+
+    def f_restart(self, component: str) -> None:
+        """Restart one control-plane component."""
+        self.fault(f"{component}-restart")
+        try:
+            self.cluster.restart(component, down_seconds=self.rng.uniform(0.5, 2.0))
+        except Exception as exc:
+            log(f"restart of {component} failed: {exc}")
+            raise
+
+    def clock_step(self) -> None:
+        """Restart the operator with its wall clock stepped from +1 h to -1 h."""
+        self.fault("clock-step", operator="+1h -> -1h")
+        self.operator.stop()
+        self.operator.env = faketime_env("-1h")
+        self.operator.start()
+
+    # -- the run -----------------------------------------------------------------
+
+    def execute(self) -> checker.Report:
+        """Run the workload under faults; check the history."""
+        threading.Thread(target=self.watch_leases, daemon=True).start()
+        for i in range(self.args.pull_claimers):
+            threading.Thread(target=self.pull_claimer, args=(i,), daemon=True).start()
+        started = time.monotonic()
+        budget = self.args.minutes * 60
+        created = 0
+        stepped = False
+        while time.monotonic() - started < budget:
+            phases = self.phases()
+            active = sum(
+                1 for s in phases.values() if s.get("phase") not in ("Succeeded", "Failed")
+            )
+            while created < self.args.jobs and active < self.args.concurrency:
+                self.create_job(created)
+                created += 1
+                active += 1
+            if created == self.args.jobs and active == 0:
+                break
+            if not stepped and time.monotonic() - started > budget / 3:
+                self.clock_step()
+                stepped = True
+            self.inject()
+            time.sleep(self.rng.uniform(0.5, 1.5))
+        log("workload over; letting the last jobs finish without faults")
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            phases = self.phases()
+            if created == self.args.jobs and all(
+                s.get("phase") in ("Succeeded", "Failed") for s in phases.values()
+            ):
+                break
+            time.sleep(1)
+        self.stop.set()
+        time.sleep(1)
+        for name, status in sorted(self.phases().items()):
+            reason = next(
+                (
+                    c.get("reason")
+                    for c in status.get("conditions", [])
+                    if c["type"] == "Failed" and c["status"] == "True"
+                ),
+                None,
+            )
+            record(
+                self.history,
+                kind="job_end",
+                job=f"{NS}/{name}",
+                phase=status.get("phase"),
+                reason=reason,
+            )
+        if created < self.args.jobs:
+            record(
+                self.history,
+                kind="job_end",
+                job=f"{NS}/(not created)",
+                phase=None,
+                reason=f"{self.args.jobs - created} jobs never started in time",
+            )
+        with psycopg.connect(self.dsn) as conn:
+            for seq, key, token in conn.execute(
+                "SELECT seq, key, token FROM chaos_effect ORDER BY seq"
+            ):
+                record(self.history, kind="applied", seq=seq, key=key, token=token)
+        lines = Path(self.history).read_text().splitlines()
+        return checker.check([json.loads(line) for line in lines if line.strip()])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse arguments, run, print the table; exit 1 on a violation."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else "")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=int(time.time()) % 100000,
+        help="seed of the fault schedule and workload (printed; re-runnable)",
+    )
+    parser.add_argument("--jobs", type=int, default=200, help="LeasedJobs to run (default 200)")
+    parser.add_argument(
+        "--concurrency", type=int, default=16, help="jobs running at once (default 16)"
+    )
+    parser.add_argument("--writes", type=int, default=3, help="fenced writes per attempt")
+    parser.add_argument("--pull-claimers", type=int, default=2, help="pull-mode claimers")
+    parser.add_argument(
+        "--minutes", type=float, default=8.0, help="time budget for the faulty phase (default 8)"
+    )
+    parser.add_argument("--keep", type=Path, help="copy the history and logs here")
+    args = parser.parse_args(argv)
+    log(
+        f"seed {args.seed}: {args.jobs} jobs, {args.concurrency} at a time,"
+        f" {args.pull_claimers} pull claimers, {args.minutes:g} min budget"
+    )
+    if not FAKETIME_LIB.exists():
+        log(f"libfaketime not found at {FAKETIME_LIB}: apt-get install libfaketime")
+        return 2
+    work_dir = Path(tempfile.mkdtemp(prefix="chaos-", dir="/tmp"))
+    run = Run(args, work_dir)
+    began = time.monotonic()
+    try:
+        run.setup()
+        report = run.execute()
+    finally:
+        run.teardown()
+        if args.keep:
+            shutil.copytree(
+                work_dir,
+                args.keep,
+                dirs_exist_ok=True,
+                ignore=shutil.ignore_patterns("cluster", "chaos-pg-*"),
+            )
+    print(report.table())
+    verdict = "0 violations" if report.ok else "VIOLATIONS FOUND"
+    log(f"seed {args.seed}: {verdict} in {time.monotonic() - began:.0f}s (history: {run.history})")
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""The chaos run's worker: fenced writes to PostgreSQL under the pod's lease.
+
+Run by the operator's pods as ``python -m chaos.worker`` (``PYTHONPATH``
+includes ``hack``). It holds the lease the operator claimed for the pod,
+makes ``CHAOS_WRITES`` fenced writes to PostgreSQL (``CHAOS_DSN``, usually
+through the run's delaying proxy), each after a lease check, then completes
+the lease. Every write and the completion, with the answer it got, is
+appended to the history file ``CHAOS_HISTORY`` as one JSON line.
+
+The same :func:`work` runs in-process for the run's pull-mode claimers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import time
+from typing import Any
+
+import psycopg
+
+from leasehold.fencing import DuplicateEffect, StaleToken
+from leasehold.fencing.postgres import GATE_CTE, fence
+from leasehold.protocol import Outcome
+from leasehold.store import Accepted
+from leasehold.worker import LeaseHolder, LeaseLost
+
+EFFECT_SQL = (
+    "INSERT INTO chaos_effect (key, token, holder, step)"
+    " SELECT %(key)s, %(token)s, %(holder)s, %(step)s"
+    f" WHERE EXISTS (SELECT 1 FROM {GATE_CTE})"
+)
+SCHEMA_SQL = """
+CREATE TABLE IF NOT EXISTS chaos_effect (
+    seq bigserial PRIMARY KEY,
+    key text NOT NULL,
+    token bigint NOT NULL,
+    holder text NOT NULL,
+    step text NOT NULL
+);
+"""
+
+
+def record(path: str, **fields: Any) -> None:
+    """Append one history record (one write of less than a page: atomic)."""
+    line = json.dumps({"t": time.monotonic(), **fields}) + "\n"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+def work(holder: LeaseHolder, dsn: str, history: str, writes: int, job: str) -> bool:
+    """Make ``writes`` fenced writes under ``holder``, then complete its lease.
+
+    Args:
+        holder: a started lease holder.
+        dsn: the PostgreSQL connection string.
+        history: the history file.
+        writes: how many writes.
+        job: the job's ``namespace/name`` (the fenced resource key).
+
+    Returns:
+        Whether the completion was accepted.
+    """
+    token = int(holder.token)
+    base = {"job": job, "key": job, "holder": holder.holder_identity, "token": token}
+    conn: psycopg.Connection[Any] | None = None
+    for step in range(writes):
+        time.sleep(random.uniform(0.05, 0.3))
+        try:
+            holder.check()
+        except LeaseLost:
+            break
+        check_at, deadline = time.monotonic(), holder.deadline
+        ok: bool | None
+        try:
+            if conn is None or conn.closed:
+                conn = psycopg.connect(dsn, connect_timeout=5)
+            with conn.transaction():
+                fence(
+                    conn,
+                    job,
+                    token,
+                    holder.effect_key(f"w{step}"),
+                    effect=EFFECT_SQL,
+                    params={
+                        "key": job,
+                        "token": token,
+                        "holder": holder.holder_identity,
+                        "step": f"w{step}",
+                    },
+                )
+            ok = True
+        except (StaleToken, DuplicateEffect):
+            ok = False
+        except psycopg.Error as exc:  # dropped or held connection: outcome unknown
+            record(history, kind="write-unknown", error=type(exc).__name__, **base)
+            conn = None
+            continue
+        record(history, kind="write", ok=ok, check_at=check_at, deadline=deadline, **base)
+    if conn is not None:
+        conn.close()
+    try:
+        result = holder.complete(Outcome.SUCCEEDED, message=f"{writes} writes")
+    except Exception as exc:
+        record(history, kind="complete-unknown", error=type(exc).__name__, **base)
+        return False
+    accepted = isinstance(result, Accepted)
+    record(history, kind="complete", ok=accepted, **base)
+    return accepted
+
+
+def main() -> int:
+    """Entry point in a pod: work under the pod's lease."""
+    history = os.environ["CHAOS_HISTORY"]
+    try:
+        holder = LeaseHolder.from_env().start()
+    except LeaseLost as lost:
+        record(
+            history,
+            kind="start-refused",
+            reason=str(lost.reason),
+            holder=os.environ.get("LEASEHOLD_HOLDER"),
+        )
+        return 75
+    job = f"{holder.namespace}/{holder.job_name or holder.lease_name}"
+    ok = work(holder, os.environ["CHAOS_DSN"], history, int(os.environ["CHAOS_WRITES"]), job)
+    holder.close()
+    return 0 if ok else 75
+
+
+if __name__ == "__main__":
+    sys.exit(main())
