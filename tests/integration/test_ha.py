@@ -27,7 +27,7 @@ def peering(crds_installed: Path, api_client: client.ApiClient, namespace: str) 
             "apply",
             "--server-side",
             "-f",
-            str(REPO / "deploy" / "kopf" / "peering-crds.yaml"),
+            str(REPO / "deploy" / "helm" / "leasehold" / "crds" / "kopf-peering.yaml"),
         ],
         capture_output=True,
         text=True,

@@ -1,0 +1,126 @@
+{{/*
+Helpers of the leasehold chart. Every name is cut to 63 characters (the limit
+of a DNS label and of a label value) without a trailing dash.
+*/}}
+
+{{/* The chart name (nameOverride wins). */}}
+{{- define "leasehold.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The full name of the release's resources: fullnameOverride, else the release
+name when it contains the chart name, else "<release>-<chart>".
+*/}}
+{{- define "leasehold.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* "<full name>-<suffix>", cut to 63 characters. Call with (list . "suffix"). */}}
+{{- define "leasehold.suffixedName" -}}
+{{- $root := index . 0 }}
+{{- printf "%s-%s" (include "leasehold.fullname" $root) (index . 1) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Chart name and version, for the helm.sh/chart label. */}}
+{{- define "leasehold.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels that select the operator pods (never change them on upgrade). */}}
+{{- define "leasehold.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "leasehold.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name | trunc 63 | trimSuffix "-" | quote }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{/* The recommended labels, for every object of the chart (without component). */}}
+{{- define "leasehold.labels" -}}
+helm.sh/chart: {{ include "leasehold.chart" . }}
+app.kubernetes.io/name: {{ include "leasehold.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name | trunc 63 | trimSuffix "-" | quote }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | trunc 63 | trimSuffix "-" | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: leasehold
+{{- end }}
+
+{{/* Labels of an object of one component. Call with (list . "component"). */}}
+{{- define "leasehold.componentLabels" -}}
+{{ include "leasehold.labels" (index . 0) }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end }}
+
+{{/* The operator's ServiceAccount name. */}}
+{{- define "leasehold.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "leasehold.fullname" .) .Values.serviceAccount.name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The worker ServiceAccount name. */}}
+{{- define "leasehold.workerServiceAccountName" -}}
+{{- default (include "leasehold.suffixedName" (list . "worker")) .Values.workerServiceAccount.name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The worker ClusterRole name. */}}
+{{- define "leasehold.workerClusterRoleName" -}}
+{{- default (include "leasehold.suffixedName" (list . "worker")) .Values.workerClusterRole.name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Namespaces that get a worker ServiceAccount, one per line. */}}
+{{- define "leasehold.workerNamespaces" -}}
+{{- $namespaces := .Values.workerServiceAccount.namespaces | default .Values.watchNamespaces | default (list .Release.Namespace) }}
+{{- range $namespaces }}
+{{ . }}
+{{- end }}
+{{- end }}
+
+{{/* Whether the operator runs with Kopf peering (HA): "true" or "". */}}
+{{- define "leasehold.peering" -}}
+{{- if gt (int .Values.replicas) 1 }}true{{ end }}
+{{- end }}
+
+{{/* The Kopf peering object's name. */}}
+{{- define "leasehold.peeringName" -}}
+{{- include "leasehold.fullname" . }}
+{{- end }}
+
+{{/* The operator image reference. */}}
+{{- define "leasehold.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/* The username the API server gives the operator's service-account tokens. */}}
+{{- define "leasehold.operatorUsername" -}}
+{{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "leasehold.serviceAccountName" .) }}
+{{- end }}
+
+{{/* The operator's rules in a namespace it watches (see rbac.yaml). */}}
+{{- define "leasehold.operatorNamespacedRules" -}}
+- apiGroups: ["leasehold.dev"]
+  resources: ["leasedjobs"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["leasehold.dev"]
+  resources: ["leasedjobs/status"]
+  verbs: ["get", "patch"]
+- apiGroups: ["leasehold.dev"]
+  resources: ["jobleases"]
+  verbs: ["get", "list", "watch", "create", "patch"]
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch", "create", "delete"]
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- end }}

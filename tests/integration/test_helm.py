@@ -1,0 +1,599 @@
+"""The Helm chart against a real API server.
+
+- ``helm lint --strict`` and the values schema;
+- the chart rendered with default and with HA/metrics values
+  (``ci/ha-metrics-values.yaml``), applied with ``kubectl apply
+  --dry-run=server`` (a minimal ServiceMonitor CRD is created first when the
+  cluster has none, so the ServiceMonitor is checked too);
+- ``helm install``: the chart's operator pod runs through the pod runner as
+  ``leasehold operator ...`` with its own pod-bound service-account token, so
+  a missing permission fails the test; a LeasedJob applied with kubectl runs
+  as the chart's worker service account and completes; ``helm uninstall``
+  removes every object of the release;
+- a worker token (bound to a pod) is confined by RBAC and by the chart's
+  ValidatingAdmissionPolicy: ``kubectl auth can-i --as`` and real requests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shlex
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import yaml
+from kubernetes import client, config
+
+from leasehold import models
+from leasehold.store import Accepted, LeaseStore, StoreError
+from localcluster.binaries import tools_bin_dir
+from localcluster.kubectl import Kubectl
+from podrunner import PodRunner
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "deploy" / "helm" / "leasehold"
+CI_VALUES = CHART / "ci" / "ha-metrics-values.yaml"
+INSTANCE = "app.kubernetes.io/instance"
+T = TypeVar("T")
+
+SERVICE_MONITOR_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
+    "spec": {
+        "group": "monitoring.coreos.com",
+        "scope": "Namespaced",
+        "names": {
+            "kind": "ServiceMonitor",
+            "listKind": "ServiceMonitorList",
+            "plural": "servicemonitors",
+            "singular": "servicemonitor",
+        },
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "x-kubernetes-preserve-unknown-fields": True,
+                    }
+                },
+            }
+        ],
+    },
+}
+"""Just enough of the Prometheus Operator's CRD for a server-side dry run."""
+
+
+def wait_for(what: str, check: Callable[[], T | None], timeout: float = 30.0) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.1)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def documents(text: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def find(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [d for d in docs if d["kind"] == kind and name in (None, d["metadata"]["name"])]
+    assert len(found) == 1, f"{len(found)} {kind} {name or ''} rendered"
+    return found[0]
+
+
+def rules_of(role: dict[str, Any]) -> set[tuple[str, str, tuple[str, ...], tuple[str, ...]]]:
+    return {
+        (group, resource, tuple(sorted(rule["verbs"])), tuple(rule.get("resourceNames", ())))
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+
+
+# What the operator calls (service.py, store.py) and what Kopf needs.
+OPERATOR_RULES = {
+    ("leasehold.dev", "leasedjobs", ("get", "list", "watch"), ()),
+    ("leasehold.dev", "leasedjobs/status", ("get", "patch"), ()),
+    ("leasehold.dev", "jobleases", ("create", "get", "list", "patch", "watch"), ()),
+    ("", "pods", ("create", "delete", "get", "list", "watch"), ()),
+    ("", "events", ("create", "patch"), ()),
+}
+CRD_RULE = ("apiextensions.k8s.io", "customresourcedefinitions", ("get", "list", "watch"), ())
+
+
+class Helm:
+    """The project's helm binary, bound to the cluster under test."""
+
+    def __init__(self, binary: Path, kubeconfig: Path) -> None:
+        self.binary = binary
+        self.kubeconfig = kubeconfig
+
+    def __call__(
+        self, *args: str, check: bool = True, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        argv = [str(self.binary), "--kubeconfig", str(self.kubeconfig), *args]
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        if check and result.returncode != 0:
+            pytest.fail(f"{shlex.join(argv)} exited {result.returncode}:\n{result.stderr}")
+        return result
+
+    def template(self, release: str, namespace: str, *args: str) -> list[dict[str, Any]]:
+        out = self("template", release, str(CHART), "--namespace", namespace, *args).stdout
+        return documents(out)
+
+
+@pytest.fixture(scope="module")
+def helm(kubeconfig: Path) -> Helm:
+    return Helm(tools_bin_dir() / "helm", kubeconfig)
+
+
+@pytest.fixture(scope="module")
+def chart_crds(crds_installed: Path, kubectl: Kubectl) -> Iterator[None]:
+    """Kopf's peering CRDs from the chart, and a ServiceMonitor CRD if the cluster has none.
+
+    Created (not applied) so that a real cluster's own copies are left as
+    they are; a ServiceMonitor CRD made here is deleted afterwards.
+    """
+    made_service_monitor = (
+        kubectl("get", "crd", "servicemonitors.monitoring.coreos.com", check=False).returncode != 0
+    )
+    if made_service_monitor:
+        kubectl("create", "-f", "-", input=json.dumps(SERVICE_MONITOR_CRD))
+    created = kubectl("create", "-f", str(CHART / "crds" / "kopf-peering.yaml"), check=False)
+    assert created.returncode == 0 or "AlreadyExists" in created.stderr, created.stderr
+    kubectl(
+        "wait",
+        "--for=condition=Established",
+        "--timeout=30s",
+        "crd/servicemonitors.monitoring.coreos.com",
+        "crd/kopfpeerings.kopf.dev",
+        "crd/clusterkopfpeerings.kopf.dev",
+    )
+    yield
+    if made_service_monitor:
+        kubectl("delete", "crd", "servicemonitors.monitoring.coreos.com", "--wait=false")
+
+
+# -- lint and render ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("values", [None, CI_VALUES], ids=["default", "ha-metrics"])
+def test_chart_lints_strictly(helm: Helm, values: Path | None) -> None:
+    result = helm("lint", "--strict", str(CHART), *(["-f", str(values)] if values else []))
+    assert "0 chart(s) failed" in result.stdout
+
+
+def test_schema_rejects_unknown_and_invalid_values(helm: Helm) -> None:
+    for bad in ("replica=2", "image.tags=x", "metrics.serviceMonitor.intervall=1m", "replicas=-1"):
+        result = helm("template", "x", str(CHART), "--set", bad, check=False)
+        assert result.returncode != 0, f"--set {bad} was accepted"
+        assert "values don't meet the specifications of the schema" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("ha", [False, True], ids=["default", "ha-metrics"])
+def test_rendered_chart_is_accepted_by_the_api_server(
+    helm: Helm, kubectl: Kubectl, chart_crds: None, namespace: str, ha: bool
+) -> None:
+    release = f"dry{secrets.token_hex(3)}"
+    args = ["-f", str(CI_VALUES), "--set", f"watchNamespaces={{{namespace},default}}"] if ha else []
+    docs = helm.template(release, namespace, *args)
+    kinds = sorted(d["kind"] for d in docs)
+    expected = [
+        "ClusterRole",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Deployment",
+        "RoleBinding",
+        "Service",
+        "ServiceAccount",
+        "ServiceAccount",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    ]
+    if ha:
+        # Per watched namespace: operator Role + RoleBinding, worker SA +
+        # RoleBinding, a KopfPeering; plus the dashboard, PDB, ServiceMonitor.
+        expected += ["ConfigMap", "KopfPeering", "KopfPeering", "PodDisruptionBudget"]
+        expected += ["Role", "Role", "RoleBinding", "RoleBinding", "RoleBinding"]
+        expected += ["ServiceAccount", "ServiceMonitor"]
+    assert kinds == sorted(expected)
+    for doc in docs:
+        assert doc["metadata"]["labels"][INSTANCE] == release, doc["metadata"]["name"]
+        assert doc["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+        assert len(doc["metadata"]["name"]) <= 63
+    applied = kubectl(
+        "apply",
+        "--dry-run=server",
+        "-f",
+        "-",
+        input="\n---\n".join(json.dumps(d) for d in docs),
+        check=False,
+    )
+    assert applied.returncode == 0, applied.stderr
+    assert applied.stdout.count("(server dry run)") == len(docs), applied.stdout
+
+
+def test_long_release_names_are_cut_to_63_characters(helm: Helm) -> None:
+    release = "r" * 53  # Helm's own limit for release names
+    for doc in helm.template(release, "ns", "-f", str(CI_VALUES)):
+        name = doc["metadata"]["name"]
+        assert len(name) <= 63, name
+        assert not name.endswith("-"), name
+
+
+def test_deployment_is_locked_down(helm: Helm) -> None:
+    docs = helm.template("lh", "ns", "--set", "watchNamespaces={a,b}")
+    pod = find(docs, "Deployment")["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["command"] == ["leasehold", "operator"]
+    args = container["args"]
+    assert args[args.index("--expiry-margin-seconds") + 1] == "1"
+    assert args[args.index("--liveness-endpoint") + 1] == "http://0.0.0.0:8080/healthz"
+    assert [args[i + 1] for i, a in enumerate(args) if a == "--namespace"] == ["a", "b"]
+    assert "--peering" not in args
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == 65532
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"health": 8080, "metrics": 9090}
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["LEASEHOLD_METRICS_PORT"] == "9090"
+    assert container["resources"]["limits"]["memory"]
+    assert find(docs, "Deployment")["spec"]["strategy"]["type"] == "Recreate"
+
+
+def test_rbac_is_least_privilege(helm: Helm) -> None:
+    clusterwide = helm.template("lh", "ns")
+    role = find(clusterwide, "ClusterRole", "lh-leasehold-operator")
+    assert rules_of(role) == {*OPERATOR_RULES, CRD_RULE}
+    assert not [d for d in clusterwide if d["kind"] in ("Role", "KopfPeering")]
+
+    namespaced = helm.template("lh", "ns", "-f", str(CI_VALUES), "--set", "watchNamespaces={a,b}")
+    cluster_role = find(namespaced, "ClusterRole", "lh-leasehold-operator")
+    assert rules_of(cluster_role) == {
+        CRD_RULE,
+        ("", "namespaces", ("get", "list", "watch"), ()),
+    }
+    roles = [d for d in namespaced if d["kind"] == "Role"]
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["a", "b"]
+    for role in roles:
+        assert rules_of(role) == {
+            *OPERATOR_RULES,
+            ("kopf.dev", "kopfpeerings", ("list", "watch"), ()),
+            ("kopf.dev", "kopfpeerings", ("get", "patch"), ("lh-leasehold",)),
+        }
+
+    # The chart's worker ClusterRole is deploy/rbac/worker-clusterrole.yaml's.
+    standalone = yaml.safe_load((REPO / "deploy" / "rbac" / "worker-clusterrole.yaml").read_text())
+    worker = find(clusterwide, "ClusterRole", "lh-leasehold-worker")
+    assert rules_of(worker) == rules_of(standalone)
+    assert find(helm.template("leasehold", "ns"), "ClusterRole", "leasehold-worker")
+
+
+def test_ha_pods_get_distinct_peering_priorities(helm: Helm, tmp_path: Path) -> None:
+    docs = helm.template("lh", "ns", "-f", str(CI_VALUES))
+    container = find(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    args = container["args"]
+    assert args[args.index("--peering") + 1] == "lh-leasehold"
+    assert find(docs, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
+    # Run the container's command as a kubelet would, with a stand-in
+    # `leasehold` that prints its arguments.
+    fake = tmp_path / "leasehold"
+    fake.write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+    fake.chmod(0o755)
+    priorities = set()
+    for pod in ("lh-leasehold-7d4b9c-abcde", "lh-leasehold-7d4b9c-fghij"):
+        env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "POD_ID": pod}
+        out = subprocess.run(
+            [*container["command"], *args], env=env, capture_output=True, text=True, check=True
+        ).stdout.split("\n")
+        assert out[0] == "operator"
+        assert out[1 : 1 + len(args)] == args
+        assert out[1 + len(args)] == "--priority"
+        priorities.add(int(out[2 + len(args)]))
+    assert len(priorities) == 2
+
+
+# -- install -------------------------------------------------------------------
+
+
+@dataclass
+class Release:
+    name: str
+    namespace: str
+    health_port: int
+
+    @property
+    def worker_account(self) -> str:
+        return f"{self.name}-leasehold-worker"
+
+    @property
+    def selector(self) -> str:
+        return f"{INSTANCE}={self.name}"
+
+
+@pytest.fixture
+def install(
+    helm: Helm, kubectl: Kubectl, crds_installed: Path, namespace: str
+) -> Iterator[Callable[..., Release]]:
+    """Install the chart into the test's namespace, watching only it; uninstall after."""
+    installed: list[Release] = []
+
+    def run(*values: str) -> Release:
+        release = Release(f"lh{secrets.token_hex(3)}", namespace, free_port())
+        helm(
+            "install",
+            release.name,
+            str(CHART),
+            "--namespace",
+            namespace,
+            "--set",
+            f"watchNamespaces={{{namespace}}}",
+            "--set",
+            f"health.port={release.health_port}",
+            "--set",
+            f"metrics.port={free_port()}",
+            "--set",
+            "image.repository=ignored-by-the-pod-runner",
+            *[arg for value in values for arg in ("--set", value)],
+        )
+        installed.append(release)
+        return release
+
+    yield run
+    for release in installed:
+        helm("uninstall", release.name, "--namespace", namespace, "--wait", check=False)
+
+
+def operator_pod(kubectl: Kubectl, release: Release) -> str:
+    pods = kubectl.json("get", "pods", "-n", release.namespace, "-l", release.selector)["items"]
+    return str(pods[0]["metadata"]["name"]) if pods else ""
+
+
+def healthz(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as answer:
+            return bool(answer.status == 200)
+    except OSError:
+        return False
+
+
+def leftovers(kubectl: Kubectl, release: Release) -> list[str]:
+    kinds = (
+        "deployments,replicasets,pods,services,serviceaccounts,roles,rolebindings,"
+        "configmaps,poddisruptionbudgets"
+    )
+    cluster_kinds = (
+        "clusterroles,clusterrolebindings,validatingadmissionpolicies,"
+        "validatingadmissionpolicybindings"
+    )
+    found = []
+    for args in (("-n", release.namespace, kinds), (cluster_kinds,)):
+        listed = kubectl.json("get", *args, "-l", release.selector)["items"]
+        found += [f"{o['kind']}/{o['metadata']['name']}" for o in listed]
+    return found
+
+
+def test_install_runs_a_leased_job_and_uninstall_cleans_up(
+    install: Callable[..., Release],
+    helm: Helm,
+    kubectl: Kubectl,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    namespace: str,
+) -> None:
+    release = install()
+    pod = wait_for("the operator pod", lambda: operator_pod(kubectl, release), 30)
+    pid = local_pod_runner.wait_for_pid(namespace, pod, 30)
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    # `leasehold operator ...` (a console script: python runs .venv/bin/leasehold).
+    at = argv.index("operator")
+    assert Path(argv[at - 1]).name == "leasehold", argv
+    assert argv[argv.index("--namespace") + 1] == namespace, argv
+    wait_for("the operator's /healthz", lambda: healthz(release.health_port), 30)
+
+    script = "echo working under token $LEASEHOLD_FENCING_TOKEN; sleep 1"
+    job = {
+        "apiVersion": models.API_VERSION,
+        "kind": "LeasedJob",
+        "metadata": {"name": "hello", "namespace": namespace},
+        "spec": {
+            "leaseDurationSeconds": 3,
+            "template": {
+                "spec": {
+                    "serviceAccountName": release.worker_account,
+                    "containers": [
+                        {
+                            "name": "worker",
+                            "image": "ignored",
+                            "command": ["leasehold", "run", "--", "sh", "-c", script],
+                        }
+                    ],
+                }
+            },
+        },
+    }
+    kubectl("apply", "-f", "-", input=json.dumps(job))
+    custom = client.CustomObjectsApi(api_client)
+
+    def status() -> dict[str, Any]:
+        body: Any = custom.get_namespaced_custom_object(
+            models.GROUP, models.VERSION, namespace, "leasedjobs", "hello"
+        )
+        return dict(body.get("status") or {})
+
+    try:
+        wait_for("Succeeded", lambda: status().get("phase") == "Succeeded", 45)
+    finally:
+        operator_log = local_pod_runner.log(namespace, pod)
+        print(operator_log)
+    assert status()["completion"]["fencingToken"] == 1
+    assert "working under token 1" in local_pod_runner.log(namespace, "hello-1")
+    # The operator ran on its own pod-bound token: no permission was missing.
+    complaints = re.findall(
+        r".*(?:[Ff]orbidden|Not enough permissions|HTTP 403|status=403).*", operator_log
+    )
+    assert complaints == []
+
+    assert len(leftovers(kubectl, release)) >= 10
+    helm("uninstall", release.name, "--namespace", namespace, "--wait", "--timeout", "60s")
+    wait_for("the operator process to stop", lambda: local_pod_runner.pid(namespace, pod) is None)
+    wait_for("nothing left", lambda: leftovers(kubectl, release) == [], 30)
+    assert helm("status", release.name, "-n", namespace, check=False).returncode != 0
+
+
+# -- worker confinement ----------------------------------------------------------
+
+
+def token_kubeconfig(admin: Path, token: str, namespace: str, path: Path) -> Path:
+    """A kubeconfig for the same cluster that authenticates with ``token`` only."""
+    conf = yaml.safe_load(admin.read_text())
+    context = next(c for c in conf["contexts"] if c["name"] == conf["current-context"])
+    context["context"] = {**context["context"], "user": "token", "namespace": namespace}
+    conf["contexts"] = [context]
+    conf["users"] = [{"name": "token", "user": {"token": token}}]
+    path.write_text(yaml.safe_dump(conf))
+    return path
+
+
+def test_worker_token_is_confined_to_its_own_lease(
+    install: Callable[..., Release],
+    kubectl: Kubectl,
+    kubeconfig: Path,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    # No operator is needed: leases are made by the admin, who is not pod-bound.
+    release = install("replicas=0")
+    account = f"system:serviceaccount:{namespace}:{release.worker_account}"
+    for lease in ("lease-a", "lease-b"):
+        body = {
+            "apiVersion": models.API_VERSION,
+            "kind": "JobLease",
+            "metadata": {"name": lease, "namespace": namespace},
+            "spec": {"jobName": lease, "leaseDurationSeconds": 600, "maxFencingToken": 5},
+        }
+        kubectl("create", "-f", "-", input=json.dumps(body))
+
+    # Two worker pods that never run; tokens bound to each, as a kubelet mounts them.
+    kubeconfigs: dict[str, Path] = {}
+    for pod in ("worker-a", "worker-b"):
+        manifest = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": pod, "namespace": namespace},
+            "spec": {
+                "serviceAccountName": release.worker_account,
+                "schedulingGates": [{"name": "leasehold.dev/never"}],
+                "containers": [{"name": "w", "image": "ignored", "command": ["true"]}],
+            },
+        }
+        kubectl("create", "-f", "-", input=json.dumps(manifest))
+        token = kubectl(
+            *("create", "token", release.worker_account, "-n", namespace),
+            *("--bound-object-kind", "Pod", "--bound-object-name", pod),
+        ).stdout.strip()
+        kubeconfigs[pod] = token_kubeconfig(kubeconfig, token, namespace, tmp_path / pod)
+    as_b = Kubectl(kubectl.binary, kubeconfigs["worker-b"])
+    whoami = as_b.json("auth", "whoami")["status"]["userInfo"]
+    assert whoami["username"] == account
+    assert whoami["extra"]["authentication.kubernetes.io/pod-name"] == ["worker-b"]
+
+    # RBAC, as `kubectl auth can-i` sees it (the admission policy is not part of it).
+    def can(verb: str, resource: str, ns: str = namespace) -> bool:
+        answer = kubectl("auth", "can-i", verb, resource, "-n", ns, "--as", account, check=False)
+        return answer.stdout.strip() == "yes"
+
+    allowed = [("get", "jobleases"), ("list", "jobleases"), ("patch", "jobleases")]
+    denied = [
+        *[(v, "leasedjobs") for v in ("get", "list", "create", "patch", "delete")],
+        ("patch", "leasedjobs/status"),
+        *[(v, "pods") for v in ("get", "list", "create", "delete")],
+        ("create", "jobleases"),
+        ("delete", "jobleases"),
+        ("update", "jobleases/status"),
+        ("create", "serviceaccounts/token"),
+    ]
+    assert [(v, r) for v, r in allowed if not can(v, r)] == []
+    assert [(v, r) for v, r in denied if can(v, r)] == []
+    assert not can("patch", "jobleases", "default")
+
+    # Real requests with the tokens: the SDK's own store, then raw kubectl.
+    def store(pod: str) -> LeaseStore:
+        return LeaseStore(config.new_client_from_config(config_file=str(kubeconfigs[pod])))
+
+    store_a, store_b = store("worker-a"), store("worker-b")
+    claimed = store_a.claim(namespace, "lease-a", "worker-a")
+    assert isinstance(claimed, Accepted), claimed
+    assert isinstance(store_a.renew(namespace, "lease-a", "worker-a", claimed.token), Accepted)
+
+    def refused(call: Callable[[], object]) -> str:
+        with pytest.raises(StoreError) as caught:
+            call()
+        assert caught.value.status == 403, caught.value
+        return str(caught.value)
+
+    # B holds nothing: it may not renew, complete or release A's lease, even
+    # naming A as the holder with A's token (RBAC alone would allow it).
+    message = refused(lambda: store_b.renew(namespace, "lease-a", "worker-a", claimed.token))
+    assert "is held by worker-a" in message
+    refused(lambda: store_b.release(namespace, "lease-a", "worker-a", claimed.token))
+    # B may not claim an unheld lease for someone else ...
+    assert "claim an unheld one as itself" in refused(
+        lambda: store_b.claim(namespace, "lease-b", "worker-a")
+    )
+    # ... only for itself (pull mode); then it may renew and release it.
+    mine = store_b.claim(namespace, "lease-b", "worker-b")
+    assert isinstance(mine, Accepted), mine
+    assert isinstance(store_b.renew(namespace, "lease-b", "worker-b", mine.token), Accepted)
+    assert store_a.get(namespace, "lease-a").record.holder_identity == "worker-a"
+
+    def forbidden(*args: str) -> str:
+        result = as_b(*args, check=False)
+        assert result.returncode != 0, f"kubectl {shlex.join(args)} was allowed"
+        assert "forbidden" in result.stderr.lower(), result.stderr
+        return result.stderr
+
+    merge = ("--type=merge", "-p", '{"spec":{"leaseDurationSeconds":1}}')
+    assert "ValidatingAdmissionPolicy" in forbidden("patch", "joblease", "lease-a", *merge)
+    forbidden("delete", "joblease", "lease-a")
+    forbidden("get", "leasedjobs")
+    forbidden("patch", "leasedjob", "lease-a", *merge)
+    forbidden("get", "pods")
+    forbidden("delete", "pod", "worker-a")
+    forbidden("run", "sneaky", "--image=x", "--restart=Never")
+    forbidden("get", "jobleases", "-n", "default")
+    # The admin (not pod-bound) is not limited by the policy.
+    kubectl("patch", "joblease", "lease-a", "-n", namespace, *merge)
