@@ -307,7 +307,9 @@ class Run:
                 )
                 holder.close()
             except Exception as exc:
-                record(self.history, kind="pull-error", error=type(exc).__name__)
+                record(
+                    self.history, kind="pull-error", error=type(exc).__name__, detail=str(exc)[:200]
+                )
 
     # -- faults ------------------------------------------------------------------
 
