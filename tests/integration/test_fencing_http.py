@@ -38,7 +38,8 @@ from leasehold.fencing.http import (
     fencing_headers,
 )
 from leasehold.protocol import ExpiryClock, Outcome, Rejection
-from leasehold.store import Accepted, LeaseStore, Rejected, StoredLease
+from leasehold.store import Accepted, LeaseStore, Rejected
+from tests.integration.leases import claim_ok, wait_expired
 
 
 @dataclass
@@ -134,25 +135,6 @@ def store(api_client: client.ApiClient) -> LeaseStore:
     return LeaseStore(api_client)
 
 
-def _claim(store: LeaseStore, namespace: str, name: str, who: str) -> int:
-    result = store.claim(namespace, name, who)
-    assert isinstance(result, Accepted), result
-    return result.token
-
-
-def _wait_expired(
-    store: LeaseStore, expiry: ExpiryClock, namespace: str, name: str, timeout: float
-) -> StoredLease:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        lease = store.get(namespace, name)
-        key = f"{namespace}/{name}"
-        if expiry.is_expired(key, lease.resource_version, lease.record.lease_duration_seconds):
-            return lease
-        time.sleep(0.1)
-    raise AssertionError("lease never expired")
-
-
 def test_worked_example_a_delayed_write_arrives_after_b_and_is_rejected(
     target: Target, store: LeaseStore, namespace: str
 ) -> None:
@@ -160,7 +142,7 @@ def test_worked_example_a_delayed_write_arrives_after_b_and_is_rejected(
     store.create(
         namespace, "job", job_name="job", lease_duration_seconds=1, initial_fencing_token=6
     )
-    token_a = _claim(store, namespace, "job", "worker-a")
+    token_a = claim_ok(store, namespace, "job", "worker-a")
     assert token_a == 7
     host, port = target.url.removeprefix("http://").split(":")
     with (
@@ -183,9 +165,9 @@ def test_worked_example_a_delayed_write_arrives_after_b_and_is_rejected(
         sender.start()
         # A's lease expires: the operator's judge sees no change for 1 s + margin.
         expiry = ExpiryClock(margin_seconds=0.5, monotonic=time.monotonic)
-        judged = _wait_expired(store, expiry, namespace, "job", timeout=10)
+        judged = wait_expired(store, expiry, namespace, "job", timeout=10)
         assert isinstance(store.reclaim(judged), Accepted)
-        token_b = _claim(store, namespace, "job", "worker-b")
+        token_b = claim_ok(store, namespace, "job", "worker-b")
         assert token_b == 8
         written = client_b.put(
             "/values/report",

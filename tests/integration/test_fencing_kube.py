@@ -27,8 +27,9 @@ from leasehold import models
 from leasehold.fencing import ANNOTATION_TOKEN
 from leasehold.fencing.kube import annotate, fenced_patch, opt_in, token_of
 from leasehold.protocol import ExpiryClock
-from leasehold.store import Accepted, LeaseStore, StoredLease
+from leasehold.store import Accepted, LeaseStore
 from localcluster.kubectl import Kubectl
+from tests.integration.leases import claim_ok, wait_expired
 
 REPO = Path(__file__).resolve().parents[2]
 POLICY = REPO / "deploy" / "fencing" / "validatingadmissionpolicy.yaml"
@@ -102,25 +103,6 @@ def store(api_client: client.ApiClient) -> LeaseStore:
     return LeaseStore(api_client)
 
 
-def _claim(store: LeaseStore, namespace: str, name: str, who: str) -> int:
-    result = store.claim(namespace, name, who)
-    assert isinstance(result, Accepted), result
-    return result.token
-
-
-def _wait_expired(
-    store: LeaseStore, expiry: ExpiryClock, namespace: str, name: str, timeout: float
-) -> StoredLease:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        lease = store.get(namespace, name)
-        key = f"{namespace}/{name}"
-        if expiry.is_expired(key, lease.resource_version, lease.record.lease_duration_seconds):
-            return lease
-        time.sleep(0.1)
-    raise AssertionError("lease never expired")
-
-
 def _proxied_client(kubeconfig: Path, proxy: TcpProxy) -> client.ApiClient:
     """A client whose requests go through ``proxy``; TLS still verifies the API server."""
     configuration = client.Configuration()
@@ -157,7 +139,7 @@ def test_worked_example_a_delayed_patch_arrives_after_b_and_is_denied(
     _core(api_client).create_namespaced_config_map(
         namespace, cast(Any, _config_map("report", {"result": "none yet"}, token=6))
     )
-    token_a = _claim(store, namespace, "job", "worker-a")
+    token_a = claim_ok(store, namespace, "job", "worker-a")
     assert token_a == 7
     with (
         TcpProxy(*_api_server(crds_installed)) as proxy,
@@ -184,9 +166,9 @@ def test_worked_example_a_delayed_patch_arrives_after_b_and_is_denied(
             sender = threading.Thread(target=send_a)
             sender.start()
             expiry = ExpiryClock(margin_seconds=0.5, monotonic=time.monotonic)
-            judged = _wait_expired(store, expiry, namespace, "job", timeout=10)
+            judged = wait_expired(store, expiry, namespace, "job", timeout=10)
             assert isinstance(store.reclaim(judged), Accepted)
-            token_b = _claim(store, namespace, "job", "worker-b")
+            token_b = claim_ok(store, namespace, "job", "worker-b")
             assert token_b == 8
             _patch(
                 api_client,

@@ -26,7 +26,8 @@ from faultproxy import TcpProxy
 from leasehold.fencing import Admitted, DuplicateEffect, StaleToken, idempotency_key
 from leasehold.fencing.postgres import FENCE_SQL, fence, install, sql_params
 from leasehold.protocol import ExpiryClock, Outcome, Rejection
-from leasehold.store import Accepted, LeaseStore, Rejected, StoredLease
+from leasehold.store import Accepted, LeaseStore, Rejected
+from tests.integration.leases import claim_ok, wait_expired
 
 WRITERS = 20
 WRITES_PER_WRITER = 5
@@ -69,25 +70,6 @@ def _create_account(dsn: str, key: str) -> None:
 # The design's worked example, with a real delayed request
 
 
-def _claim(store: LeaseStore, namespace: str, name: str, who: str) -> int:
-    result = store.claim(namespace, name, who)
-    assert isinstance(result, Accepted), result
-    return result.token
-
-
-def _wait_expired(
-    store: LeaseStore, expiry: ExpiryClock, namespace: str, name: str, timeout: float
-) -> StoredLease:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        lease = store.get(namespace, name)
-        key = f"{namespace}/{name}"
-        if expiry.is_expired(key, lease.resource_version, lease.record.lease_duration_seconds):
-            return lease
-        time.sleep(0.1)
-    raise AssertionError("lease never expired")
-
-
 def test_worked_example_a_delayed_write_arrives_after_b_and_is_rejected(
     api_client: client.ApiClient, namespace: str, pg: str
 ) -> None:
@@ -102,7 +84,7 @@ def test_worked_example_a_delayed_write_arrives_after_b_and_is_rejected(
     store.create(
         namespace, "payout", job_name="payout", lease_duration_seconds=1, initial_fencing_token=6
     )
-    assert _claim(store, namespace, "payout", "worker-a") == 7
+    assert claim_ok(store, namespace, "payout", "worker-a") == 7
     _create_account(pg, "acct-42")
     resource = "account/acct-42"
     target = conninfo_to_dict(pg)
@@ -140,9 +122,9 @@ def test_worked_example_a_delayed_write_arrives_after_b_and_is_rejected(
 
         # A is paused (no renewals): the operator's judge reclaims; B claims 8.
         expiry = ExpiryClock(margin_seconds=0.5, monotonic=time.monotonic)
-        judged = _wait_expired(store, expiry, namespace, "payout", timeout=15)
+        judged = wait_expired(store, expiry, namespace, "payout", timeout=15)
         assert isinstance(store.reclaim(judged), Accepted)
-        assert _claim(store, namespace, "payout", "worker-b") == 8
+        assert claim_ok(store, namespace, "payout", "worker-b") == 8
         with psycopg.connect(pg) as b_conn:
             with b_conn.transaction():
                 fence(b_conn, resource, 8, idempotency_key(job, 8, "set-value"))

@@ -20,6 +20,7 @@ from leasehold.store import (
     Rejected,
     Result,
 )
+from tests.integration.leases import claim_ok, wait_expired
 
 CLAIMERS = 50
 
@@ -70,37 +71,18 @@ def test_fifty_claimers_in_processes_exactly_one_wins(
     assert {token for _, _, token in outcomes} == {1}
 
 
-def _wait_expired(
-    store: LeaseStore, expiry: ExpiryClock, namespace: str, name: str, timeout: float
-) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        lease = store.get(namespace, name)
-        key = f"{namespace}/{name}"
-        if expiry.is_expired(key, lease.resource_version, lease.record.lease_duration_seconds):
-            return lease
-        time.sleep(0.1)
-    raise AssertionError("lease never expired")
-
-
-def _claim(store: LeaseStore, namespace: str, name: str, who: str) -> int:
-    result = store.claim(namespace, name, who)
-    assert isinstance(result, Accepted), result
-    return result.token
-
-
 def test_worked_example_from_the_design(store: LeaseStore, namespace: str) -> None:
     """A claims 7 and pauses; expiry; B claims 8; A's late complete is rejected."""
     store.create(namespace, "job", job_name="job", lease_duration_seconds=1)
     for i in range(6):  # tokens 1..6 come and go
-        token = _claim(store, namespace, "job", f"warmup-{i}")
+        token = claim_ok(store, namespace, "job", f"warmup-{i}")
         assert isinstance(store.release(namespace, "job", f"warmup-{i}", token), Accepted)
-    assert _claim(store, namespace, "job", "worker-a") == 7
+    assert claim_ok(store, namespace, "job", "worker-a") == 7
     # A pauses: no renewals. The operator's judge sees no change for 1 s + margin.
     expiry = ExpiryClock(margin_seconds=0.5, monotonic=time.monotonic)
-    judged = _wait_expired(store, expiry, namespace, "job", timeout=10)
+    judged = wait_expired(store, expiry, namespace, "job", timeout=10)
     assert isinstance(store.reclaim(judged), Accepted)
-    assert _claim(store, namespace, "job", "worker-b") == 8
+    assert claim_ok(store, namespace, "job", "worker-b") == 8
     # A resumes and tries to complete with token 7: the store rejects it.
     late = store.complete(namespace, "job", "worker-a", 7, Outcome.SUCCEEDED)
     assert isinstance(late, Rejected)
@@ -126,7 +108,7 @@ def test_reclaim_fails_when_a_renewal_landed_after_judging(
     store: LeaseStore, namespace: str
 ) -> None:
     store.create(namespace, "job", job_name="job", lease_duration_seconds=5)
-    token = _claim(store, namespace, "job", "worker-a")
+    token = claim_ok(store, namespace, "job", "worker-a")
     judged = store.get(namespace, "job")
     assert isinstance(store.renew(namespace, "job", "worker-a", token), Accepted)
     result = store.reclaim(judged)
@@ -138,9 +120,9 @@ def test_stale_release_retried_after_reclaim_changes_nothing(
     store: LeaseStore, namespace: str
 ) -> None:
     store.create(namespace, "job", job_name="job", lease_duration_seconds=30)
-    first = _claim(store, namespace, "job", "worker-a")
+    first = claim_ok(store, namespace, "job", "worker-a")
     assert isinstance(store.release(namespace, "job", "worker-a", first), Accepted)
-    second = _claim(store, namespace, "job", "worker-a")
+    second = claim_ok(store, namespace, "job", "worker-a")
     assert second == first + 1
     before = store.get(namespace, "job")
     # The first release's reply was lost; the client retries it.
@@ -157,7 +139,7 @@ def test_racing_completes_record_once(
     for round_ in range(5):
         name = f"job-{round_}"
         store.create(namespace, name, job_name=name, lease_duration_seconds=30)
-        token = _claim(store, namespace, name, "worker-a")
+        token = claim_ok(store, namespace, name, "worker-a")
         barrier = threading.Barrier(2)
         results: list[Result] = []
 
@@ -190,7 +172,7 @@ def test_racing_completes_record_once(
 
 def test_not_holder_and_missing_lease(store: LeaseStore, namespace: str) -> None:
     store.create(namespace, "job", job_name="job", lease_duration_seconds=30)
-    token = _claim(store, namespace, "job", "worker-a")
+    token = claim_ok(store, namespace, "job", "worker-a")
     result = store.renew(namespace, "job", "worker-b", token)
     assert isinstance(result, Rejected) and result.rejection is Rejection.NOT_HOLDER
     held = store.claim(namespace, "job", "worker-b")
@@ -203,7 +185,7 @@ def test_not_holder_and_missing_lease(store: LeaseStore, namespace: str) -> None
 
 def test_renew_is_one_write_without_a_read(store: LeaseStore, namespace: str) -> None:
     store.create(namespace, "job", job_name="job", lease_duration_seconds=30)
-    token = _claim(store, namespace, "job", "worker-a")
+    token = claim_ok(store, namespace, "job", "worker-a")
     before = store.get(namespace, "job")
     result = store.renew(namespace, "job", "worker-a", token)
     assert isinstance(result, Accepted)

@@ -1,0 +1,29 @@
+"""Lease steps shared by the integration tests (claim, judge expiry like the operator)."""
+
+from __future__ import annotations
+
+import time
+
+from leasehold.protocol import ExpiryClock
+from leasehold.store import Accepted, LeaseStore, StoredLease
+
+
+def claim_ok(store: LeaseStore, namespace: str, name: str, who: str) -> int:
+    """Claim a lease that must be free; return the new fencing token."""
+    result = store.claim(namespace, name, who)
+    assert isinstance(result, Accepted), result
+    return result.token
+
+
+def wait_expired(
+    store: LeaseStore, expiry: ExpiryClock, namespace: str, name: str, timeout: float
+) -> StoredLease:
+    """Poll a lease until ``expiry`` judges it expired, as the operator does; return it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        lease = store.get(namespace, name)
+        key = f"{namespace}/{name}"
+        if expiry.is_expired(key, lease.resource_version, lease.record.lease_duration_seconds):
+            return lease
+        time.sleep(0.1)
+    raise AssertionError("lease never expired")
