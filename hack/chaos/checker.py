@@ -148,11 +148,18 @@ def _check_claims_and_completions(history: list[dict[str, Any]], report: Report)
                 f"{lease}: completion changed from {first} to {completion}"
             )
         elif first is completion:
+            # The completion and the lease's token are one object version: the
+            # completion must carry the token the lease had. The holder is
+            # checked against the claim of that token when the watch saw it
+            # (a watch that restarts can miss short-lived states).
             held = claimed.get(lease)
-            if held is None or (int(completion["token"]), str(completion["holder"])) != held:
+            if int(completion["token"]) != token or (
+                held is not None and held[0] == token and str(completion["holder"]) != held[1]
+            ):
                 report.violations["one-completion-per-job"].append(
                     f"{lease}: completion under token {completion['token']} by"
-                    f" {completion['holder']} while the last claim was {held}"
+                    f" {completion['holder']} while the lease was at token {token}"
+                    f" (last claim seen: {held})"
                 )
     accepted: dict[str, set[int]] = defaultdict(set)
     for record in history:

@@ -241,6 +241,7 @@ class Run:
 
     def watch_leases(self) -> None:
         """Record every lease change the API server reports, in its order."""
+        version: str | None = None
         while not self.stop.is_set():
             try:
                 stream = watch.Watch()
@@ -251,8 +252,10 @@ class Run:
                     NS,
                     "jobleases",
                     timeout_seconds=10,
+                    **({"resource_version": version} if version else {}),
                 ):
                     obj = event["object"]
+                    version = obj["metadata"]["resourceVersion"]
                     spec = obj["spec"]
                     done = spec.get("completion")
                     record(
@@ -271,8 +274,12 @@ class Run:
                     )
                     if self.stop.is_set():
                         break
+            except client.ApiException as exc:
+                if exc.status == 410:
+                    version = None  # too old: list again (states in between are lost)
+                time.sleep(0.5)
             except Exception:
-                time.sleep(0.5)  # API server restarts end the watch; start again
+                time.sleep(0.5)  # API server restarts end the watch; resume from version
 
     def pull_claimer(self, index: int) -> None:
         """Race the operator: claim unheld leases with the SDK and work under them."""

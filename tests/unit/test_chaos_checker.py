@@ -72,6 +72,11 @@ CLEAN: list[dict[str, Any]] = [
 ]
 
 
+def test_a_completion_whose_claim_the_watch_missed_is_judged_on_its_token() -> None:
+    # The watch restarted and saw the lease only once it was completed.
+    assert check([observed("ns/y", None, 0), observed("ns/y", None, 1, done(1, "y-1"))]).ok
+
+
 def test_a_clean_history_passes_and_is_counted() -> None:
     report = check(CLEAN)
     assert report.ok, report.table()
@@ -104,6 +109,11 @@ def with_(extra: list[dict[str, Any]], drop: int | None = None) -> list[dict[str
             [observed("ns/x", "x-2", 2), observed("ns/x", None, 2, done(1, "x-1"))],
             "one-completion-per-job",
             id="completion-under-stale-token",
+        ),
+        pytest.param(
+            [observed("ns/x", "x-2", 2), observed("ns/x", None, 2, done(2, "intruder"))],
+            "one-completion-per-job",
+            id="completion-by-another-holder",
         ),
         pytest.param(
             [observed("ns/x", "x-2", 2), observed("ns/x", None, 1)],
