@@ -97,4 +97,4 @@ SEED ?= $(shell date +%s)
 
 .PHONY: chaos
 chaos: venv controlplane tools ## Jepsen-style run: 200 jobs under faults, history checked (SEED=n to replay).
-	PYTHONPATH=hack $(PY) -m chaos.run --seed $(SEED) --jobs 200 --minutes 8
+	PYTHONPATH=hack $(PY) -m chaos.run --seed $(SEED) --jobs 200

@@ -436,7 +436,12 @@ class Run:
         budget = self.args.minutes * 60
         created = 0
         stepped = False
-        while time.monotonic() - started < budget:
+        faulty = True
+        drain_until = started + budget + self.args.drain_minutes * 60
+        while time.monotonic() < drain_until:
+            if faulty and time.monotonic() - started >= budget:
+                faulty = False
+                log("fault budget used up: creating the remaining jobs without faults")
             phases = self.phases()
             active = sum(
                 1 for s in phases.values() if s.get("phase") not in ("Succeeded", "Failed")
@@ -447,20 +452,15 @@ class Run:
                 active += 1
             if created == self.args.jobs and active == 0:
                 break
-            if not stepped and time.monotonic() - started > budget / 3:
-                self.clock_step()
-                stepped = True
-            self.inject()
-            time.sleep(self.rng.uniform(0.5, 1.5))
-        log("workload over; letting the last jobs finish without faults")
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            phases = self.phases()
-            if created == self.args.jobs and all(
-                s.get("phase") in ("Succeeded", "Failed") for s in phases.values()
-            ):
-                break
-            time.sleep(1)
+            if faulty:
+                if not stepped and time.monotonic() - started > budget / 3:
+                    self.clock_step()
+                    stepped = True
+                self.inject()
+                time.sleep(self.rng.uniform(0.5, 1.5))
+            else:
+                time.sleep(1)
+        log(f"workload over after {time.monotonic() - started:.0f}s")
         self.stop.set()
         time.sleep(1)
         for name, status in sorted(self.phases().items()):
@@ -507,12 +507,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--jobs", type=int, default=200, help="LeasedJobs to run (default 200)")
     parser.add_argument(
-        "--concurrency", type=int, default=16, help="jobs running at once (default 16)"
+        "--concurrency", type=int, default=20, help="jobs running at once (default 20)"
     )
     parser.add_argument("--writes", type=int, default=3, help="fenced writes per attempt")
     parser.add_argument("--pull-claimers", type=int, default=2, help="pull-mode claimers")
     parser.add_argument(
-        "--minutes", type=float, default=8.0, help="time budget for the faulty phase (default 8)"
+        "--minutes", type=float, default=6.5, help="time budget for the faulty phase (default 6.5)"
+    )
+    parser.add_argument(
+        "--drain-minutes",
+        type=float,
+        default=2.5,
+        help="then, without faults, time for the remaining jobs to run (default 2.5)",
     )
     parser.add_argument("--keep", type=Path, help="copy the history and logs here")
     args = parser.parse_args(argv)
