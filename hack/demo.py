@@ -141,7 +141,7 @@ def load_job(path: Path) -> dict[str, Any]:
 
 def run(workdir: Path, keep: bool) -> None:
     """The whole demo."""
-    cluster = LocalCluster(workdir / "cluster")
+    cluster = LocalCluster(workdir / "cluster", stop_with_parent=not keep)
     say("demo", "starting the local control plane (etcd, apiserver, controller-manager, scheduler)")
     kubeconfig = cluster.start()
     runner: PodRunner | None = None

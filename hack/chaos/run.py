@@ -40,6 +40,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -100,7 +101,7 @@ class Run:
 
     def setup(self) -> None:
         """Start every part, in order."""
-        self.cluster = LocalCluster(self.dir / "cluster")
+        self.cluster = LocalCluster(self.dir / "cluster", stop_with_parent=True)
         self.kubeconfig = self.cluster.start()
         log(f"control plane up: {self.cluster.server}")
         kubectl = str(tools_bin_dir() / "kubectl")
@@ -496,6 +497,10 @@ class Run:
         return checker.check([json.loads(line) for line in lines if line.strip()])
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, run, print the table; exit 1 on a violation."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else "")
@@ -529,6 +534,8 @@ def main(argv: list[str] | None = None) -> int:
     if not FAKETIME_LIB.exists():
         log(f"libfaketime not found at {FAKETIME_LIB}: apt-get install libfaketime")
         return 2
+    # SIGTERM (a CI timeout, Ctrl-C's cousin) tears everything down too.
+    signal.signal(signal.SIGTERM, _interrupt)
     work_dir = Path(tempfile.mkdtemp(prefix="chaos-", dir="/tmp"))
     run = Run(args, work_dir)
     began = time.monotonic()
