@@ -29,7 +29,6 @@ METRICS = (
     "leasehold_renewals_observed_total",
     "leasehold_reclaims_total",
     "leasehold_expirations_total",
-    "leasehold_stale_completions_rejected_total",
     "leasehold_watch_lag_seconds",
     "leasehold_jobs",
 )
@@ -200,3 +199,14 @@ def test_dashboard_charts_every_metric() -> None:
     missing = [m for m in METRICS if not re.search(rf"\b{m}(_bucket)?\b", exprs)]
     assert missing == []
     assert len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])
+
+
+def test_dashboard_uses_only_metrics_the_operator_exports() -> None:
+    from leasehold import metrics
+
+    exported = {sample.name for family in metrics.REGISTRY.collect() for sample in family.samples}
+    dashboard = json.loads((CHART / "dashboards" / "leasehold.json").read_text())
+    exprs = " ".join(t["expr"] for p in dashboard["panels"] for t in p["targets"])
+    used = set(re.findall(r"\bleasehold_[a-z_]+", exprs))
+    assert used - exported == set()
+    assert set(METRICS) <= {name.removesuffix("_bucket") for name in exported}
