@@ -142,6 +142,21 @@ _LEASE_RULES: Final[list[dict[str, str]]] = [
         "reason": "FieldValueForbidden",
     },
     {
+        "rule": "self.leaseDurationSeconds == oldSelf.leaseDurationSeconds",
+        "message": "spec.leaseDurationSeconds is immutable: a holder must not lengthen"
+        " its own lease",
+        "fieldPath": ".leaseDurationSeconds",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": "!has(oldSelf.maxFencingToken) || (has(self.maxFencingToken)"
+        " && self.maxFencingToken <= oldSelf.maxFencingToken)",
+        "message": "spec.maxFencingToken (the attempt limit) can only be lowered, never raised"
+        " or removed",
+        "fieldPath": ".maxFencingToken",
+        "reason": "FieldValueForbidden",
+    },
+    {
         "rule": "self.fencingToken == oldSelf.fencingToken"
         " || self.fencingToken == oldSelf.fencingToken + 1",
         "message": "spec.fencingToken may only stay the same or go up by exactly one (a claim)",
@@ -203,6 +218,13 @@ _LEASE_CREATE_RULES: Final[list[dict[str, str]]] = [
         "message": "spec.fencingToken cannot pass spec.maxFencingToken: the job's attempts"
         " are used up",
         "fieldPath": ".fencingToken",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": "!has(self.completion) || !has(self.holderIdentity)",
+        "message": "a completed lease is unheld: remove spec.holderIdentity in the same write"
+        " that records spec.completion",
+        "fieldPath": ".holderIdentity",
         "reason": "FieldValueForbidden",
     },
     {

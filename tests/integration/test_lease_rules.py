@@ -124,6 +124,30 @@ HELD_7 = {"holderIdentity": "pod-a", "fencingToken": 7}
             "spec.jobName is immutable",
             id="job-name-changed",
         ),
+        pytest.param(
+            HELD_7,
+            {"leaseDurationSeconds": 3600},
+            "spec.leaseDurationSeconds is immutable",
+            id="holder-lengthens-its-lease",
+        ),
+        pytest.param(
+            {"fencingToken": 7, "maxFencingToken": 7},
+            {"holderIdentity": "pod-b", "fencingToken": 8, "maxFencingToken": 50},
+            "can only be lowered, never raised or removed",
+            id="claim-raising-the-attempt-limit",
+        ),
+        pytest.param(
+            {"fencingToken": 7, "maxFencingToken": 7},
+            {"maxFencingToken": None},
+            "can only be lowered, never raised or removed",
+            id="attempt-limit-removed",
+        ),
+        pytest.param(
+            HELD_7,
+            {"completion": {"fencingToken": 7, "holderIdentity": "pod-a", "outcome": "Succeeded"}},
+            "a completed lease is unheld",
+            id="completion-left-held",
+        ),
     ],
 )
 def test_api_server_rejects_invariant_breaking_writes(

@@ -1,0 +1,216 @@
+"""The benchmark's arithmetic: percentiles, Prometheus deltas, /proc parsing, tables."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from bench.stats import (
+    Sample,
+    bucket_delta,
+    counter_delta,
+    cpu_ticks,
+    flat_to_samples,
+    fmt,
+    fraction_above,
+    histogram_buckets,
+    histogram_quantile,
+    markdown_table,
+    parse_samples,
+    percentile,
+    ratio,
+    renewal_offsets,
+    rss_bytes,
+    schedstat,
+    stack_share,
+    sum_samples,
+    summarize,
+    system_cpu_ticks,
+    top_frames,
+)
+
+
+def test_percentile_interpolates_between_ranks_like_numpy() -> None:
+    values = [4.0, 1.0, 3.0, 2.0]
+    assert percentile(values, 0.0) == 1.0
+    assert percentile(values, 1.0) == 4.0
+    assert percentile(values, 0.5) == pytest.approx(2.5)
+    assert percentile(list(map(float, range(101))), 0.99) == pytest.approx(99.0)
+    assert percentile([7.0], 0.99) == 7.0
+    assert math.isnan(percentile([], 0.5))
+
+
+def test_percentile_rejects_a_quantile_outside_0_1() -> None:
+    with pytest.raises(ValueError, match="outside"):
+        percentile([1.0], 1.5)
+
+
+def test_summarize() -> None:
+    s = summarize([0.001 * i for i in range(1, 101)])
+    assert s.n == 100
+    assert s.p50 == pytest.approx(0.0505)
+    assert s.p99 == pytest.approx(0.09901)
+    assert s.max == pytest.approx(0.1)
+    assert s.mean == pytest.approx(0.0505)
+    empty = summarize([])
+    assert empty.n == 0
+    assert math.isnan(empty.p99)
+
+
+def test_ratio_is_nan_without_a_baseline() -> None:
+    assert ratio(3.0, 2.0) == 1.5
+    assert math.isnan(ratio(1.0, 0.0))
+    assert math.isnan(ratio(math.nan, 1.0))
+
+
+APISERVER_TEXT = """\
+# HELP apiserver_request_total [STABLE] Counter of apiserver requests.
+# TYPE apiserver_request_total counter
+apiserver_request_total{code="200",resource="jobleases",verb="PATCH",subresource=""} 10
+apiserver_request_total{code="409",resource="jobleases",verb="PATCH",subresource=""} 2
+apiserver_request_total{code="200",resource="jobleases",verb="GET",subresource=""} 5
+apiserver_request_total{code="200",resource="pods",verb="PATCH",subresource=""} 99
+"""
+
+
+def test_parse_and_sum_apiserver_requests_by_labels() -> None:
+    samples = parse_samples(APISERVER_TEXT)
+    assert len(samples) == 4
+    assert sum_samples(samples, "apiserver_request_total", resource="jobleases") == 17
+    assert sum_samples(samples, "apiserver_request_total", resource="jobleases", verb="PATCH") == 12
+    assert sum_samples(samples, "apiserver_request_total", verb=("PATCH", "GET"), code="200") == 114
+    later = parse_samples(APISERVER_TEXT.replace("} 10", "} 25"))
+    assert counter_delta(samples, later, "apiserver_request_total", verb="PATCH") == 15
+
+
+def test_flat_operator_metrics_become_samples() -> None:
+    flat = {
+        "leasehold_renewals_observed_total": 3.0,
+        'leasehold_watch_lag_seconds_bucket{le="0.5"}': 2.0,
+        'leasehold_jobs{phase="Run\\"ning"}': 1.0,
+    }
+    samples = flat_to_samples(flat)
+    assert Sample("leasehold_renewals_observed_total", {}, 3.0) in samples
+    assert Sample("leasehold_watch_lag_seconds_bucket", {"le": "0.5"}, 2.0) in samples
+    assert Sample("leasehold_jobs", {"phase": 'Run"ning'}, 1.0) in samples
+
+
+def lag_histogram(counts: dict[str, float]) -> list[Sample]:
+    return [Sample("leasehold_watch_lag_seconds_bucket", {"le": le}, v) for le, v in counts.items()]
+
+
+def test_histogram_buckets_are_sorted_with_inf_last() -> None:
+    samples = lag_histogram({"+Inf": 10, "0.1": 4, "1.0": 9})
+    assert histogram_buckets(samples, "leasehold_watch_lag_seconds") == [
+        (0.1, 4),
+        (1.0, 9),
+        (math.inf, 10),
+    ]
+
+
+def test_bucket_delta_keeps_only_the_window() -> None:
+    before = [(0.1, 4.0), (1.0, 9.0), (math.inf, 10.0)]
+    after = [(0.1, 104.0), (1.0, 109.0), (math.inf, 110.0)]
+    assert bucket_delta(before, after) == [(0.1, 100.0), (1.0, 100.0), (math.inf, 100.0)]
+    assert bucket_delta([], after) == after
+
+
+def test_histogram_quantile_interpolates_like_promql() -> None:
+    buckets = [(0.1, 50.0), (0.5, 90.0), (1.0, 100.0), (math.inf, 100.0)]
+    assert histogram_quantile(0.5, buckets) == pytest.approx(0.1)
+    assert histogram_quantile(0.25, buckets) == pytest.approx(0.05)
+    assert histogram_quantile(0.7, buckets) == pytest.approx(0.3)
+    assert histogram_quantile(0.99, buckets) == pytest.approx(0.95)
+    assert math.isnan(histogram_quantile(0.5, [(0.1, 0.0), (math.inf, 0.0)]))
+
+
+def test_histogram_quantile_in_the_inf_bucket_is_the_highest_bound() -> None:
+    buckets = [(0.1, 1.0), (1.0, 2.0), (math.inf, 10.0)]
+    assert histogram_quantile(0.99, buckets) == 1.0
+
+
+def test_fraction_above_a_bound() -> None:
+    buckets = [(0.5, 90.0), (1.0, 98.0), (math.inf, 100.0)]
+    assert fraction_above(1.0, buckets) == pytest.approx(0.02)
+    assert math.isnan(fraction_above(0.7, buckets))
+
+
+def test_cpu_ticks_counts_user_and_system_even_with_odd_command_names() -> None:
+    stat = "4242 (leasehold (op) x) S 1 4242 4242 0 -1 4194560 100 0 0 0 150 25 0 0 20 0 9 0"
+    assert cpu_ticks(stat) == 175
+
+
+def test_system_cpu_ticks() -> None:
+    text = "cpu  100 5 50 1000 20 1 2 3 0 0\ncpu0 50 2 25 500 10 0 1 1 0 0\n"
+    assert system_cpu_ticks(text) == (161, 1181)
+    assert system_cpu_ticks("") == (0, 0)
+
+
+def test_rss_bytes() -> None:
+    status = "Name:\tleasehold\nVmPeak:\t  999 kB\nVmRSS:\t  2048 kB\n"
+    assert rss_bytes(status) == 2048 * 1024
+    assert rss_bytes("Name:\tzombie\n") == 0
+
+
+def test_renewal_offsets_spread_evenly_and_interleave_by_phase() -> None:
+    assert renewal_offsets(4, 10.0) == [0.0, 2.5, 5.0, 7.5]
+    assert renewal_offsets(2, 10.0, phase=0.5) == [2.5, 7.5]
+    assert renewal_offsets(0, 10.0) == []
+
+
+def test_top_frames_by_self_and_inclusive_share() -> None:
+    collapsed = "\n".join(
+        [
+            "main (a.py:1);loop (a.py:5);handler (b.py:9) 6",
+            "main (a.py:1);loop (a.py:5);json (c.py:2) 3",
+            "main (a.py:1);loop (a.py:5) 1",
+            "garbage",
+        ]
+    )
+    own, incl = top_frames(collapsed, limit=2)
+    assert own == [("handler (b.py)", 0.6), ("json (c.py)", 0.3)]
+    assert incl[0][1] == 1.0
+    assert {f for f, _ in incl} == {"main (a.py)", "loop (a.py)"}
+    assert top_frames("") == ([], [])
+
+
+def test_top_frames_merges_the_lines_of_a_function() -> None:
+    collapsed = "main (a.py:1);handler (b.py:9) 2\nmain (a.py:1);handler (b.py:12) 2\n"
+    own, _ = top_frames(collapsed)
+    assert own == [("handler (b.py)", 1.0)]
+    own, _ = top_frames(collapsed, by_function=False)
+    assert own == [("handler (b.py:9)", 0.5), ("handler (b.py:12)", 0.5)]
+
+
+def test_fmt() -> None:
+    assert fmt(1234.5, digits=0) == "1,234"
+    assert fmt(1.234, "x", 2) == "1.23x"
+    assert fmt(3.0, "ms") == "3.0 ms"
+    assert fmt(math.nan) == "-"
+
+
+def test_markdown_table_lines_up_columns() -> None:
+    table = markdown_table(["a", "long header"], [["1", "2"], ["333", "4"]])
+    assert table.splitlines() == [
+        "| a   | long header |",
+        "| --- | ----------- |",
+        "| 1   | 2           |",
+        "| 333 | 4           |",
+    ]
+
+
+def test_markdown_table_rejects_ragged_rows() -> None:
+    with pytest.raises(ValueError, match="cells"):
+        markdown_table(["a", "b"], [["1"]])
+
+
+def test_stack_share() -> None:
+    collapsed = "main (a.py:1);handler (b.py:9) 3\nmain (a.py:1);idle (c.py:2) 1\n"
+    assert stack_share(collapsed, "handler (b.py") == 0.75
+    assert stack_share(collapsed, "main") == 1.0
+    assert math.isnan(stack_share("", "x"))
+
+
+def test_schedstat() -> None:
+    assert schedstat("958162273 123238929 928\n") == (958162273, 123238929)
+    assert schedstat("") == (0, 0)
