@@ -98,3 +98,8 @@ SEED ?= $(shell date +%s)
 .PHONY: chaos
 chaos: venv controlplane tools ## Jepsen-style run: 200 jobs under faults, history checked (SEED=n to replay).
 	PYTHONPATH=hack $(PY) -m chaos.run --seed $(SEED) --jobs 200
+
+.PHONY: bench
+bench: venv controlplane tools ## Benchmarks vs a raw compare-and-swap baseline; writes bench/results.md (~9 min; QUICK=1: ~2 min).
+	@test -x $(VENV)/bin/py-spy || $(VENV)/bin/pip install --quiet py-spy
+	PYTHONPATH=hack $(PY) bench/bench.py $(if $(QUICK),--quick)

@@ -1,0 +1,1 @@
+"""Benchmarks of leasehold against a real local control plane (``bench/bench.py``)."""
