@@ -586,7 +586,7 @@ def test_worker_token_is_confined_to_its_own_lease(
         assert "forbidden" in result.stderr.lower(), result.stderr
         return result.stderr
 
-    merge = ("--type=merge", "-p", '{"spec":{"leaseDurationSeconds":1}}')
+    merge = ("--type=merge", "-p", '{"spec":{"renewTime":"2026-01-01T00:00:00.000000Z"}}')
     assert "ValidatingAdmissionPolicy" in forbidden("patch", "joblease", "lease-a", *merge)
     forbidden("delete", "joblease", "lease-a")
     forbidden("get", "leasedjobs")
