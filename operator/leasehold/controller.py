@@ -116,7 +116,7 @@ class LeaseChange:
 
     @property
     def needs_reconcile(self) -> bool:
-        """Holder, token, completion or cap changed: the job's status moves."""
+        """Holder, token, completion or cap changed (or first sight, or gone)."""
         return self.before != self.after
 
 
@@ -192,8 +192,10 @@ class ExpiryWatch:
         first_seen = self._clock.observe(key, str(generation))
         if held:
             due = first_seen + self._watched[key].duration_seconds + self._clock.margin_seconds
+            earliest = not self._heap or due < self._heap[0].at
             heapq.heappush(self._heap, _Due(due, key, generation))
-            self._wake.set()
+            if earliest:  # the loop sleeps until the earliest entry; wake it only if that moved
+                self._wake.set()
         return LeaseChange(
             old.signature if old else None,
             signature,

@@ -113,10 +113,9 @@ def observe_lease_change(
         LEASES_HELD.dec()
     token_before = int(before[1] or 0) if before is not None else None
     token_after = int(after[1] or 0)
+    # At first sight (token_before is None) a held lease is not a claim we saw.
     if token_before is not None and token_after > token_before:
         CLAIMS.inc(token_after - token_before)
-    elif token_before is None and held_after:
-        pass  # first sight of an already-held lease: not a claim we saw
     if (
         before is not None
         and generation_changed
