@@ -10,11 +10,14 @@ written as a single JSON patch that the API server applies atomically
   ``fencingToken`` and then the change: no read before the write. If a test
   fails (HTTP 422), the lease is read and the protocol says why (not the
   holder, stale token, already completed).
-* **claim** reads the lease, asks the protocol, and writes with the read
-  ``resourceVersion`` as precondition; a 409 means someone wrote meanwhile,
-  so it re-reads and re-checks the *semantic* condition (is it still
-  unheld?), never resourceVersion alone: the operator's own status writes
-  bump it too.
+* **claim** sends a ``test`` op on the fencing token it judged on, then sets holder,
+  token + 1 and times, with no ``resourceVersion`` precondition: the CRD's
+  CEL rules refuse a claim of a held, completed or exhausted lease, so the
+  server judges the rest, and unrelated writes (the operator's status)
+  cause no conflict. A caller that already knows the lease (from a list, a
+  watch or a read) passes it as ``observed`` and the claim is one write;
+  otherwise it reads first. On a refusal (409/422) it re-reads and judges
+  the *semantic* condition again (is it still unheld?).
 * **reclaim** (the operator's) carries the resourceVersion it judged expired;
   a renewal that landed meanwhile makes it fail with 409.
 
@@ -301,6 +304,52 @@ def _holder_tests(holder: HolderIdentity, token: FencingToken) -> list[dict[str,
     ]
 
 
+def _claim_ops(judged_token: FencingToken, new: LeaseRecord) -> list[dict[str, Any]]:
+    """The JSON patch of a claim judged on a lease at ``judged_token``.
+
+    Deliberately no ``resourceVersion`` precondition. The API server applies
+    a JSON patch inside its own compare-and-swap on the stored object and
+    evaluates the ``test`` op and the CRD's CEL rules against the very
+    version it replaces, so the write is atomic without one. What it checks
+    is exactly what :func:`leasehold.protocol.claim` checks:
+
+    * the ``test`` on ``/spec/fencingToken``: the lease is still in the claim
+      generation the claim was judged on; every claim bumps the token, so no
+      claim has landed since;
+    * CEL "a fencing token bump is a claim": the token may go up only if the
+      stored lease is unheld, i.e. a held lease is never taken (``LOST_RACE``);
+    * CEL "a completed lease can never be claimed or held again"
+      (``COMPLETED``);
+    * CEL "spec.fencingToken cannot pass spec.maxFencingToken", checked on
+      the cap as stored now, which can only have gone down (``EXHAUSTED``);
+    * CEL "may only stay the same or go up by exactly one": token + 1.
+
+    The other CEL rules concern fields a claim does not write (job name,
+    duration, completion) or hold for any claim (a held lease has token
+    >= 1). Any other change in between (the operator's status write, a
+    renewTime, labels) does not affect whether the claim is allowed; a
+    resourceVersion precondition would turn each into a spurious 409 and an
+    extra GET + PATCH.
+
+    Args:
+        judged_token: the fencing token of the record the claim was judged on.
+        new: the record :func:`leasehold.protocol.claim` produced.
+
+    Returns:
+        The ops.
+    """
+    assert new.acquire_time is not None  # set by protocol.claim
+    assert new.holder_identity is not None
+    acquired = format_time(new.acquire_time)
+    return [
+        {"op": "test", "path": "/spec/fencingToken", "value": judged_token},
+        {"op": "add", "path": "/spec/holderIdentity", "value": new.holder_identity},
+        {"op": "replace", "path": "/spec/fencingToken", "value": new.fencing_token},
+        {"op": "add", "path": "/spec/acquireTime", "value": acquired},
+        {"op": "add", "path": "/spec/renewTime", "value": acquired},
+    ]
+
+
 # --------------------------------------------------------------------------
 # The store
 
@@ -491,50 +540,96 @@ class LeaseStore:
 
     # -- the protocol -------------------------------------------------------
 
-    def claim(self, namespace: str, name: str, claimant: str) -> Result:
+    def claim(
+        self,
+        namespace: str,
+        name: str,
+        claimant: str,
+        *,
+        observed: StoredLease | None = None,
+    ) -> Result:
         """Claim an unheld lease: holder := claimant, token := token + 1.
 
-        Reads the lease, lets the protocol decide, writes with the read
-        ``resourceVersion`` as precondition. On 409 it re-reads: if the lease
-        is now held, the claim lost the race; if it is still unheld (an
-        unrelated write, e.g. the operator's status), it tries again.
+        The write is one JSON patch: ``test`` that ``spec.fencingToken`` is
+        still the token the claim was judged on, then set the holder, the
+        token + 1 and the times. It carries no ``resourceVersion``
+        precondition: the ``test`` and the CRD's CEL rules
+        (``models._LEASE_RULES`` and ``_LEASE_CREATE_RULES``), both evaluated
+        by the API server on the version it writes over, refuse every claim
+        :func:`leasehold.protocol.claim` refuses: a held lease (rule "a
+        fencing token bump is a claim"), a completed one ("a completed lease
+        can never be claimed"), a token past ``maxFencingToken`` (the cap
+        rule); the rules were checked to be complete for this, see
+        :func:`_claim_ops`. So unrelated writes in between (the operator's
+        status, labels) cost no retry.
+
+        Without ``observed``, reads the lease, lets the protocol decide and
+        writes. With ``observed``, the first attempt skips the read: the
+        protocol decides on ``observed.record`` and, if it allows the claim,
+        the patch is sent at once; the server then is the judge of whether
+        ``observed`` was still current. If the server refuses (409/422), or
+        the protocol refuses on ``observed`` (which may be stale: a held
+        lease may have been released since), it falls back to reading.
+        After every refusal it re-reads: if the lease is now held, completed
+        or exhausted the claim is rejected; if it is still claimable (the
+        token moved on: someone claimed and released meanwhile), it tries
+        again on the fresh read.
+
+        Requests: with ``observed`` and no race, exactly one PATCH and no
+        GET. Otherwise one GET, then one PATCH if the protocol allows the
+        claim, and one more GET (and maybe PATCH) per refused write.
 
         Args:
             namespace: the lease's namespace.
             name: the lease's name.
             claimant: the new holder's identity.
+            observed: the lease as the caller last saw it (from a list, a
+                watch or a recent read), or ``None`` to read it first. Only
+                its ``record`` is used (no ``resourceVersion`` is needed);
+                a stale one costs a read, never a wrong result.
 
         Returns:
-            :class:`Accepted` (``.token`` is the new fencing token) or
-            :class:`Rejected` with ``LOST_RACE``, ``COMPLETED`` or ``EXHAUSTED``.
+            :class:`Accepted` (``.token`` is the new fencing token, ``.lease``
+            the server's answer) or :class:`Rejected` with ``LOST_RACE``,
+            ``COMPLETED`` or ``EXHAUSTED`` (``.lease`` as read when judging;
+            a rejection always comes from a fresh read, never from
+            ``observed`` alone).
 
         Raises:
             LeaseNotFoundError: no such lease.
+            InvalidLeaseError: the stored object does not parse.
             TransientStoreError: retry later (also after too many conflicts).
             StoreError: any other refusal.
         """
         holder = HolderIdentity(claimant)
+        if observed is not None:
+            decision = protocol.claim(observed.record, holder, self._clock())
+            if isinstance(decision, protocol.Accepted):
+                ops = _claim_ops(observed.record.fencing_token, decision.record)
+                try:
+                    return Accepted(to_stored(self._patch(namespace, name, ops)))
+                except ApiException as exc:
+                    if exc.status not in (409, 422):
+                        raise _convert(exc, namespace, name, "claim") from exc
+                    log.debug(
+                        "claim %s/%s by %s on observed token %d: HTTP %s, reading",
+                        namespace,
+                        name,
+                        claimant,
+                        observed.record.fencing_token,
+                        exc.status,
+                    )
+            # Refused on `observed`, or the server refused: `observed` may be
+            # stale either way, so judge again on a fresh read.
         for _ in range(MAX_CONFLICT_RETRIES):
             lease = self.get(namespace, name)
             decision = protocol.claim(lease.record, holder, self._clock())
             if isinstance(decision, protocol.Refused):
                 return Rejected(decision.rejection, lease)
-            new = decision.record
-            assert new.acquire_time is not None  # set by protocol.claim
-            spec_ops: list[dict[str, Any]] = [
-                {
-                    "op": "replace",
-                    "path": "/metadata/resourceVersion",
-                    "value": lease.resource_version,
-                },
-                {"op": "test", "path": "/spec/fencingToken", "value": lease.record.fencing_token},
-                {"op": "add", "path": "/spec/holderIdentity", "value": holder},
-                {"op": "replace", "path": "/spec/fencingToken", "value": new.fencing_token},
-                {"op": "add", "path": "/spec/acquireTime", "value": format_time(new.acquire_time)},
-                {"op": "add", "path": "/spec/renewTime", "value": format_time(new.acquire_time)},
-            ]
             try:
-                body = self._patch(namespace, name, spec_ops)
+                body = self._patch(
+                    namespace, name, _claim_ops(lease.record.fencing_token, decision.record)
+                )
             except ApiException as exc:
                 if exc.status in (409, 422):
                     log.debug(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
 import threading
 import time
@@ -12,13 +13,15 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from leasehold.protocol import ExpiryClock, Outcome, Rejection
+from leasehold import models
+from leasehold.protocol import ExpiryClock, FencingToken, Outcome, Rejection
 from leasehold.store import (
     Accepted,
     LeaseNotFoundError,
     LeaseStore,
     Rejected,
     Result,
+    StoredLease,
 )
 from tests.integration.leases import claim_ok, wait_expired
 
@@ -191,3 +194,150 @@ def test_renew_is_one_write_without_a_read(store: LeaseStore, namespace: str) ->
     assert isinstance(result, Accepted)
     assert int(result.lease.resource_version) > int(before.resource_version)
     assert result.lease.generation == before.generation + 1
+
+
+# -- claim with a known token (``observed``) ---------------------------------
+
+
+def count_requests(api_client: client.ApiClient, monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """Count every HTTP request ``api_client`` sends, by method (as bench.py does)."""
+    counts: Counter[str] = Counter()
+    rest: Any = api_client.rest_client
+    original = rest.request
+
+    def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        counts[method.upper()] += 1
+        return original(method, url, *args, **kwargs)
+
+    monkeypatch.setattr(rest, "request", request)
+    return counts
+
+
+def forged(lease: StoredLease, **changes: Any) -> StoredLease:
+    """``lease`` as a caller with a wrong view of it would see it (same token)."""
+    return dataclasses.replace(lease, record=dataclasses.replace(lease.record, **changes))
+
+
+def holder_and_token(store: LeaseStore, namespace: str, name: str) -> tuple[str | None, int]:
+    record = store.get(namespace, name).record
+    return record.holder_identity, record.fencing_token
+
+
+def test_known_token_claim_is_one_patch_without_a_read(
+    store: LeaseStore,
+    api_client: client.ApiClient,
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    created = store.create(namespace, "job", job_name="job", lease_duration_seconds=30)
+    # An unrelated write since (the operator's status): the resourceVersion
+    # moves, the token does not. It must not cost a conflict.
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object_status(
+        models.GROUP,
+        models.VERSION,
+        namespace,
+        "jobleases",
+        "job",
+        {"status": {"observedGeneration": created.generation}},
+    )
+    assert store.get(namespace, "job").resource_version != created.resource_version
+    counts = count_requests(api_client, monkeypatch)
+    result = store.claim(namespace, "job", "worker-a", observed=created)
+    assert isinstance(result, Accepted), result
+    assert counts == Counter({"PATCH": 1}), counts
+    assert result.token == 1
+    assert result.lease.record.holder_identity == "worker-a"
+    assert holder_and_token(store, namespace, "job") == ("worker-a", 1)
+
+
+def test_known_token_claim_with_a_stale_token_falls_back_and_claims(
+    store: LeaseStore,
+    api_client: client.ApiClient,
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    created = store.create(namespace, "job", job_name="job", lease_duration_seconds=30)
+    # Someone else claimed and released since `created` was seen: token 0 -> 1.
+    other = claim_ok(store, namespace, "job", "worker-b")
+    assert isinstance(store.release(namespace, "job", "worker-b", other), Accepted)
+    counts = count_requests(api_client, monkeypatch)
+    result = store.claim(namespace, "job", "worker-a", observed=created)
+    assert isinstance(result, Accepted), result
+    # The one-write attempt was refused (token test), then a read and a write.
+    assert counts == Counter({"PATCH": 2, "GET": 1}), counts
+    assert result.token == 2  # judged again on the fresh read, not 0 + 1
+    assert holder_and_token(store, namespace, "job") == ("worker-a", 2)
+
+
+def test_known_token_claim_of_a_lease_held_now_loses_the_race(
+    store: LeaseStore,
+    api_client: client.ApiClient,
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    created = store.create(namespace, "job", job_name="job", lease_duration_seconds=30)
+    assert claim_ok(store, namespace, "job", "worker-b") == 1
+    counts = count_requests(api_client, monkeypatch)
+    result = store.claim(namespace, "job", "worker-a", observed=created)  # stale: unheld, 0
+    assert isinstance(result, Rejected) and result.rejection is Rejection.LOST_RACE, result
+    assert result.lease.record.holder_identity == "worker-b"
+    assert counts == Counter({"PATCH": 1, "GET": 1}), counts
+    # A view with the current token that is wrong about the holder: the
+    # token test passes, and the API server's CEL rule refuses the bump.
+    held = store.get(namespace, "job")
+    result = store.claim(namespace, "job", "worker-a", observed=forged(held, holder_identity=None))
+    assert isinstance(result, Rejected) and result.rejection is Rejection.LOST_RACE, result
+    assert holder_and_token(store, namespace, "job") == ("worker-b", 1)
+
+
+def test_known_token_claim_of_a_completed_lease_is_rejected(
+    store: LeaseStore,
+    api_client: client.ApiClient,
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    created = store.create(namespace, "job", job_name="job", lease_duration_seconds=30)
+    token = claim_ok(store, namespace, "job", "worker-b")
+    assert isinstance(
+        store.complete(namespace, "job", "worker-b", token, Outcome.SUCCEEDED), Accepted
+    )
+    counts = count_requests(api_client, monkeypatch)
+    result = store.claim(namespace, "job", "worker-a", observed=created)
+    assert isinstance(result, Rejected) and result.rejection is Rejection.COMPLETED, result
+    assert counts == Counter({"PATCH": 1, "GET": 1}), counts
+    # Right token, completion unknown to the caller: the CEL rule refuses it.
+    done = store.get(namespace, "job")
+    counts.clear()
+    result = store.claim(namespace, "job", "worker-a", observed=forged(done, completion=None))
+    assert isinstance(result, Rejected) and result.rejection is Rejection.COMPLETED, result
+    assert counts == Counter({"PATCH": 1, "GET": 1}), counts
+    after = store.get(namespace, "job")
+    assert (after.record.holder_identity, after.record.fencing_token) == (None, 1)
+    assert after.record.completion == done.record.completion
+
+
+def test_known_token_claim_past_the_attempt_limit_is_exhausted(
+    store: LeaseStore,
+    api_client: client.ApiClient,
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store.create(namespace, "job", job_name="job", lease_duration_seconds=30, max_fencing_token=3)
+    token = claim_ok(store, namespace, "job", "worker-b")
+    assert isinstance(store.release(namespace, "job", "worker-b", token), Accepted)
+    seen = store.get(namespace, "job")  # unheld, token 1 of 3: claimable
+    # The operator stops the job (deadline) after `seen`: the cap drops to 1.
+    assert isinstance(store.stop(seen), Accepted)
+    counts = count_requests(api_client, monkeypatch)
+    result = store.claim(namespace, "job", "worker-a", observed=seen)
+    # The token test passes (still 1); the CEL cap rule refuses token 2.
+    assert isinstance(result, Rejected) and result.rejection is Rejection.EXHAUSTED, result
+    assert counts == Counter({"PATCH": 1, "GET": 1}), counts
+    assert holder_and_token(store, namespace, "job") == (None, 1)
+    # Known to be at the cap: refused on `observed`, confirmed by one read.
+    capped = store.get(namespace, "job")
+    assert capped.record.max_fencing_token == FencingToken(1)
+    counts.clear()
+    result = store.claim(namespace, "job", "worker-a", observed=capped)
+    assert isinstance(result, Rejected) and result.rejection is Rejection.EXHAUSTED, result
+    assert counts == Counter({"GET": 1}), counts
