@@ -181,7 +181,7 @@ class JobService:
             return plan
         if plan.action is Action.CLAIM_AND_START and lease is not None:
             assert plan.pod_name is not None
-            claimed = self._store.claim(namespace, lease.name, plan.pod_name)
+            claimed = self._store.claim(namespace, lease.name, plan.pod_name, observed=lease)
             if not isinstance(claimed, Accepted):
                 log.info("claim for %s/%s refused: %s", namespace, plan.pod_name, claimed.rejection)
                 raise TransientStoreError(f"claim {namespace}/{name}: {claimed.rejection}")

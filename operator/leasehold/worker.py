@@ -147,8 +147,20 @@ class LeaseOperations(Protocol):
     hangs cannot run past the holder's deadline.
     """
 
-    def claim(self, namespace: str, name: str, claimant: str) -> Result:
-        """Claim an unheld lease. See :meth:`LeaseStore.claim`."""
+    def claim(
+        self,
+        namespace: str,
+        name: str,
+        claimant: str,
+        *,
+        observed: StoredLease | None = None,
+    ) -> Result:
+        """Claim an unheld lease. See :meth:`LeaseStore.claim`.
+
+        ``observed`` is the lease as the caller last saw it; an
+        implementation may ignore it (it only saves a read). :func:`claim`
+        passes it only when it has one; :func:`claim_any` always does.
+        """
         ...
 
     def renew(
@@ -1199,8 +1211,15 @@ def claim(
     renew_fraction: float = DEFAULT_RENEW_FRACTION,
     margin_seconds: float | None = None,
     on_lost: LossCallback | None = None,
+    observed: StoredLease | None = None,
 ) -> LeaseHolder | None:
     """Claim a lease for this worker (pull mode) and start renewing it.
+
+    Without ``observed`` the store reads the lease, then writes (GET +
+    PATCH). With ``observed`` (the lease as this worker last saw it, e.g. from
+    :meth:`LeaseStore.list_leases` or a watch) the claim is one PATCH when
+    ``observed`` is still current, and falls back to reading when it is not:
+    see :meth:`LeaseStore.claim`.
 
     Args:
         namespace: the lease's namespace.
@@ -1212,6 +1231,8 @@ def claim(
         renew_fraction: see :class:`LeaseHolder`.
         margin_seconds: see :class:`LeaseHolder`.
         on_lost: see :class:`LeaseHolder`.
+        observed: the lease as last seen, or ``None`` (read it first). A
+            stale one costs a read, never a wrong result.
 
     Returns:
         A started :class:`LeaseHolder` (its first deadline counts from the
@@ -1229,7 +1250,12 @@ def claim(
         store = LeaseStore(api_client)
     try:
         started = time.monotonic()
-        result = store.claim(namespace, lease_name, holder_identity)
+        # Pass `observed` only when there is one: a store written against the
+        # older LeaseOperations (no `observed` keyword) keeps working here.
+        if observed is None:
+            result = store.claim(namespace, lease_name, holder_identity)
+        else:
+            result = store.claim(namespace, lease_name, holder_identity, observed=observed)
         if isinstance(result, Rejected):
             log.info("lease %s/%s not claimed: %s", namespace, lease_name, result.rejection)
             if api_client is not None:
@@ -1283,7 +1309,12 @@ def claim_any(
 
     Lists the JobLeases (oldest first), skips held and completed ones, and
     tries to claim each free one until a claim succeeds; a lease taken by
-    another worker meanwhile is skipped.
+    another worker meanwhile is skipped. Each claim is judged on the listed
+    lease (``observed``), so it is one PATCH unless the lease changed since
+    the list (then the store reads it and judges again).
+
+    Requests: one LIST, then one PATCH per lease tried (plus a GET, and
+    maybe a PATCH, for each lease that changed since the list).
 
     Args:
         namespace: where to look.
@@ -1319,6 +1350,7 @@ def claim_any(
                     renew_fraction=renew_fraction,
                     margin_seconds=margin_seconds,
                     on_lost=on_lost,
+                    observed=lease,
                 )
             except LeaseNotFoundError:
                 continue

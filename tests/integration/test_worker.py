@@ -15,8 +15,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
@@ -135,6 +137,41 @@ def test_claim_any_skips_held_and_completed_leases(store: LeaseStore, namespace:
         mine.release()
     finally:
         held.release()
+
+
+def test_claim_any_claims_a_listed_lease_with_one_write(
+    api_client: client.ApiClient, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = LeaseStore(api_client)
+    for name in ("a-held", "b-free"):
+        store.create(namespace, name, job_name=name, lease_duration_seconds=60)
+    assert isinstance(store.claim(namespace, "a-held", "someone"), Accepted)
+    # An unrelated write to the free lease (the operator's status): no conflict.
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object_status(
+        "leasehold.dev",
+        "v1alpha1",
+        namespace,
+        "jobleases",
+        "b-free",
+        {"status": {"observedGeneration": 1}},
+    )
+    counts: Counter[str] = Counter()
+    rest: Any = api_client.rest_client
+    original = rest.request
+
+    def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        counts[method.upper()] += 1
+        return original(method, url, *args, **kwargs)
+
+    monkeypatch.setattr(rest, "request", request)
+    mine = worker.claim_any(namespace, "pool-1", store=store)  # first renewal after 20 s
+    assert mine is not None
+    try:
+        # The list (a GET of the collection), then the claim: one PATCH, no read.
+        assert counts == Counter({"GET": 1, "PATCH": 1}), counts
+        assert (mine.lease_name, mine.token) == ("b-free", 1)
+    finally:
+        mine.release()
 
 
 # -- leasehold run -----------------------------------------------------------

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from typing import Any, cast
 
 import pytest
 
@@ -74,8 +75,18 @@ class FakeStore:
         self.releases = 0
         self.on_release: Behaviour = lambda: Accepted(stored(None))
         self.clock: Callable[[], float] = time.monotonic
+        self.listed: list[StoredLease] = []
+        self.claims: list[tuple[str, StoredLease | None]] = []  # (name, observed)
 
-    def claim(self, namespace: str, name: str, claimant: str) -> Result:
+    def claim(
+        self,
+        namespace: str,
+        name: str,
+        claimant: str,
+        *,
+        observed: StoredLease | None = None,
+    ) -> Result:
+        self.claims.append((name, observed))
         return Accepted(stored(claimant))
 
     def renew(
@@ -108,7 +119,7 @@ class FakeStore:
     def list_leases(
         self, namespace: str, *, label_selector: str | None = None
     ) -> list[StoredLease]:
-        return []
+        return list(self.listed)
 
     def release(
         self,
@@ -539,3 +550,38 @@ def test_holder_carries_its_token_to_each_kind_of_target() -> None:
     assert params["leasehold_idempotency_key"] == "ns/job/1/pay"
     body = holder.annotate({"metadata": {"name": "cm"}})
     assert body["metadata"]["annotations"]["leasehold.dev/fencing-token"] == "1"
+
+
+# -- pull mode ----------------------------------------------------------------
+
+
+def test_claim_any_judges_each_claim_on_the_listed_lease() -> None:
+    store = FakeStore()
+    free = StoredLease("ns", "free", stored(None, token=4).record, "7", 3, {})
+    store.listed = [stored("someone", token=2), free]
+    holder = worker.claim_any("ns", "pool-1", store=store)
+    assert holder is not None
+    try:
+        # The held lease is skipped; the free one is claimed with the listed
+        # record as `observed`, so the store need not read it again.
+        assert store.claims == [("free", free)]
+    finally:
+        holder.close()
+
+
+class PreObservedStore(FakeStore):
+    """A store written before ``observed`` existed: ``claim`` has no such keyword."""
+
+    def claim(self, namespace: str, name: str, claimant: str) -> Result:  # type: ignore[override]
+        self.claims.append((name, None))
+        return Accepted(stored(claimant))
+
+
+def test_claim_without_observed_works_with_a_store_that_predates_it() -> None:
+    store = PreObservedStore()
+    holder = worker.claim("ns", "job", "pool-1", store=cast(Any, store))
+    assert holder is not None
+    try:
+        assert store.claims == [("job", None)]
+    finally:
+        holder.close()
