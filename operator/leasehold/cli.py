@@ -63,6 +63,8 @@ def _cmd_operator(args: argparse.Namespace) -> int:
         overrides["standalone"] = False
     if args.priority is not None:
         overrides["priority"] = args.priority
+    if args.reconcile_workers is not None:
+        overrides["reconcile_workers"] = args.reconcile_workers
     if args.log_level:
         overrides["log_level"] = args.log_level
     settings = OperatorSettings(**overrides)  # type: ignore[arg-type]
@@ -138,6 +140,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="run with Kopf peering under this name (HA: one active replica); default: standalone",
     )
     p_op.add_argument("--priority", type=int, help="peering priority of this replica")
+    p_op.add_argument(
+        "--reconcile-workers",
+        type=int,
+        metavar="N",
+        help="threads running reconciles and reclaims at once (default 16)",
+    )
     p_op.add_argument("--log-level", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
     p_op.set_defaults(func=_cmd_operator)
 

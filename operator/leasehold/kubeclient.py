@@ -16,7 +16,9 @@ from kubernetes import client, config
 KUBECONFIG_ENV = "KUBECONFIG"
 
 
-def new_api_client(kubeconfig: str | os.PathLike[str] | None = None) -> client.ApiClient:
+def new_api_client(
+    kubeconfig: str | os.PathLike[str] | None = None, *, pool_size: int | None = None
+) -> client.ApiClient:
     """Build an API client from a kubeconfig if one is named, else in-cluster.
 
     The order is: the explicit ``kubeconfig`` argument; else ``$KUBECONFIG``
@@ -31,6 +33,9 @@ def new_api_client(kubeconfig: str | os.PathLike[str] | None = None) -> client.A
     Args:
         kubeconfig: path of a kubeconfig file, or ``None`` to look at
             ``$KUBECONFIG`` and then at the in-cluster configuration.
+        pool_size: HTTP connections the client keeps to the API server
+            (``None``: the client's default, 4); size it to the threads that
+            share the client.
 
     Returns:
         A new ``kubernetes.client.ApiClient``; the caller owns it and should
@@ -41,11 +46,13 @@ def new_api_client(kubeconfig: str | os.PathLike[str] | None = None) -> client.A
             invalid, or (without a kubeconfig) the process is not in a pod.
     """
     path = os.fspath(kubeconfig) if kubeconfig is not None else os.environ.get(KUBECONFIG_ENV)
-    if path:
-        api: client.ApiClient = config.new_client_from_config(
-            config_file=path, persist_config=False
-        )
-        return api
     configuration = client.Configuration()
-    config.load_incluster_config(client_configuration=configuration)
+    if path:
+        config.load_kube_config(
+            config_file=path, client_configuration=configuration, persist_config=False
+        )
+    else:
+        config.load_incluster_config(client_configuration=configuration)
+    if pool_size is not None:
+        configuration.connection_pool_maxsize = pool_size
     return client.ApiClient(configuration)

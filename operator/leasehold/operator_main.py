@@ -9,18 +9,25 @@ parser and the controller stays handlers.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import kopf
 from kubernetes import client, config
 
 from leasehold import controller
 from leasehold.kubeclient import new_api_client
+from leasehold.peering import own_identity
 from leasehold.service import JobService
 from leasehold.settings import OperatorSettings
 
 
-def api_client() -> client.ApiClient:
+def api_client(pool_size: int = 4) -> client.ApiClient:
     """The operator's API client: ``$KUBECONFIG``, in-cluster, else ``~/.kube/config``.
+
+    Args:
+        pool_size: HTTP connections kept to the API server (one per thread
+            that uses the client at once; more threads would open and drop
+            connections).
 
     Returns:
         A configured ``kubernetes.client.ApiClient``.
@@ -29,10 +36,12 @@ def api_client() -> client.ApiClient:
         kubernetes.config.ConfigException: no credentials found.
     """
     try:
-        return new_api_client()
+        return new_api_client(pool_size=pool_size)
     except config.ConfigException:
-        api: client.ApiClient = config.new_client_from_config()
-        return api
+        configuration = client.Configuration()
+        config.load_kube_config(client_configuration=configuration, persist_config=False)
+        configuration.connection_pool_maxsize = pool_size
+        return client.ApiClient(configuration)
 
 
 def run_operator(settings: OperatorSettings) -> int:
@@ -51,9 +60,12 @@ def run_operator(settings: OperatorSettings) -> int:
     if logging.getLogger().level > logging.DEBUG:
         # Kopf logs every handler call at INFO; our own lines say what happened.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
-    service = JobService(api_client())
-    runtime = controller.build_runtime(settings, service)
+    identity = own_identity()
+    service = JobService(api_client(pool_size=settings.reconcile_workers + 2))
+    runtime = controller.build_runtime(settings, service, api_client, identity)
+    kopf_identity: Any = identity  # Kopf's peering.Identity is a NewType of str
     kopf.run(
+        identity=kopf_identity,
         liveness_endpoint=settings.liveness_endpoint or None,
         clusterwide=not settings.namespaces,
         namespaces=settings.namespaces,

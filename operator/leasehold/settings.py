@@ -42,6 +42,10 @@ class OperatorSettings(BaseSettings):
     priority: int = 0
     """This replica's peering priority (the highest active one works)."""
 
+    reconcile_workers: int = Field(default=16, ge=1, le=256)
+    """Threads running reconciles and reclaims (blocking API calls) at once.
+    A burst of expiries is taken back this many at a time."""
+
     retry_delay_seconds: float = Field(default=2.0, gt=0, le=300)
     """Delay before a reconcile that hit a transient API error is retried."""
 
