@@ -136,6 +136,7 @@ class _Watched:
     duration_seconds: int
     held: bool
     signature: tuple[Any, ...]
+    body: dict[str, Any]
 
 
 class ExpiryWatch:
@@ -144,7 +145,8 @@ class ExpiryWatch:
     Args:
         clock: the operator's expiry judge.
         on_expired: coroutine run for an expired lease:
-            ``on_expired(namespace, lease_name, job_name, generation)``.
+            ``on_expired(namespace, lease_name, job_name, generation, body)``
+            (``body``: the lease as last watched).
         monotonic: the monotonic clock (the same one ``clock`` uses).
         gate: reclaims wait while it is closed (a peer replica is active);
             ``None``: never wait.
@@ -153,7 +155,7 @@ class ExpiryWatch:
     def __init__(
         self,
         clock: ExpiryClock,
-        on_expired: Callable[[str, str, str, int], Awaitable[None]],
+        on_expired: Callable[[str, str, str, int, dict[str, Any]], Awaitable[None]],
         monotonic: Callable[[], float] = time.monotonic,
         gate: ActivityGate | None = None,
     ) -> None:
@@ -199,6 +201,7 @@ class ExpiryWatch:
             duration_seconds=int(spec.get("leaseDurationSeconds", 30)),
             held=held,
             signature=signature,
+            body=body,
         )
         first_seen = self._clock.observe(key, str(generation))
         if held:
@@ -247,7 +250,7 @@ class ExpiryWatch:
             metrics.EXPIRATIONS.inc()
             try:
                 await self._on_expired(
-                    watched.namespace, watched.name, watched.job_name, due.generation
+                    watched.namespace, watched.name, watched.job_name, due.generation, watched.body
                 )
             except Exception:
                 log.exception("reclaim of %s failed; will retry", due.key)
@@ -336,8 +339,10 @@ def build_runtime(
         identity, settings.priority, settings.peering_name, standalone=settings.standalone
     )
 
-    async def on_expired(namespace: str, lease_name: str, job_name: str, generation: int) -> None:
-        outcome = await asyncio.to_thread(service.reclaim, namespace, lease_name, generation)
+    async def on_expired(
+        namespace: str, lease_name: str, job_name: str, generation: int, body: dict[str, Any]
+    ) -> None:
+        outcome = await asyncio.to_thread(service.reclaim, namespace, lease_name, generation, body)
         if outcome.reclaimed:
             metrics.RECLAIMS.inc()
         log.debug("expiry of %s/%s: %s", namespace, lease_name, outcome.reason)

@@ -41,6 +41,7 @@ from leasehold.store import (
     api_error,
     api_message,
     format_time,
+    to_stored,
 )
 
 log = logging.getLogger(__name__)
@@ -305,20 +306,28 @@ class JobService:
 
     # -- expiry ------------------------------------------------------------------
 
-    def reclaim(self, namespace: str, lease_name: str, judged_generation: int) -> ReclaimOutcome:
+    def reclaim(
+        self,
+        namespace: str,
+        lease_name: str,
+        judged_generation: int,
+        observed: dict[str, Any] | None = None,
+    ) -> ReclaimOutcome:
         """Reclaim a lease judged expired at ``judged_generation``.
 
         The caller (the operator's expiry clock) saw no change of the lease's
         spec since it first saw ``judged_generation``, for longer than the
-        lease duration plus a margin. This re-reads the lease: if its
-        generation moved (a renewal landed), nothing is reclaimed; otherwise
-        the reclaim write is conditioned on the read ``resourceVersion``, so a
-        renewal that lands in between makes it fail (409).
+        lease duration plus a margin. The reclaim write is conditioned on a
+        ``resourceVersion`` of that generation — the watched body's when it
+        is given (no read first), else a fresh read's — so a renewal that
+        landed meanwhile makes it fail (409); then it re-reads, and if the
+        generation moved, nothing is reclaimed.
 
         Args:
             namespace: the lease's namespace.
             lease_name: the lease's name.
             judged_generation: the ``metadata.generation`` judged expired.
+            observed: the lease's body as last watched, if any.
 
         Returns:
             What happened.
@@ -326,9 +335,12 @@ class JobService:
         Raises:
             TransientStoreError: the API server failed; try again later.
         """
-        for _ in range(8):
+        for attempt in range(8):
             try:
-                lease = self._store.get(namespace, lease_name)
+                if attempt == 0 and observed is not None:
+                    lease = to_stored(observed)  # the watch's copy: no read
+                else:
+                    lease = self._store.get(namespace, lease_name)
             except LeaseNotFoundError:
                 return ReclaimOutcome(False, 0, None, "Missing")
             record = lease.record
