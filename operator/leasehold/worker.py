@@ -454,11 +454,15 @@ class LeaseHolder:
         """
         env = os.environ if environ is None else environ
 
+        required = (ENV_NAMESPACE, ENV_LEASE, ENV_HOLDER, ENV_FENCING_TOKEN, ENV_LEASE_DURATION)
+        missing = [name for name in required if not env.get(name, "").strip()]
+        if missing:
+            raise LeaseEnvironmentError(
+                f"not set: {', '.join(missing)} (the operator sets them in the pods it starts)"
+            )
+
         def need(name: str) -> str:
-            value = env.get(name, "").strip()
-            if not value:
-                raise LeaseEnvironmentError(f"{name} is not set")
-            return value
+            return env[name].strip()
 
         namespace = need(ENV_NAMESPACE)
         lease = need(ENV_LEASE)

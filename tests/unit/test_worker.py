@@ -514,6 +514,13 @@ def test_from_env_reads_what_the_operator_injects() -> None:
             )
     with pytest.raises(LeaseEnvironmentError, match="malformed"):
         LeaseHolder.from_env(store=FakeStore(), environ={**env, "LEASEHOLD_FENCING_TOKEN": "x"})
+    # Every missing variable is named at once, not one per attempt.
+    with pytest.raises(LeaseEnvironmentError) as raised:
+        LeaseHolder.from_env(store=FakeStore(), environ={"LEASEHOLD_LEASE": "job-lease"})
+    assert str(raised.value).startswith(
+        "not set: LEASEHOLD_NAMESPACE, LEASEHOLD_HOLDER, LEASEHOLD_FENCING_TOKEN,"
+        " LEASEHOLD_LEASE_DURATION_SECONDS"
+    )
 
 
 def test_term_lead_is_the_grace_but_never_more_than_half_the_slack() -> None:
