@@ -599,7 +599,9 @@ class LeaseStore:
             LeaseNotFoundError: no such lease.
             InvalidLeaseError: the stored object does not parse.
             TransientStoreError: retry later (also after too many conflicts).
-            StoreError: any other refusal.
+            StoreError: any other refusal, including a write the server
+                refuses (422) twice on a lease nobody changed in between (not
+                a race: e.g. a holder name the schema does not allow).
         """
         holder = HolderIdentity(claimant)
         if observed is not None:
@@ -621,16 +623,22 @@ class LeaseStore:
                     )
             # Refused on `observed`, or the server refused: `observed` may be
             # stale either way, so judge again on a fresh read.
+        refused: tuple[str, ApiException] | None = None  # (resourceVersion, 422)
         for _ in range(MAX_CONFLICT_RETRIES):
             lease = self.get(namespace, name)
             decision = protocol.claim(lease.record, holder, self._clock())
             if isinstance(decision, protocol.Refused):
                 return Rejected(decision.rejection, lease)
+            if refused is not None and refused[0] == lease.resource_version:
+                # Refused on a lease nobody changed since: not a race but a
+                # write the server will never take (e.g. an invalid holder name).
+                raise _convert(refused[1], namespace, name, "claim") from refused[1]
             try:
                 body = self._patch(
                     namespace, name, _claim_ops(lease.record.fencing_token, decision.record)
                 )
             except ApiException as exc:
+                refused = (lease.resource_version, exc) if exc.status == 422 else None
                 if exc.status in (409, 422):
                     log.debug(
                         "claim %s/%s by %s: HTTP %s, re-reading",

@@ -1343,7 +1343,9 @@ def claim_any(
         store = LeaseStore(api_client)
     try:
         for lease in _list_leases(store, namespace, label_selector):
-            if lease.record.held or lease.record.completion is not None:
+            cap = lease.record.max_fencing_token
+            exhausted = cap is not None and lease.record.fencing_token >= cap
+            if lease.record.held or lease.record.completion is not None or exhausted:
                 continue
             try:
                 holder = claim(

@@ -22,6 +22,8 @@ from leasehold.store import (
     Rejected,
     Result,
     StoredLease,
+    StoreError,
+    TransientStoreError,
 )
 from tests.integration.leases import claim_ok, wait_expired
 
@@ -341,3 +343,20 @@ def test_known_token_claim_past_the_attempt_limit_is_exhausted(
     result = store.claim(namespace, "job", "worker-a", observed=capped)
     assert isinstance(result, Rejected) and result.rejection is Rejection.EXHAUSTED, result
     assert counts == Counter({"GET": 1}), counts
+
+
+def test_a_claim_the_schema_refuses_fails_fast_with_the_servers_message(
+    store: LeaseStore,
+    api_client: client.ApiClient,
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An invalid holder name is no race: two refusals on an unchanged lease end it."""
+    store.create(namespace, "job", job_name="job", lease_duration_seconds=30)
+    counts = count_requests(api_client, monkeypatch)
+    with pytest.raises(StoreError) as raised:
+        store.claim(namespace, "job", "-not a valid holder-")
+    assert not isinstance(raised.value, TransientStoreError)
+    assert "holderIdentity" in str(raised.value), raised.value
+    assert counts == Counter({"GET": 2, "PATCH": 1}), counts
+    assert holder_and_token(store, namespace, "job") == (None, 0)

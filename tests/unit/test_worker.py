@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -565,12 +566,14 @@ def test_holder_carries_its_token_to_each_kind_of_target() -> None:
 def test_claim_any_judges_each_claim_on_the_listed_lease() -> None:
     store = FakeStore()
     free = StoredLease("ns", "free", stored(None, token=4).record, "7", 3, {})
-    store.listed = [stored("someone", token=2), free]
+    capped = dataclasses.replace(stored(None, token=3).record, max_fencing_token=FencingToken(3))
+    exhausted = StoredLease("ns", "stopped", capped, "5", 2, {})
+    store.listed = [stored("someone", token=2), exhausted, free]
     holder = worker.claim_any("ns", "pool-1", store=store)
     assert holder is not None
     try:
-        # The held lease is skipped; the free one is claimed with the listed
-        # record as `observed`, so the store need not read it again.
+        # The held and the exhausted lease are skipped; the free one is claimed
+        # with the listed record as `observed`, so the store need not read it.
         assert store.claims == [("free", free)]
     finally:
         holder.close()
