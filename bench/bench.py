@@ -55,6 +55,8 @@ REPO: Final = Path(__file__).resolve().parents[1]
 if __package__ in (None, ""):
     # Run as a script: the script's folder is sys.path[0]; make ``bench`` a package.
     sys.path[0] = str(REPO)
+if str(REPO / "hack") not in sys.path:
+    sys.path.append(str(REPO / "hack"))  # the test harness: localcluster, operatorproc
 
 from kubernetes import client, config, watch  # noqa: E402
 
@@ -1615,10 +1617,13 @@ while True:
 """Stand-in for a Kopf-free lease watch: the client's watch and a dict update per event."""
 
 PROFILE_GROUPS: Final = {
-    "Kopf per-object event worker (queueing.worker), handler included": (
+    "lease watch thread (ListWatch: read, parse, hand over)": (
+        "_watch_from (leasehold/watching.py"
+    ),
+    "lease events on the loop (Runtime.on_lease_event)": "on_lease_event (leasehold/controller.py",
+    "Kopf per-object event worker (queueing.worker; LeasedJobs only)": (
         "worker (kopf/_core/reactor/queueing.py"
     ),
-    "  of which leasehold's handler job_lease_event": "job_lease_event (leasehold/controller.py",
     "Kopf watch stream (read, parse, dispatch)": "watcher (kopf/_core/reactor/queueing.py",
     "reconcile threads (JobService.reconcile)": "JobService.reconcile (leasehold/service.py",
     "expiry watch (ExpiryWatch.run)": "ExpiryWatch.run (leasehold/controller.py",

@@ -99,6 +99,7 @@ def test_list_then_watch_delivers_every_change(
             await recorder.wait_for(named(EventType.DELETED, "before"))
         finally:
             await asyncio.to_thread(watch.stop)
+        assert not watch.running  # stop() ended the blocked read, not just flagged it
         kinds = [(e.type, e.body["metadata"]["name"]) for e in recorder.events]
         assert kinds == [
             (EventType.LISTED, "before"),
@@ -183,3 +184,43 @@ def test_a_broken_watch_relists_and_reports_what_was_deleted_meanwhile(
         ],
         key=str,
     )
+
+
+def test_a_consumer_that_raises_on_one_object_still_gets_the_next(
+    crds_installed: Path, api_client: client.ApiClient, namespace: str
+) -> None:
+    custom = client.CustomObjectsApi(api_client)
+    for name in ("bad", "good"):
+        custom.create_namespaced_custom_object(
+            models.GROUP, models.VERSION, namespace, "jobleases", lease(name)
+        )
+
+    async def scenario() -> list[str]:
+        recorder = Recorder()
+
+        def consumer(event: WatchEvent) -> None:
+            if event.body["metadata"]["name"] == "bad":
+                raise KeyError("a bug in the handler")
+            recorder(event)
+
+        target = Target(models.GROUP, models.VERSION, "jobleases", namespace)
+        watch = ListWatch(
+            new_api_client(crds_installed), target, consumer, asyncio.get_running_loop()
+        )
+        watch.start()
+        try:
+            await recorder.wait_for(named(EventType.LISTED, "good"))
+            await asyncio.to_thread(
+                custom.create_namespaced_custom_object,
+                models.GROUP,
+                models.VERSION,
+                namespace,
+                "jobleases",
+                lease("later"),
+            )
+            await recorder.wait_for(named(EventType.ADDED, "later"))
+        finally:
+            await asyncio.to_thread(watch.stop)
+        return [e.body["metadata"]["name"] for e in recorder.events]
+
+    assert asyncio.run(scenario()) == ["good", "later"]
