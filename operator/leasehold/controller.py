@@ -313,8 +313,13 @@ class Runtime:
             return
         if event.initial and change.before is None:
             return
-        job_name = body.get("spec", {}).get("jobName") or body["metadata"]["name"]
-        self.queue.trigger(body["metadata"]["namespace"], job_name)
+        meta = body["metadata"]
+        if self.service.own_writes.is_own(
+            "JobLease", meta["namespace"], meta["name"], meta.get("resourceVersion")
+        ):
+            return  # this operator's own claim/reclaim/stop: already acted on
+        job_name = body.get("spec", {}).get("jobName") or meta["name"]
+        self.queue.trigger(meta["namespace"], job_name)
 
 
 def build_runtime(
@@ -339,10 +344,16 @@ def build_runtime(
         identity, settings.priority, settings.peering_name, standalone=settings.standalone
     )
 
+    # Reclaims get threads of their own: in a burst of expiries they must not
+    # wait behind the reconciles that the same burst triggers.
+    reclaimers = ThreadPoolExecutor(settings.reconcile_workers, thread_name_prefix="reclaim")
+
     async def on_expired(
         namespace: str, lease_name: str, job_name: str, generation: int, body: dict[str, Any]
     ) -> None:
-        outcome = await asyncio.to_thread(service.reclaim, namespace, lease_name, generation, body)
+        outcome = await asyncio.get_running_loop().run_in_executor(
+            reclaimers, service.reclaim, namespace, lease_name, generation, body
+        )
         if outcome.reclaimed:
             metrics.RECLAIMS.inc()
         log.debug("expiry of %s/%s: %s", namespace, lease_name, outcome.reason)
@@ -441,4 +452,8 @@ async def leased_job_event(*, type: str, body: kopf.Body, memo: Any, **_: Any) -
     memo.runtime.phases.observe(key, phase, deleted=type == "DELETED")
     if type == "DELETED":
         return
-    memo.runtime.queue.trigger(meta["namespace"], meta["name"])
+    own = memo.runtime.service.own_writes.is_own(
+        "LeasedJob", meta["namespace"], meta["name"], meta.get("resourceVersion")
+    )
+    if not own:  # this operator's own status write needs no second look
+        memo.runtime.queue.trigger(meta["namespace"], meta["name"])

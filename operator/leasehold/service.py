@@ -71,6 +71,56 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+class OwnWrites:
+    """The versions this operator wrote, so their watch events need no reconcile.
+
+    A reconcile that writes (a claim, a reclaim, a status) has already acted
+    on what it wrote; the watch event of that very version carries nothing
+    new, and reconciling it again costs two reads. Any other change has
+    another ``resourceVersion`` and is reconciled as always. An event that
+    arrives before its write is recorded is simply reconciled (the old
+    behaviour), so a race here costs reads, never a missed change.
+
+    Thread-safe: recorded from reconcile threads, checked on the event loop.
+    """
+
+    def __init__(self) -> None:
+        self._versions: dict[tuple[str, str, str], str] = {}
+        self._lock = threading.Lock()
+
+    def record(self, kind: str, namespace: str, name: str, resource_version: str) -> None:
+        """Note that this process wrote ``resource_version`` of an object.
+
+        Args:
+            kind: ``JobLease`` or ``LeasedJob``.
+            namespace: the object's namespace.
+            name: the object's name.
+            resource_version: the version the write produced.
+        """
+        if resource_version:
+            with self._lock:
+                self._versions[(kind, namespace, name)] = resource_version
+
+    def is_own(self, kind: str, namespace: str, name: str, resource_version: str | None) -> bool:
+        """Whether this version is one this process wrote (forgets it if so).
+
+        Args:
+            kind: ``JobLease`` or ``LeasedJob``.
+            namespace: the object's namespace.
+            name: the object's name.
+            resource_version: the version a watch event carries.
+
+        Returns:
+            ``True`` exactly once for a recorded version.
+        """
+        key = (kind, namespace, name)
+        with self._lock:
+            if resource_version and self._versions.get(key) == resource_version:
+                del self._versions[key]
+                return True
+            return False
+
+
 class JobService:
     """Reconcile LeasedJobs and reclaim their leases, with one API client.
 
@@ -94,6 +144,8 @@ class JobService:
         self._instance = instance or socket.gethostname()
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
+        self.own_writes = OwnWrites()
+        """Versions written here (their watch events are not reconciled again)."""
 
     @property
     def store(self) -> LeaseStore:
@@ -118,6 +170,9 @@ class JobService:
             if exc.status == 404:
                 return None
             raise api_error(exc, f"get LeasedJob {namespace}/{name}") from exc
+
+    def _wrote_lease(self, lease: StoredLease) -> None:
+        self.own_writes.record("JobLease", lease.namespace, lease.name, lease.resource_version)
 
     def _get_lease(self, namespace: str, name: str) -> StoredLease | None:
         try:
@@ -179,6 +234,7 @@ class JobService:
             result = self._store.stop(lease)
             if not isinstance(result, Accepted) and result.rejection is not Rejection.COMPLETED:
                 raise TransientStoreError(f"stop {namespace}/{name}: lease changed, retrying")
+            self._wrote_lease(result.lease)
             return plan
         if plan.action is Action.CLAIM_AND_START and lease is not None:
             assert plan.pod_name is not None
@@ -186,6 +242,7 @@ class JobService:
             if not isinstance(claimed, Accepted):
                 log.info("claim for %s/%s refused: %s", namespace, plan.pod_name, claimed.rejection)
                 raise TransientStoreError(f"claim {namespace}/{name}: {claimed.rejection}")
+            self._wrote_lease(claimed.lease)
             if claimed.token != int(plan.pod_name.rsplit("-", 1)[-1]):
                 # Someone claimed and released in between; the name would lie.
                 self._store.release(namespace, lease.name, plan.pod_name, claimed.token)
@@ -354,6 +411,7 @@ class JobService:
                 return ReclaimOutcome(False, record.fencing_token, None, "Unheld")
             result = self._store.reclaim(lease)
             if isinstance(result, Accepted):
+                self._wrote_lease(result.lease)
                 log.info(
                     "reclaimed %s/%s from %s (token %d): no renewal seen for %ds + margin",
                     namespace,
@@ -362,7 +420,7 @@ class JobService:
                     record.fencing_token,
                     record.lease_duration_seconds,
                 )
-                job = self._get_job(namespace, record.job_name)
+                job = _owner_job(lease) or self._get_job(namespace, record.job_name)
                 if job is not None:
                     self.record_event(
                         job,
@@ -387,9 +445,16 @@ class JobService:
         old = body.get("status") or {}
         if new == old:
             return
-        patch = {"status": {**{k: None for k in old if k not in new}, **new}}
+        # Conditioned on the version the reconcile read: a change in between
+        # (409) has its own watch event, whose reconcile writes the status.
+        # So a written version holds nothing this reconcile has not seen,
+        # and its own watch event can be skipped (OwnWrites).
+        read_version = (body.get("metadata") or {}).get("resourceVersion")
+        patch: dict[str, Any] = {"status": {**{k: None for k in old if k not in new}, **new}}
+        if read_version:
+            patch["metadata"] = {"resourceVersion": read_version}
         try:
-            self._custom.patch_namespaced_custom_object_status(
+            written: Any = self._custom.patch_namespaced_custom_object_status(
                 models.GROUP,
                 models.VERSION,
                 namespace,
@@ -401,7 +466,15 @@ class JobService:
         except ApiException as exc:
             if exc.status == 404:
                 return
+            if exc.status == 409:
+                log.debug(
+                    "status of %s/%s: changed since read; its event reconciles", namespace, name
+                )
+                return
             raise api_error(exc, f"patch status of LeasedJob {namespace}/{name}") from exc
+        if read_version:
+            version = (written.get("metadata") or {}).get("resourceVersion")
+            self.own_writes.record("LeasedJob", namespace, name, str(version or ""))
 
     def _report_invalid(self, body: dict[str, Any], exc: ValidationError) -> None:
         namespace, name = _ns_name(body)
@@ -469,6 +542,25 @@ class JobService:
 def _ns_name(body: dict[str, Any]) -> tuple[str, str]:
     meta = body["metadata"]
     return str(meta["namespace"]), str(meta["name"])
+
+
+def _owner_job(lease: StoredLease) -> dict[str, Any] | None:
+    """The owning LeasedJob's identity from the lease's ownerReferences (no read).
+
+    Enough to record an Event about the job (apiVersion, kind, name, uid).
+    """
+    for ref in lease.body.get("metadata", {}).get("ownerReferences") or []:
+        if ref.get("kind") == "LeasedJob" and ref.get("name") == lease.record.job_name:
+            return {
+                "apiVersion": ref.get("apiVersion"),
+                "kind": "LeasedJob",
+                "metadata": {
+                    "name": ref["name"],
+                    "namespace": lease.namespace,
+                    "uid": ref.get("uid"),
+                },
+            }
+    return None
 
 
 def _owner_ref(body: dict[str, Any]) -> dict[str, Any]:
