@@ -166,6 +166,8 @@ class ExpiryWatch:
         self._heap: list[_Due] = []
         self._watched: dict[str, _Watched] = {}
         self._wake = asyncio.Event()
+        self._reclaiming: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def observe(self, body: dict[str, Any], deleted: bool = False) -> LeaseChange:
         """Note a JobLease watch event.
@@ -206,10 +208,7 @@ class ExpiryWatch:
         first_seen = self._clock.observe(key, str(generation))
         if held:
             due = first_seen + self._watched[key].duration_seconds + self._clock.margin_seconds
-            earliest = not self._heap or due < self._heap[0].at
-            heapq.heappush(self._heap, _Due(due, key, generation))
-            if earliest:  # the loop sleeps until the earliest entry; wake it only if that moved
-                self._wake.set()
+            self._push(_Due(due, key, generation))
         return LeaseChange(
             old.signature if old else None,
             signature,
@@ -247,14 +246,32 @@ class ExpiryWatch:
                 heapq.heappush(self._heap, due)
                 await self._gate.wait_open()
                 continue
+            if due.key in self._reclaiming:
+                continue  # a reclaim of this lease is on its way
             metrics.EXPIRATIONS.inc()
-            try:
-                await self._on_expired(
-                    watched.namespace, watched.name, watched.job_name, due.generation, watched.body
-                )
-            except Exception:
-                log.exception("reclaim of %s failed; will retry", due.key)
-                heapq.heappush(self._heap, _Due(self._monotonic() + 1.0, due.key, due.generation))
+            # Reclaims run side by side: a burst of expiries is taken back at
+            # the pace of the reclaim threads, not one API round trip each.
+            self._reclaiming.add(due.key)
+            task = asyncio.get_running_loop().create_task(self._reclaim(due, watched))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _reclaim(self, due: _Due, watched: _Watched) -> None:
+        try:
+            await self._on_expired(
+                watched.namespace, watched.name, watched.job_name, due.generation, watched.body
+            )
+        except Exception:
+            log.exception("reclaim of %s failed; will retry", due.key)
+            self._push(_Due(self._monotonic() + 1.0, due.key, due.generation))
+        finally:
+            self._reclaiming.discard(due.key)
+
+    def _push(self, due: _Due) -> None:
+        earliest = not self._heap or due.at < self._heap[0].at
+        heapq.heappush(self._heap, due)
+        if earliest:  # the loop sleeps until the earliest entry; wake it only if that moved
+            self._wake.set()
 
 
 ApiClientFactory = Callable[[], client.ApiClient]

@@ -1,0 +1,166 @@
+"""The operator's expiry timers: who is reclaimed, when, and how many at once."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from leasehold.controller import ExpiryWatch
+from leasehold.peering import ActivityGate
+from leasehold.protocol import ExpiryClock
+from leasehold.watching import EventType, WatchEvent
+
+DURATION = 1  # seconds (the CRD's smallest lease)
+MARGIN = 0.1
+
+
+def lease(name: str, generation: int = 1, holder: str | None = "w") -> dict[str, Any]:
+    return {
+        "metadata": {
+            "namespace": "ns",
+            "name": name,
+            "uid": f"uid-{name}",
+            "generation": generation,
+        },
+        "spec": {
+            "jobName": name,
+            "holderIdentity": holder,
+            "fencingToken": 1,
+            "leaseDurationSeconds": DURATION,
+        },
+    }
+
+
+class Reclaims:
+    """Records on_expired calls; optionally slow, optionally failing the first time."""
+
+    def __init__(self, seconds: float = 0.0, fail_first: bool = False) -> None:
+        self.calls: list[tuple[str, int, float]] = []
+        self.running = 0
+        self.most_at_once = 0
+        self._seconds = seconds
+        self._fail_first = fail_first
+
+    async def __call__(
+        self, namespace: str, name: str, job: str, generation: int, body: dict[str, Any]
+    ) -> None:
+        assert body["metadata"]["name"] == name
+        self.running += 1
+        self.most_at_once = max(self.most_at_once, self.running)
+        try:
+            await asyncio.sleep(self._seconds)
+            if self._fail_first and not self.calls:
+                self.calls.append((name, -1, time.monotonic()))
+                raise RuntimeError("the API server said no")
+            self.calls.append((name, generation, time.monotonic()))
+        finally:
+            self.running -= 1
+
+
+def new_watch(reclaims: Reclaims, gate: ActivityGate | None = None) -> ExpiryWatch:
+    return ExpiryWatch(ExpiryClock(MARGIN, time.monotonic), reclaims, gate=gate)
+
+
+async def run_for(watch: ExpiryWatch, seconds: float) -> None:
+    task = asyncio.create_task(watch.run())
+    await asyncio.sleep(seconds)
+    task.cancel()
+
+
+def test_an_unrenewed_lease_is_reclaimed_once_after_duration_and_margin() -> None:
+    async def scenario() -> tuple[Reclaims, float]:
+        reclaims = Reclaims()
+        watch = new_watch(reclaims)
+        began = time.monotonic()
+        watch.observe(lease("a"))
+        await run_for(watch, DURATION + MARGIN + 0.6)
+        return reclaims, began
+
+    reclaims, began = asyncio.run(scenario())
+    assert [(n, g) for n, g, _ in reclaims.calls] == [("a", 1)]
+    assert reclaims.calls[0][2] - began >= DURATION + MARGIN
+
+
+def test_a_renewal_moves_the_deadline() -> None:
+    async def scenario() -> Reclaims:
+        reclaims = Reclaims()
+        watch = new_watch(reclaims)
+        task = asyncio.create_task(watch.run())
+        watch.observe(lease("a", generation=1))
+        await asyncio.sleep(0.7)
+        watch.observe(lease("a", generation=2))  # renewed: a new spec generation
+        await asyncio.sleep(0.7)  # past the first deadline (1.1 s), before the second
+        seen_before = list(reclaims.calls)
+        await asyncio.sleep(0.6)
+        task.cancel()
+        assert seen_before == []
+        return reclaims
+
+    reclaims = asyncio.run(scenario())
+    assert [(n, g) for n, g, _ in reclaims.calls] == [("a", 2)]
+
+
+def test_released_and_deleted_leases_are_not_reclaimed() -> None:
+    async def scenario() -> Reclaims:
+        reclaims = Reclaims()
+        watch = new_watch(reclaims)
+        watch.observe(lease("released"))
+        watch.observe(lease("released", generation=2, holder=None))
+        watch.observe(lease("deleted"))
+        watch.observe(lease("deleted"), deleted=True)
+        await run_for(watch, DURATION + MARGIN + 0.5)
+        return reclaims
+
+    assert asyncio.run(scenario()).calls == []
+
+
+def test_a_burst_of_expiries_is_reclaimed_side_by_side() -> None:
+    """20 leases expire together and each reclaim takes 0.3 s: not one after another."""
+
+    async def scenario() -> Reclaims:
+        reclaims = Reclaims(seconds=0.3)
+        watch = new_watch(reclaims)
+        for i in range(20):
+            watch.observe(lease(f"l{i}"))
+        await run_for(watch, DURATION + MARGIN + 1.5)  # 20 x 0.3 s in a row would be 6 s
+        return reclaims
+
+    reclaims = asyncio.run(scenario())
+    assert sorted(n for n, _, _ in reclaims.calls) == sorted(f"l{i}" for i in range(20))
+    assert reclaims.most_at_once == 20
+
+
+def test_a_failed_reclaim_is_tried_again() -> None:
+    async def scenario() -> Reclaims:
+        reclaims = Reclaims(fail_first=True)
+        watch = new_watch(reclaims)
+        watch.observe(lease("a"))
+        await run_for(watch, DURATION + MARGIN + 1.6)  # the retry comes 1 s later
+        return reclaims
+
+    reclaims = asyncio.run(scenario())
+    assert [(n, g) for n, g, _ in reclaims.calls] == [("a", -1), ("a", 1)]
+    assert reclaims.calls[1][2] - reclaims.calls[0][2] >= 1.0
+
+
+def test_no_reclaim_while_a_peer_is_active_then_it_happens() -> None:
+    async def scenario() -> tuple[list[Any], Reclaims]:
+        gate = ActivityGate("me", 1, "leasehold", standalone=False)
+        gate.expect("ns")  # closed: no peering object seen yet
+        reclaims = Reclaims()
+        watch = new_watch(reclaims, gate)
+        task = asyncio.create_task(watch.run())
+        watch.observe(lease("a"))
+        await asyncio.sleep(DURATION + MARGIN + 0.5)
+        while_paused = list(reclaims.calls)
+        gate.observe(
+            WatchEvent(EventType.ADDED, {"metadata": {"name": "leasehold", "namespace": "ns"}})
+        )
+        await asyncio.sleep(0.3)
+        task.cancel()
+        return while_paused, reclaims
+
+    while_paused, reclaims = asyncio.run(scenario())
+    assert while_paused == []
+    assert [(n, g) for n, g, _ in reclaims.calls] == [("a", 1)]
