@@ -13,6 +13,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from leasehold import crds
 from leasehold.run import add_run_parser
 
@@ -67,7 +69,13 @@ def _cmd_operator(args: argparse.Namespace) -> int:
         overrides["reconcile_workers"] = args.reconcile_workers
     if args.log_level:
         overrides["log_level"] = args.log_level
-    settings = OperatorSettings(**overrides)  # type: ignore[arg-type]
+    try:
+        settings = OperatorSettings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        for error in exc.errors():
+            where = ".".join(str(part) for part in error["loc"])
+            print(f"leasehold operator: invalid setting {where}: {error['msg']}", file=sys.stderr)
+        return 2
     return run_operator(settings)
 
 

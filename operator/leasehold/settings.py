@@ -8,8 +8,15 @@ applied from these in the controller's startup handler only.
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Annotated
+
+from pydantic import Field, StringConstraints
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+NamespaceName = Annotated[
+    str, StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
+]
+"""A namespace's exact name (an RFC 1123 label)."""
 
 
 class OperatorSettings(BaseSettings):
@@ -17,9 +24,9 @@ class OperatorSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="LEASEHOLD_", extra="ignore")
 
-    namespaces: list[str] = Field(default_factory=list)
-    """Namespaces to watch; empty means the whole cluster (``LEASEHOLD_NAMESPACES``
-    as a JSON list, e.g. ``["team-a","team-b"]``)."""
+    namespaces: list[NamespaceName] = Field(default_factory=list)
+    """Namespaces to watch, by exact name (no globs); empty means the whole
+    cluster (``LEASEHOLD_NAMESPACES`` as a JSON list, e.g. ``["team-a","team-b"]``)."""
 
     expiry_margin_seconds: float = Field(default=1.0, ge=0, le=60)
     """Extra time past a lease's duration before the operator reclaims it.
