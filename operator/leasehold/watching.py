@@ -259,21 +259,22 @@ class ListWatch:
                 delay = BACKOFF_SECONDS[min(failures, len(BACKOFF_SECONDS)) - 1]
                 self._stopping.wait(delay)
 
+    def _call_list(self, **kwargs: Any) -> Any:
+        """The target's list endpoint (namespaced or cluster-wide), with ``kwargs``."""
+        t = self._target
+        if t.namespace is None:
+            return self._custom.list_cluster_custom_object(t.group, t.version, t.plural, **kwargs)
+        return self._custom.list_namespaced_custom_object(
+            t.group, t.version, t.namespace, t.plural, **kwargs
+        )
+
     def _list_pages(self) -> Iterator[dict[str, Any]]:
         t = self._target
         kwargs: dict[str, Any] = {"limit": LIST_PAGE_SIZE}
         if t.field_selector:
             kwargs["field_selector"] = t.field_selector
         while True:
-            if t.namespace is None:
-                page: object = self._custom.list_cluster_custom_object(
-                    t.group, t.version, t.plural, **kwargs
-                )
-            else:
-                page = self._custom.list_namespaced_custom_object(
-                    t.group, t.version, t.namespace, t.plural, **kwargs
-                )
-            body = cast("dict[str, Any]", page)
+            body = cast("dict[str, Any]", self._call_list(**kwargs))
             yield body
             token = body.get("metadata", {}).get("continue")
             if not token:
@@ -328,14 +329,7 @@ class ListWatch:
         }
         if t.field_selector:
             kwargs["field_selector"] = t.field_selector
-        if t.namespace is None:
-            response: Any = self._custom.list_cluster_custom_object(
-                t.group, t.version, t.plural, **kwargs
-            )
-        else:
-            response = self._custom.list_namespaced_custom_object(
-                t.group, t.version, t.namespace, t.plural, **kwargs
-            )
+        response = self._call_list(**kwargs)
         self._response = response
         try:
             for line in response:  # urllib3 splits the chunked body into lines

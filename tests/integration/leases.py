@@ -1,8 +1,13 @@
-"""Lease steps shared by the integration tests (claim, judge expiry like the operator)."""
+"""Lease steps shared by the integration tests: claim, judge expiry, count requests."""
 
 from __future__ import annotations
 
 import time
+from collections import Counter
+from typing import Any
+
+import pytest
+from kubernetes import client
 
 from leasehold.protocol import ExpiryClock
 from leasehold.store import Accepted, LeaseStore, StoredLease
@@ -27,3 +32,17 @@ def wait_expired(
             return lease
         time.sleep(0.1)
     raise AssertionError("lease never expired")
+
+
+def count_requests(api_client: client.ApiClient, monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """Count every HTTP request ``api_client`` sends, by method (as bench.py does)."""
+    counts: Counter[str] = Counter()
+    rest: Any = api_client.rest_client
+    original = rest.request
+
+    def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        counts[method.upper()] += 1
+        return original(method, url, *args, **kwargs)
+
+    monkeypatch.setattr(rest, "request", request)
+    return counts

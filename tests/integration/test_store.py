@@ -25,7 +25,7 @@ from leasehold.store import (
     StoreError,
     TransientStoreError,
 )
-from tests.integration.leases import claim_ok, wait_expired
+from tests.integration.leases import claim_ok, count_requests, wait_expired
 
 CLAIMERS = 50
 
@@ -199,20 +199,6 @@ def test_renew_is_one_write_without_a_read(store: LeaseStore, namespace: str) ->
 
 
 # -- claim with a known token (``observed``) ---------------------------------
-
-
-def count_requests(api_client: client.ApiClient, monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
-    """Count every HTTP request ``api_client`` sends, by method (as bench.py does)."""
-    counts: Counter[str] = Counter()
-    rest: Any = api_client.rest_client
-    original = rest.request
-
-    def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
-        counts[method.upper()] += 1
-        return original(method, url, *args, **kwargs)
-
-    monkeypatch.setattr(rest, "request", request)
-    return counts
 
 
 def forged(lease: StoredLease, **changes: Any) -> StoredLease:

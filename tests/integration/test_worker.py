@@ -18,7 +18,6 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
@@ -30,6 +29,7 @@ from leasehold import worker
 from leasehold.protocol import Outcome, Rejection
 from leasehold.store import Accepted, LeaseStore
 from leasehold.worker import LeaseLost
+from tests.integration.leases import count_requests
 
 RUN = [sys.executable, "-m", "leasehold.cli", "run"]
 """``leasehold run`` as its own process, through the real command line."""
@@ -155,15 +155,7 @@ def test_claim_any_claims_a_listed_lease_with_one_write(
         "b-free",
         {"status": {"observedGeneration": 1}},
     )
-    counts: Counter[str] = Counter()
-    rest: Any = api_client.rest_client
-    original = rest.request
-
-    def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
-        counts[method.upper()] += 1
-        return original(method, url, *args, **kwargs)
-
-    monkeypatch.setattr(rest, "request", request)
+    counts = count_requests(api_client, monkeypatch)
     mine = worker.claim_any(namespace, "pool-1", store=store)  # first renewal after 20 s
     assert mine is not None
     try:
