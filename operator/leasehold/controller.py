@@ -168,6 +168,16 @@ class ExpiryWatch:
         self._wake = asyncio.Event()
         self._reclaiming: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._parked: dict[str, _Due] = {}
+        if gate is not None:
+            gate.on_open(self._unpark)
+
+    def _unpark(self) -> None:
+        """The gate opened: judge the leases that came due while it was closed, now."""
+        now = self._monotonic()
+        for due in self._parked.values():
+            self._push(_Due(now, due.key, due.generation))
+        self._parked.clear()
 
     def observe(self, body: dict[str, Any], deleted: bool = False) -> LeaseChange:
         """Note a JobLease watch event.
@@ -241,13 +251,15 @@ class ExpiryWatch:
                 )
                 continue
             if self._gate is not None and not self._gate.is_open:
-                # A peer works; this replica keeps watching and judges again
-                # once it may act (the lease may be renewed by then).
-                heapq.heappush(self._heap, due)
-                await self._gate.wait_open()
+                # A peer works: park it (one entry per lease) and judge it
+                # again when this replica takes over; the loop keeps popping,
+                # so renewals' stale entries never pile up meanwhile.
+                self._parked[due.key] = due
                 continue
             if due.key in self._reclaiming:
-                continue  # a reclaim of this lease is on its way
+                # A reclaim of this lease is still on its way: look again soon.
+                heapq.heappush(self._heap, _Due(self._monotonic() + 1.0, due.key, due.generation))
+                continue
             metrics.EXPIRATIONS.inc()
             # Reclaims run side by side: a burst of expiries is taken back at
             # the pace of the reclaim threads, not one API round trip each.
@@ -292,6 +304,8 @@ class Runtime:
         phases: LeasedJobs by phase, for the metrics.
         tasks: background tasks started at startup (cancelled at cleanup).
         watches: the plain watches started at startup (stopped at cleanup).
+        deferred: jobs (namespace, name) whose leases changed while the gate
+            was closed; reconciled when it opens.
     """
 
     settings: OperatorSettings
@@ -303,6 +317,7 @@ class Runtime:
     phases: metrics.JobPhases = field(default_factory=metrics.JobPhases)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     watches: list[ListWatch] = field(default_factory=list)
+    deferred: set[tuple[str, str]] = field(default_factory=set)
 
     def on_lease_event(self, event: WatchEvent) -> None:
         """A JobLease changed: feed the expiry clock; reconcile its job on a real change.
@@ -326,17 +341,29 @@ class Runtime:
                 change.generation_changed,
                 body.get("spec", {}).get("renewTime"),
             )
-        if not change.needs_reconcile or not self.gate.is_open:
+        meta = body["metadata"]
+        if event.type is EventType.DELETED:
+            self.service.own_writes.forget("JobLease", meta["namespace"], meta["name"])
+        if not change.needs_reconcile:
             return
         if event.initial and change.before is None:
             return
-        meta = body["metadata"]
-        if self.service.own_writes.is_own(
+        if event.type is EventType.MODIFIED and self.service.own_writes.is_own(
             "JobLease", meta["namespace"], meta["name"], meta.get("resourceVersion")
         ):
-            return  # this operator's own claim/reclaim/stop: already acted on
+            return  # this operator's own reclaim/stop: already acted on
         job_name = body.get("spec", {}).get("jobName") or meta["name"]
+        if not self.gate.is_open:
+            # A peer works now; if this replica takes over, it looks at this job.
+            self.deferred.add((meta["namespace"], job_name))
+            return
         self.queue.trigger(meta["namespace"], job_name)
+
+    def reconcile_deferred(self) -> None:
+        """The gate opened: reconcile the jobs whose leases changed while it was closed."""
+        pending, self.deferred = self.deferred, set()
+        for namespace, name in sorted(pending):
+            self.queue.trigger(namespace, name)
 
 
 def build_runtime(
@@ -378,7 +405,9 @@ def build_runtime(
 
     clock = ExpiryClock(settings.expiry_margin_seconds, time.monotonic)
     expiry = ExpiryWatch(clock, on_expired, gate=gate)
-    return Runtime(settings, service, queue, expiry, gate, new_api_client)
+    runtime = Runtime(settings, service, queue, expiry, gate, new_api_client)
+    gate.on_open(runtime.reconcile_deferred)
+    return runtime
 
 
 def _watch_targets(settings: OperatorSettings) -> tuple[list[Target], list[Target]]:
@@ -440,6 +469,18 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
         watch.start()
     runtime.tasks.append(loop.create_task(runtime.expiry.run()))
     runtime.tasks.append(loop.create_task(runtime.gate.run()))
+    # Kopf starts its LeasedJob watch after this handler: every job's first
+    # reconcile must come after the leases' first LIST was fed to the expiry
+    # timers, or a lease that changed in between would be taken for
+    # first sight (not reconciled) while its job's reconcile read it earlier.
+    for watch in runtime.watches:
+        waited = 0.0
+        while not watch.synced.is_set():  # polled: see ListWatch._pause
+            await asyncio.sleep(0.05)
+            waited += 0.05
+            if waited >= 30.0:
+                log.warning("still waiting for the first LIST of %s", watch.target.describe())
+                waited = 0.0
     metrics.serve(runtime.settings.metrics_port)
     log.info(
         "leasehold operator started (expiry margin %.1fs, %d reconcile threads, %s)",
@@ -468,9 +509,12 @@ async def leased_job_event(*, type: str, body: kopf.Body, memo: Any, **_: Any) -
     phase = (body.get("status") or {}).get("phase")
     memo.runtime.phases.observe(key, phase, deleted=type == "DELETED")
     if type == "DELETED":
+        memo.runtime.service.own_writes.forget("LeasedJob", meta["namespace"], meta["name"])
         return
-    own = memo.runtime.service.own_writes.is_own(
+    # Only a MODIFIED event can be the echo of this operator's own status
+    # write; a listing (type None, e.g. after a peering pause) always reconciles.
+    own = type == "MODIFIED" and memo.runtime.service.own_writes.is_own(
         "LeasedJob", meta["namespace"], meta["name"], meta.get("resourceVersion")
     )
-    if not own:  # this operator's own status write needs no second look
+    if not own:
         memo.runtime.queue.trigger(meta["namespace"], meta["name"])

@@ -74,7 +74,9 @@ def judge(status: Mapping[str, Any], identity: str, priority: int, now: datetime
         if peer == identity or not isinstance(info, Mapping):
             continue
         try:
-            lastseen = datetime.fromisoformat(str(info["lastseen"]))
+            # Kopf counts a peer without ``lastseen`` as seen now.
+            seen = info.get("lastseen")
+            lastseen = datetime.fromisoformat(str(seen)) if seen is not None else now
             lifetime = timedelta(seconds=int(info.get("lifetime", 60)))
             peer_priority = int(info.get("priority", 0))
         except (KeyError, TypeError, ValueError):
@@ -141,6 +143,7 @@ class ActivityGate:
         self._expected: set[str] = set()
         self._open = asyncio.Event()
         self._changed = asyncio.Event()
+        self._on_open: list[Callable[[], None]] = []
         if standalone:
             self._open.set()
 
@@ -157,6 +160,14 @@ class ActivityGate:
         """
         self._expected.add(where)
 
+    def on_open(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` (on the loop) each time the gate opens.
+
+        Args:
+            listener: e.g. "reconcile what changed while closed".
+        """
+        self._on_open.append(listener)
+
     async def wait_open(self) -> None:
         """Return once the gate is open."""
         await self._open.wait()
@@ -172,9 +183,8 @@ class ActivityGate:
             return
         where = str(meta.get("namespace") or "")
         if event.type is EventType.DELETED:
-            self._statuses.pop(where, None)
-        else:
-            self._statuses[where] = event.body.get("status") or {}
+            return  # Kopf keeps its last verdict when the object goes; so does this gate
+        self._statuses[where] = event.body.get("status") or {}
         self._judge()
 
     def _judge(self) -> Verdict:
@@ -194,6 +204,8 @@ class ActivityGate:
         if active and not self._open.is_set():
             log.info("peering: this replica (%s) is active; resuming lease work", self.identity)
             self._open.set()
+            for listener in self._on_open:
+                listener()
         elif not active and self._open.is_set():
             log.info("peering: pausing lease work in favour of %s", ", ".join(blockers))
             self._open.clear()

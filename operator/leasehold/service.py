@@ -16,6 +16,7 @@ double-claim either.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import threading
@@ -34,6 +35,7 @@ from leasehold.protocol import Rejection
 from leasehold.reconcile import Action, Plan
 from leasehold.store import (
     Accepted,
+    InvalidLeaseError,
     LeaseNotFoundError,
     LeaseStore,
     StoredLease,
@@ -58,7 +60,7 @@ class ReclaimOutcome:
         token: the lease's token when judged.
         holder: the holder it was taken from (or ``None``).
         reason: a short word for logs: ``Reclaimed``, ``Renewed``, ``Unheld``,
-            ``Completed``, ``Missing``.
+            ``Completed``, ``Missing``, ``Recreated``.
     """
 
     reclaimed: bool
@@ -101,6 +103,17 @@ class OwnWrites:
             with self._lock:
                 self._versions[(kind, namespace, name)] = resource_version
 
+    def forget(self, kind: str, namespace: str, name: str) -> None:
+        """The object is gone: drop what was recorded for it.
+
+        Args:
+            kind: ``JobLease`` or ``LeasedJob``.
+            namespace: the object's namespace.
+            name: the object's name.
+        """
+        with self._lock:
+            self._versions.pop((kind, namespace, name), None)
+
     def is_own(self, kind: str, namespace: str, name: str, resource_version: str | None) -> bool:
         """Whether this version is one this process wrote (forgets it if so).
 
@@ -139,7 +152,9 @@ class JobService:
     ) -> None:
         self._custom = client.CustomObjectsApi(api_client)
         self._core = client.CoreV1Api(api_client)
-        self._store = LeaseStore(api_client, field_manager="leasehold-operator")
+        self._store = LeaseStore(
+            api_client, field_manager="leasehold-operator", request_timeout_seconds=30.0
+        )
         self._clock = clock
         self._instance = instance or socket.gethostname()
         self._locks: dict[str, threading.Lock] = {}
@@ -242,7 +257,9 @@ class JobService:
             if not isinstance(claimed, Accepted):
                 log.info("claim for %s/%s refused: %s", namespace, plan.pod_name, claimed.rejection)
                 raise TransientStoreError(f"claim {namespace}/{name}: {claimed.rejection}")
-            self._wrote_lease(claimed.lease)
+            # The claim's own watch event is NOT skipped: this reconcile's
+            # status was planned before the claim (Claiming); the next one,
+            # from that event, reports the job Running.
             if claimed.token != int(plan.pod_name.rsplit("-", 1)[-1]):
                 # Someone claimed and released in between; the name would lie.
                 self._store.release(namespace, lease.name, plan.pod_name, claimed.token)
@@ -392,15 +409,22 @@ class JobService:
         Raises:
             TransientStoreError: the API server failed; try again later.
         """
+        judged_uid = ((observed or {}).get("metadata") or {}).get("uid")
         for attempt in range(8):
             try:
+                lease = None
                 if attempt == 0 and observed is not None:
-                    lease = to_stored(observed)  # the watch's copy: no read
-                else:
+                    with contextlib.suppress(InvalidLeaseError):
+                        lease = to_stored(observed)  # the watch's copy: no read
+                if lease is None:
                     lease = self._store.get(namespace, lease_name)
             except LeaseNotFoundError:
                 return ReclaimOutcome(False, 0, None, "Missing")
             record = lease.record
+            if judged_uid and lease.body.get("metadata", {}).get("uid") != judged_uid:
+                # Deleted and recreated under the same name: the generation
+                # judged belongs to another object; never reclaim this one.
+                return ReclaimOutcome(False, record.fencing_token, None, "Recreated")
             if record.completion is not None:
                 return ReclaimOutcome(False, record.fencing_token, None, "Completed")
             if lease.generation != judged_generation:

@@ -366,6 +366,10 @@ class LeaseStore:
         clock: wall clock for the times recorded for people (``renewTime``
             etc.); never used to judge expiry.
         field_manager: the ``fieldManager`` sent with every write.
+        request_timeout_seconds: bound on each request when an operation is
+            not given its own ``request_timeout`` (``None``: wait forever). A
+            half-open connection then fails the request instead of hanging
+            the caller's thread.
 
     Thread-safe as far as the underlying ``ApiClient`` is.
     """
@@ -376,10 +380,16 @@ class LeaseStore:
         *,
         clock: Callable[[], datetime] = _utcnow,
         field_manager: str = "leasehold",
+        request_timeout_seconds: float | None = None,
     ) -> None:
         self._api = client.CustomObjectsApi(api_client)
         self._clock = clock
         self._field_manager = field_manager
+        self._default_timeout = request_timeout_seconds
+
+    def _timeout(self, request_timeout: float | None) -> dict[str, Any]:
+        """The client's ``_request_timeout`` keyword for one request."""
+        return _timeout(request_timeout if request_timeout is not None else self._default_timeout)
 
     # -- plain reads and writes ---------------------------------------------
 
@@ -411,7 +421,7 @@ class LeaseStore:
                     namespace,
                     PLURAL,
                     name,
-                    **_timeout(request_timeout),
+                    **self._timeout(request_timeout),
                 ),
             )
         except ApiException as exc:
@@ -530,7 +540,7 @@ class LeaseStore:
                 ops,
                 field_manager=self._field_manager,
                 _content_type=_JSON_PATCH,
-                **_timeout(request_timeout),
+                **self._timeout(request_timeout),
             )
         except urllib3.exceptions.HTTPError as exc:
             # Timeouts and dropped connections: no answer, so the write may

@@ -28,6 +28,7 @@ import json
 import logging
 import socket
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -44,6 +45,9 @@ SERVER_TIMEOUT_SECONDS: Final = 300
 
 LIST_PAGE_SIZE: Final = 500
 """Objects per LIST page (``limit``/``continue``), to bound one response."""
+
+DRAIN_BATCH: Final = 500
+"""Events handed to the consumer per loop callback at most."""
 
 BACKOFF_SECONDS: Final = (0.5, 1.0, 2.0, 4.0, 8.0)
 """Delays before re-listing after consecutive failures (the last one repeats)."""
@@ -128,8 +132,9 @@ class ListWatch:
 
     Every object present is delivered once after each LIST (``LISTED``; with
     ``initial=True`` for the first), every change after that as it comes;
-    objects missing from a re-list are delivered as ``DELETED`` with the last
-    body seen. Errors never end the thread: it logs them, waits (backoff) and
+    objects missing from a re-list (or listed under another uid) are
+    delivered as ``DELETED`` with their identity only (namespace, name,
+    uid). Errors never end the thread: it logs them, waits (backoff) and
     lists again.
     """
 
@@ -143,6 +148,8 @@ class ListWatch:
         self._api_client = api_client
         self._custom = client.CustomObjectsApi(api_client)
         self._target = target
+        self.target = target
+        """What this watch watches."""
         self._consumer = consumer
         self._loop = loop
         self._stopping = threading.Event()
@@ -182,7 +189,11 @@ class ListWatch:
             # the next event or bookmark, up to a minute).
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
-        self._thread.join(timeout_seconds)
+        # Polled, not ``join(timeout)``: timed waits on threading primitives
+        # hang under libfaketime (the chaos test's skewed clocks), sleep does not.
+        deadline = time.monotonic() + timeout_seconds
+        while self._thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.02)
         owned: Any = self._api_client  # the client's close() is untyped
         owned.close()
 
@@ -203,25 +214,30 @@ class ListWatch:
             self._loop.call_soon_threadsafe(self._drain)
 
     def _drain(self) -> None:
-        """On the loop: hand every queued event to the consumer, in order."""
-        while True:
-            with self._pending_lock:
-                if not self._pending:
-                    self._drain_scheduled = False
-                    return
-                batch = list(self._pending)
-                self._pending.clear()
-            for event in batch:
-                try:
-                    self._consumer(event)
-                except Exception:  # one bad object must not stop the others
-                    meta = event.body.get("metadata", {})
-                    log.exception(
-                        "handling %s of %s/%s failed",
-                        event.type,
-                        meta.get("namespace"),
-                        meta.get("name"),
-                    )
+        """On the loop: hand up to a batch of queued events to the consumer, in order.
+
+        A re-list of 10k objects is handed over in slices, the loop running
+        its other callbacks (Kopf, timers) between them.
+        """
+        with self._pending_lock:
+            count = min(len(self._pending), DRAIN_BATCH)
+            batch = [self._pending.popleft() for _ in range(count)]
+        for event in batch:
+            try:
+                self._consumer(event)
+            except Exception:  # one bad object must not stop the others
+                meta = event.body.get("metadata", {})
+                log.exception(
+                    "handling %s of %s/%s failed",
+                    event.type,
+                    meta.get("namespace"),
+                    meta.get("name"),
+                )
+        with self._pending_lock:
+            if not self._pending:
+                self._drain_scheduled = False
+                return
+        self._loop.call_soon(self._drain)
 
     def _run(self) -> None:
         failures = 0
@@ -233,7 +249,10 @@ class ListWatch:
                 self.synced.set()
                 failures = 0
                 while not self._stopping.is_set():
+                    began = time.monotonic()
                     resource_version = self._watch_from(resource_version)
+                    if time.monotonic() - began < 1.0:
+                        self._pause(1.0)  # a watch the server ends at once: no spin
             except ApiException as exc:
                 if exc.status == 410:
                     log.info("watch of %s expired (410 Gone); re-listing", self._target.describe())
@@ -257,7 +276,21 @@ class ListWatch:
                 )
             if failures:
                 delay = BACKOFF_SECONDS[min(failures, len(BACKOFF_SECONDS)) - 1]
-                self._stopping.wait(delay)
+                self._pause(delay)
+
+    def _pause(self, seconds: float) -> None:
+        """Sleep ``seconds`` unless stopped; short sleeps, no timed ``Event.wait``.
+
+        A timed wait on a threading primitive never returns under libfaketime
+        (the chaos test runs the operator with a skewed clock that way);
+        ``time.sleep`` is safe everywhere.
+        """
+        deadline = time.monotonic() + seconds
+        while not self._stopping.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            time.sleep(min(0.1, remaining))
 
     def _call_list(self, **kwargs: Any) -> Any:
         """The target's list endpoint (namespaced or cluster-wide), with ``kwargs``."""
@@ -270,7 +303,7 @@ class ListWatch:
 
     def _list_pages(self) -> Iterator[dict[str, Any]]:
         t = self._target
-        kwargs: dict[str, Any] = {"limit": LIST_PAGE_SIZE}
+        kwargs: dict[str, Any] = {"limit": LIST_PAGE_SIZE, "_request_timeout": (10, 60)}
         if t.field_selector:
             kwargs["field_selector"] = t.field_selector
         while True:
@@ -291,11 +324,18 @@ class ListWatch:
                 seen[_key(body)] = body
         stubs = {key: _stub(body) for key, body in seen.items()}
         # Deliver after the whole list: a failure midway delivers nothing.
-        gone = [body for key, body in self._known.items() if key not in seen]
+        # Gone: no longer listed, or listed under another uid (deleted and
+        # recreated under the same name while the watch was down): the old
+        # object's deletion comes first.
+        gone = [
+            stub
+            for key, stub in self._known.items()
+            if key not in stubs or stubs[key]["metadata"]["uid"] != stub["metadata"]["uid"]
+        ]
+        for stub in gone:
+            self._deliver(WatchEvent(EventType.DELETED, stub))
         for body in seen.values():
             self._deliver(WatchEvent(EventType.LISTED, body, initial))
-        for body in gone:
-            self._deliver(WatchEvent(EventType.DELETED, body))
         self._known = stubs
         log.debug(
             "listed %d %s at resourceVersion %s (%d gone)",

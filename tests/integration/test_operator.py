@@ -179,6 +179,10 @@ def test_renewing_worker_is_never_reclaimed(
 ) -> None:
     duration = 2
     create_job(api_client, namespace, "steady", run(duration * 3), lease_seconds=duration)
+    # While the worker runs, the job says so (the operator's own claim must
+    # not leave the status it planned before claiming: Pending/Claiming).
+    wait_for("Running", phase_is(api_client, namespace, "steady", "Running"), 30)
+    assert condition(status(api_client, namespace, "steady"), "LeaseHeld")["status"] == "True"
     wait_for("Succeeded", phase_is(api_client, namespace, "steady", "Succeeded"), 60)
     st = status(api_client, namespace, "steady")
     assert st["attempts"] == 1

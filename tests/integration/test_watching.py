@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
@@ -116,10 +117,12 @@ def test_a_broken_watch_relists_and_reports_what_was_deleted_meanwhile(
 ) -> None:
     """The watch's connection dies while a lease is deleted: the re-list tells."""
     custom = client.CustomObjectsApi(api_client)
-    for name in ("stays", "goes"):
-        custom.create_namespaced_custom_object(
+    uids = {}
+    for name in ("stays", "goes", "reborn"):
+        created: Any = custom.create_namespaced_custom_object(
             models.GROUP, models.VERSION, namespace, "jobleases", lease(name)
         )
+        uids[name] = created["metadata"]["uid"]
     server = urlsplit(
         yaml.safe_load(crds_installed.read_text())["clusters"][0]["cluster"]["server"]
     )
@@ -160,6 +163,24 @@ def test_a_broken_watch_relists_and_reports_what_was_deleted_meanwhile(
                 "jobleases",
                 lease("new"),
             )
+            # "reborn" is deleted and created again under the same name: a
+            # re-list must report the old object's deletion, not just the name.
+            await asyncio.to_thread(
+                custom.delete_namespaced_custom_object,
+                models.GROUP,
+                models.VERSION,
+                namespace,
+                "jobleases",
+                "reborn",
+            )
+            await asyncio.to_thread(
+                custom.create_namespaced_custom_object,
+                models.GROUP,
+                models.VERSION,
+                namespace,
+                "jobleases",
+                lease("reborn"),
+            )
             proxy.drop_connections()  # what it would have heard is lost
             proxy.release()
             await recorder.wait_for(named(EventType.DELETED, "goes"))
@@ -172,7 +193,7 @@ def test_a_broken_watch_relists_and_reports_what_was_deleted_meanwhile(
         events = asyncio.run(scenario(proxy))
     after_break = [
         (e.type, e.body["metadata"]["name"], e.initial)
-        for e in events[3:]  # the initial list ("stays", "goes") and "probe" added
+        for e in events[4:]  # the initial list ("stays", "goes", "reborn") and "probe" added
     ]
     # A re-list, not a resumed watch: the unchanged lease is listed again.
     assert sorted(after_break, key=str) == sorted(
@@ -181,9 +202,15 @@ def test_a_broken_watch_relists_and_reports_what_was_deleted_meanwhile(
             (EventType.LISTED, "probe", False),
             (EventType.LISTED, "new", False),
             (EventType.DELETED, "goes", False),
+            (EventType.DELETED, "reborn", False),
+            (EventType.LISTED, "reborn", False),
         ],
         key=str,
     )
+    reborn = [e for e in events[4:] if e.body["metadata"]["name"] == "reborn"]
+    assert [e.type for e in reborn] == [EventType.DELETED, EventType.LISTED]
+    assert reborn[0].body["metadata"]["uid"] == uids["reborn"]  # the old object goes
+    assert reborn[1].body["metadata"]["uid"] != uids["reborn"]
 
 
 def test_a_consumer_that_raises_on_one_object_still_gets_the_next(

@@ -164,3 +164,25 @@ def test_no_reclaim_while_a_peer_is_active_then_it_happens() -> None:
     while_paused, reclaims = asyncio.run(scenario())
     assert while_paused == []
     assert [(n, g) for n, g, _ in reclaims.calls] == [("a", 1)]
+
+
+def test_a_closed_gate_keeps_the_heap_bounded_while_renewals_pour_in() -> None:
+    """A standby replica sees every renewal; its timers must not pile up."""
+
+    async def scenario() -> int:
+        gate = ActivityGate("me", 1, "leasehold", standalone=False)
+        gate.expect("ns")  # closed
+        reclaims = Reclaims()
+        watch = new_watch(reclaims, gate)
+        task = asyncio.create_task(watch.run())
+        watch.observe(lease("stalled"))  # comes due while closed
+        for generation in range(1, 80):  # another lease renewed every 40 ms
+            watch.observe(lease("busy", generation=generation))
+            await asyncio.sleep(0.04)
+        task.cancel()
+        assert reclaims.calls == []
+        return len(watch._heap)
+
+    # Renewals within one lease window (1.1 s / 40 ms ~ 28) plus the stalled
+    # lease; a loop blocked on the gate would hold all 80.
+    assert asyncio.run(scenario()) <= 32

@@ -47,8 +47,14 @@ def test_a_dead_peer_does_not_pause() -> None:
 
 
 def test_malformed_entries_are_ignored() -> None:
-    status: dict[str, Any] = {"x": "junk", "y": {"priority": 500}, "z": {"lastseen": "never"}}
+    status: dict[str, Any] = {"x": "junk", "z": {"lastseen": "never", "priority": 9}}
     assert judge(status, "me", 0, NOW).active
+
+
+def test_a_peer_without_lastseen_counts_as_seen_now_as_in_kopf() -> None:
+    verdict = judge({"y": {"priority": 500}}, "me", 0, NOW)
+    assert not verdict.active
+    assert verdict.recheck_at == NOW + timedelta(seconds=60)
 
 
 def test_z_suffixed_and_naive_times_are_utc() -> None:
@@ -79,11 +85,14 @@ def test_gate_starts_closed_with_peering_and_follows_the_object() -> None:
         )
         gate.observe(other)
         seen.append(gate.is_open)
+        gate.observe(peering_event({"me": peer(100, 0)}))
+        seen.append(gate.is_open)
+        # The object is deleted: like Kopf, the gate keeps its last verdict.
         gate.observe(peering_event({}, EventType.DELETED))
         seen.append(gate.is_open)
         return seen
 
-    assert asyncio.run(scenario()) == [False, True, False, False, False]
+    assert asyncio.run(scenario()) == [False, True, False, False, True, True]
 
 
 def test_gate_reopens_when_the_blocking_peer_dies_without_an_event() -> None:

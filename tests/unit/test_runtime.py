@@ -1,0 +1,99 @@
+"""What the operator does with one JobLease watch event (Runtime.on_lease_event)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, cast
+
+from leasehold.controller import ExpiryWatch, Runtime
+from leasehold.peering import ActivityGate
+from leasehold.protocol import ExpiryClock
+from leasehold.service import JobService, OwnWrites
+from leasehold.settings import OperatorSettings
+from leasehold.watching import EventType, WatchEvent
+
+
+class Queue:
+    def __init__(self) -> None:
+        self.triggered: list[tuple[str, str]] = []
+
+    def trigger(self, namespace: str, name: str) -> None:
+        self.triggered.append((namespace, name))
+
+
+class Service:
+    def __init__(self) -> None:
+        self.own_writes = OwnWrites()
+
+
+def body(holder: str | None, token: int, rv: str, generation: int = 1) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "namespace": "ns",
+            "name": "job",
+            "uid": "u1",
+            "generation": generation,
+            "resourceVersion": rv,
+        },
+        "spec": {"jobName": "job", "holderIdentity": holder, "fencingToken": token},
+    }
+
+
+def runtime(gate: ActivityGate) -> tuple[Runtime, Queue, Service]:
+    async def never(*_: Any) -> None:
+        raise AssertionError("no reclaim expected")
+
+    queue, service = Queue(), Service()
+    expiry = ExpiryWatch(ExpiryClock(1.0, time.monotonic), never, gate=gate)
+    rt = Runtime(
+        OperatorSettings(),
+        cast(JobService, service),
+        cast(Any, queue),
+        expiry,
+        gate,
+        lambda: cast(Any, None),
+    )
+    gate.on_open(rt.reconcile_deferred)
+    return rt, queue, service
+
+
+def test_first_list_feeds_the_timers_but_does_not_reconcile() -> None:
+    async def scenario() -> list[tuple[str, str]]:
+        rt, queue, _ = runtime(ActivityGate("me", 0, "p", standalone=True))
+        rt.on_lease_event(WatchEvent(EventType.LISTED, body("w", 1, "10"), initial=True))
+        rt.on_lease_event(WatchEvent(EventType.MODIFIED, body(None, 1, "11", 2)))
+        return queue.triggered
+
+    # The first LIST: nothing; the release that follows: the job.
+    assert asyncio.run(scenario()) == [("ns", "job")]
+
+
+def test_own_write_is_skipped_only_as_a_modified_event() -> None:
+    async def scenario() -> list[tuple[str, str]]:
+        rt, queue, service = runtime(ActivityGate("me", 0, "p", standalone=True))
+        rt.on_lease_event(WatchEvent(EventType.ADDED, body("w", 1, "10")))
+        service.own_writes.record("JobLease", "ns", "job", "11")
+        rt.on_lease_event(WatchEvent(EventType.MODIFIED, body(None, 1, "11", 2)))  # own
+        service.own_writes.record("JobLease", "ns", "job", "12")
+        rt.on_lease_event(WatchEvent(EventType.LISTED, body("w", 2, "12", 3)))  # a re-list
+        return queue.triggered
+
+    assert asyncio.run(scenario()) == [("ns", "job"), ("ns", "job")]
+
+
+def test_changes_while_a_peer_works_are_reconciled_when_this_replica_takes_over() -> None:
+    async def scenario() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+        gate = ActivityGate("me", 1, "leasehold", standalone=False)
+        gate.expect("ns")  # closed
+        rt, queue, _ = runtime(gate)
+        rt.on_lease_event(WatchEvent(EventType.ADDED, body("w", 1, "10")))
+        rt.on_lease_event(WatchEvent(EventType.MODIFIED, body(None, 1, "11", 2)))
+        while_closed = list(queue.triggered)
+        peering = {"metadata": {"name": "leasehold", "namespace": "ns"}, "status": {}}
+        gate.observe(WatchEvent(EventType.ADDED, peering))  # nobody outranks: open
+        return while_closed, queue.triggered
+
+    while_closed, after = asyncio.run(scenario())
+    assert while_closed == []
+    assert after == [("ns", "job")]
