@@ -49,6 +49,7 @@ from leasehold.worker import (
     LeaseHolder,
     LeaseLost,
     LeaseTiming,
+    wait_for_event,
 )
 
 log = logging.getLogger("leasehold.run")
@@ -196,7 +197,7 @@ class _Runner:
                     f"no successful renewal; local deadline in {remaining:.3f} s"
                     f" (SIGTERM lead {self.lead:.3f} s)",
                 )
-            holder.lost.wait(min(POLL_SECONDS, remaining - self.lead))
+            wait_for_event(holder.lost, min(POLL_SECONDS, remaining - self.lead))
 
     def _stop_child(self, child: _Child, reason: str) -> int:
         """Kill the child before the local deadline; exit 75."""

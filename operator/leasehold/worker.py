@@ -92,6 +92,35 @@ transiently; after the last one the error is raised."""
 FINAL_WRITE_TIMEOUT_SECONDS: Final = 10.0
 """Per-request timeout of a completion or release (when the store takes one)."""
 
+WAIT_SLICE_SECONDS: Final = 0.02
+"""Longest single sleep of :func:`wait_for_event` (its wake-up latency)."""
+
+
+def wait_for_event(event: threading.Event, timeout_seconds: float) -> bool:
+    """``event.wait(timeout_seconds)`` made of short ``time.sleep`` slices.
+
+    A timed wait on a threading primitive never returns in a process whose
+    clock is interposed by libfaketime (how the chaos test skews a worker's
+    clock: the wait's absolute deadline and the kernel's clock disagree);
+    ``time.sleep`` and ``time.monotonic`` stay consistent there. The cost is
+    up to :data:`WAIT_SLICE_SECONDS` of latency and ~50 wake-ups a second
+    while waiting.
+
+    Args:
+        event: the event to wait for.
+        timeout_seconds: the longest wait (seconds; negative means zero).
+
+    Returns:
+        Whether the event is set.
+    """
+    deadline = time.monotonic() + max(0.0, timeout_seconds)
+    while not event.is_set():
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        time.sleep(min(WAIT_SLICE_SECONDS, remaining))
+    return True
+
 
 # --------------------------------------------------------------------------
 # Errors
@@ -856,7 +885,7 @@ class LeaseHolder:
                     f" (last error: {last_error})",
                 )
             attempt = self._launch(give_up_at)
-            attempt.done.wait(max(0.0, give_up_at - self._monotonic()))
+            wait_for_event(attempt.done, give_up_at - self._monotonic())
             if not attempt.done.is_set():
                 continue  # the loop gives up at give_up_at
             self._apply(attempt)
@@ -903,7 +932,7 @@ class LeaseHolder:
                     self._attempt = new_attempt
                 continue
             wake_at = deadline if in_flight else min(deadline, next_renew)
-            self._wake.wait(max(0.0, wake_at - now))
+            wait_for_event(self._wake, wake_at - now)
             self._wake.clear()
 
     def stop(self) -> None:
@@ -918,7 +947,9 @@ class LeaseHolder:
             self._wake.set()
             thread = self._thread
         if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=1.0)
+            give_up_at = time.monotonic() + 1.0  # polled: see wait_for_event
+            while thread.is_alive() and time.monotonic() < give_up_at:
+                time.sleep(WAIT_SLICE_SECONDS)
 
     def close(self, wait_seconds: float = 1.0) -> None:
         """Stop renewing, let requests in flight end, close the client built here.
@@ -938,7 +969,7 @@ class LeaseHolder:
             in_flight = list(self._in_flight)
         for attempt in in_flight:
             until = min(give_up_at, attempt.answer_by + 0.05)
-            attempt.done.wait(max(0.0, until - self._monotonic()))
+            wait_for_event(attempt.done, until - self._monotonic())
         api_client, self._owned_api_client = self._owned_api_client, None
         if api_client is not None:
             api_client.close()
