@@ -28,6 +28,20 @@ def lease(name: str) -> dict[str, object]:
     }
 
 
+def create(custom: client.CustomObjectsApi, namespace: str, name: str) -> Any:
+    """Create a JobLease named ``name``; return the created body."""
+    return custom.create_namespaced_custom_object(
+        models.GROUP, models.VERSION, namespace, "jobleases", lease(name)
+    )
+
+
+def delete(custom: client.CustomObjectsApi, namespace: str, name: str) -> None:
+    """Delete the JobLease named ``name``."""
+    custom.delete_namespaced_custom_object(
+        models.GROUP, models.VERSION, namespace, "jobleases", name
+    )
+
+
 class Recorder:
     """Collects events on the loop; waits for one that matches."""
 
@@ -69,8 +83,7 @@ def test_list_then_watch_delivers_every_change(
 ) -> None:
     custom = client.CustomObjectsApi(api_client)
     store = LeaseStore(api_client)
-    create = custom.create_namespaced_custom_object
-    create(models.GROUP, models.VERSION, namespace, "jobleases", lease("before"))
+    create(custom, namespace, "before")
 
     async def scenario() -> None:
         recorder = Recorder()
@@ -81,22 +94,13 @@ def test_list_then_watch_delivers_every_change(
         watch.start()
         try:
             await recorder.wait_for(named(EventType.LISTED, "before", initial=True))
-            await asyncio.to_thread(
-                create, models.GROUP, models.VERSION, namespace, "jobleases", lease("after")
-            )
+            await asyncio.to_thread(create, custom, namespace, "after")
             await recorder.wait_for(named(EventType.ADDED, "after", initial=False))
             await asyncio.to_thread(store.claim, namespace, "after", "w1")
             claimed = await recorder.wait_for(named(EventType.MODIFIED, "after"))
             assert claimed.body["spec"]["holderIdentity"] == "w1"
             assert claimed.body["spec"]["fencingToken"] == 1
-            await asyncio.to_thread(
-                custom.delete_namespaced_custom_object,
-                models.GROUP,
-                models.VERSION,
-                namespace,
-                "jobleases",
-                "before",
-            )
+            await asyncio.to_thread(delete, custom, namespace, "before")
             await recorder.wait_for(named(EventType.DELETED, "before"))
         finally:
             await asyncio.to_thread(watch.stop)
@@ -117,12 +121,10 @@ def test_a_broken_watch_relists_and_reports_what_was_deleted_meanwhile(
 ) -> None:
     """The watch's connection dies while a lease is deleted: the re-list tells."""
     custom = client.CustomObjectsApi(api_client)
-    uids = {}
-    for name in ("stays", "goes", "reborn"):
-        created: Any = custom.create_namespaced_custom_object(
-            models.GROUP, models.VERSION, namespace, "jobleases", lease(name)
-        )
-        uids[name] = created["metadata"]["uid"]
+    uids = {
+        name: create(custom, namespace, name)["metadata"]["uid"]
+        for name in ("stays", "goes", "reborn")
+    }
     server = urlsplit(
         yaml.safe_load(crds_installed.read_text())["clusters"][0]["cluster"]["server"]
     )
@@ -137,50 +139,15 @@ def test_a_broken_watch_relists_and_reports_what_was_deleted_meanwhile(
         try:
             await recorder.wait_for(named(EventType.LISTED, "goes", initial=True))
             # The watch request is streaming once it reports a new lease.
-            await asyncio.to_thread(
-                custom.create_namespaced_custom_object,
-                models.GROUP,
-                models.VERSION,
-                namespace,
-                "jobleases",
-                lease("probe"),
-            )
+            await asyncio.to_thread(create, custom, namespace, "probe")
             await recorder.wait_for(named(EventType.ADDED, "probe"))
             proxy.hold()  # the watch hears nothing from now on
-            await asyncio.to_thread(
-                custom.delete_namespaced_custom_object,
-                models.GROUP,
-                models.VERSION,
-                namespace,
-                "jobleases",
-                "goes",
-            )
-            await asyncio.to_thread(
-                custom.create_namespaced_custom_object,
-                models.GROUP,
-                models.VERSION,
-                namespace,
-                "jobleases",
-                lease("new"),
-            )
+            await asyncio.to_thread(delete, custom, namespace, "goes")
+            await asyncio.to_thread(create, custom, namespace, "new")
             # "reborn" is deleted and created again under the same name: a
             # re-list must report the old object's deletion, not just the name.
-            await asyncio.to_thread(
-                custom.delete_namespaced_custom_object,
-                models.GROUP,
-                models.VERSION,
-                namespace,
-                "jobleases",
-                "reborn",
-            )
-            await asyncio.to_thread(
-                custom.create_namespaced_custom_object,
-                models.GROUP,
-                models.VERSION,
-                namespace,
-                "jobleases",
-                lease("reborn"),
-            )
+            await asyncio.to_thread(delete, custom, namespace, "reborn")
+            await asyncio.to_thread(create, custom, namespace, "reborn")
             proxy.drop_connections()  # what it would have heard is lost
             proxy.release()
             await recorder.wait_for(named(EventType.DELETED, "goes"))
@@ -218,9 +185,7 @@ def test_a_consumer_that_raises_on_one_object_still_gets_the_next(
 ) -> None:
     custom = client.CustomObjectsApi(api_client)
     for name in ("bad", "good"):
-        custom.create_namespaced_custom_object(
-            models.GROUP, models.VERSION, namespace, "jobleases", lease(name)
-        )
+        create(custom, namespace, name)
 
     async def scenario() -> list[str]:
         recorder = Recorder()
@@ -237,14 +202,7 @@ def test_a_consumer_that_raises_on_one_object_still_gets_the_next(
         watch.start()
         try:
             await recorder.wait_for(named(EventType.LISTED, "good"))
-            await asyncio.to_thread(
-                custom.create_namespaced_custom_object,
-                models.GROUP,
-                models.VERSION,
-                namespace,
-                "jobleases",
-                lease("later"),
-            )
+            await asyncio.to_thread(create, custom, namespace, "later")
             await recorder.wait_for(named(EventType.ADDED, "later"))
         finally:
             await asyncio.to_thread(watch.stop)
