@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import contextlib
+import json
 import math
 import os
 import platform
@@ -1232,12 +1233,13 @@ class Bench:
         """
         gen.pause()
         script = self.workdir / f"floor_{kind}.py"
+        lag_file = self.workdir / "floor_watch_lags.json"
         script.write_text(KOPF_FLOOR if kind == "kopf" else WATCH_FLOOR)
         if kind == "kopf":
             cmd = [str(Path(sys.prefix) / "bin" / "kopf"), "run", "--standalone", "-q"]
             cmd += ["-n", ns, str(script)]
         else:
-            cmd = [sys.executable, str(script), str(self.kubeconfig), ns]
+            cmd = [sys.executable, str(script), str(self.kubeconfig), ns, str(lag_file)]
         log(f"scale: floor {kind} at {leases} leases")
         with (self.workdir / f"floor_{kind}.log").open("ab") as out:
             proc = subprocess.Popen(
@@ -1264,6 +1266,8 @@ class Bench:
             gen.pause()
             sent_before = gen.totals()["sent"]
             cpu_before = self.meter.snapshot()
+            if kind == "watch":
+                proc.send_signal(signal.SIGUSR1)  # its lag window starts
             gen.resume()
             rss_peak = 0.0
             end = time.monotonic() + self.sizes.scale_window
@@ -1284,7 +1288,12 @@ class Bench:
             self.meter.pids.pop("floor", None)
         cpu = CpuMeter.cores(cpu_before, cpu_after)
         seconds = cpu_after.at - cpu_before.at
+        lag = None
+        if kind == "watch":
+            with contextlib.suppress(OSError, ValueError):
+                lag = summarize(json.loads(lag_file.read_text()))
         return {
+            "lag": lag,
             "kind": kind,
             "leases": leases,
             "rate": sent / seconds,
@@ -1611,14 +1620,39 @@ async def job_lease_event(**_):
 '''
 """Stand-in for the operator's floor: Kopf's own per-event cost (``kopf run`` this)."""
 
-WATCH_FLOOR: Final = '''"""The official client's watch on JobLeases; a dict update per event."""
+WATCH_FLOOR: Final = '''"""The official client's watch on JobLeases; a dict update per event.
+
+Also the watch lag (renewTime to this process seeing the event), as the
+operator measures it: SIGUSR1 starts a window, SIGTERM writes the window's
+lags (seconds, JSON) to argv[3] and exits.
+"""
+import json
+import signal
 import sys
+from datetime import datetime, timezone
 
 from kubernetes import client, config, watch
 
 api = config.new_client_from_config(config_file=sys.argv[1])
 custom = client.CustomObjectsApi(api)
 seen = {}
+lags = []
+recording = [False]
+
+
+def start(*_):
+    lags.clear()
+    recording[0] = True
+
+
+def finish(*_):
+    with open(sys.argv[3], "w") as out:
+        json.dump(lags, out)
+    sys.exit(0)
+
+
+signal.signal(signal.SIGUSR1, start)
+signal.signal(signal.SIGTERM, finish)
 rv = None
 while True:
     extra = {"resource_version": rv} if rv else {}
@@ -1632,6 +1666,10 @@ while True:
         meta = obj["metadata"]
         seen[meta["uid"]] = (meta.get("generation"), obj["spec"].get("holderIdentity"))
         rv = meta["resourceVersion"]
+        renewed = obj["spec"].get("renewTime")
+        if recording[0] and renewed and event["type"] == "MODIFIED":
+            written = datetime.fromisoformat(renewed.replace("Z", "+00:00"))
+            lags.append((datetime.now(timezone.utc) - written).total_seconds())
 '''
 """Stand-in for a Kopf-free lease watch: the client's watch and a dict update per event."""
 
@@ -2125,6 +2163,7 @@ def floors_table(operator: dict[str, Any], floors: Sequence[dict[str, Any]]) -> 
             fmt(op_per_event * target, digits=2),
             fmt(operator["rss"], digits=0),
             fmt(operator.get("settled_seconds", math.nan), digits=1),
+            f"{ms(operator['lag_p50'])} / {ms(operator['lag_p99'])}",
         ]
     ]
     labels = {"kopf": "Kopf alone (empty on.event handler)", "watch": "plain watch (client)"}
@@ -2139,6 +2178,7 @@ def floors_table(operator: dict[str, Any], floors: Sequence[dict[str, Any]]) -> 
                 fmt(f["per_event"] * target, digits=2),
                 fmt(f["rss"], digits=0),
                 fmt(f["settled_seconds"], digits=1),
+                f"{ms(f['lag'].p50)} / {ms(f['lag'].p99)}" if f.get("lag") else "-",
             ]
         )
     return markdown_table(
@@ -2151,6 +2191,7 @@ def floors_table(operator: dict[str, Any], floors: Sequence[dict[str, Any]]) -> 
             f"cores at {target:,.0f} renewals/s (projected)",
             "RSS MB (peak)",
             "start-up until idle s",
+            "watch lag p50 / p99 ms",
         ],
         rows,
     )
