@@ -1821,6 +1821,25 @@ def ops_table(ops: Sequence[OpResult]) -> str:
     )
 
 
+def paired_ratios(put: Sequence[float], op: Sequence[float]) -> tuple[float, float]:
+    """Ratios of an operation to the raw PUT it alternated with.
+
+    Each client is a closed loop (the next request waits for the answer), so
+    its throughput is 1 / mean latency: the ratio of mean latencies is the
+    throughput ratio, measured under the same moment's load.
+
+    Args:
+        put: the PUT latencies (seconds).
+        op: the operation's latencies (seconds).
+
+    Returns:
+        ``(op p50 / PUT p50, PUT mean / op mean)``: latency and throughput
+        ratios (``nan`` when a series is empty).
+    """
+    a, b = summarize(put), summarize(op)
+    return ratio(b.p50, a.p50), ratio(a.mean, b.mean)
+
+
 def paired_table(paired: dict[int, tuple[list[float], list[float]]]) -> str:
     """Renew vs raw CAS latency when the same clients alternate the two.
 
@@ -1833,17 +1852,18 @@ def paired_table(paired: dict[int, tuple[list[float], list[float]]]) -> str:
     rows = []
     for clients, (put, renew) in sorted(paired.items()):
         a, b = summarize(put), summarize(renew)
+        r50, _ = paired_ratios(put, renew)
         rows.append(
             [
                 str(clients),
                 str(a.n + b.n),
                 ms(a.p50),
                 ms(b.p50),
-                fmt(ratio(b.p50, a.p50), "x", 2),
+                fmt(r50, "x", 2),
                 ms(a.p99),
                 ms(b.p99),
                 fmt(ratio(b.p99, a.p99), "x", 2),
-                "met" if ratio(b.p50, a.p50) <= 1.2 else "MISSED",
+                "met" if r50 <= 1.2 else "MISSED",
             ]
         )
     return markdown_table(
@@ -1865,9 +1885,7 @@ def paired_table(paired: dict[int, tuple[list[float], list[float]]]) -> str:
 def paired_claim_table(paired: dict[int, tuple[list[float], list[float]]]) -> str:
     """Token-known claim vs raw CAS PUT when the same clients alternate the two.
 
-    Each client is a closed loop (the next request waits for the answer), so
-    its throughput is 1 / mean latency: the ratio of mean latencies is the
-    throughput ratio, measured under the same moment's load.
+    Throughput ratio as in :func:`paired_ratios`.
 
     Args:
         paired: clients -> (PUT latencies, claim latencies).
@@ -1878,18 +1896,16 @@ def paired_claim_table(paired: dict[int, tuple[list[float], list[float]]]) -> st
     rows = []
     for clients, (put, claim) in sorted(paired.items()):
         a, b = summarize(put), summarize(claim)
-        mean_put = sum(put) / len(put) if put else math.nan
-        mean_claim = sum(claim) / len(claim) if claim else math.nan
-        throughput = ratio(mean_put, mean_claim)
+        r50, throughput = paired_ratios(put, claim)
         rows.append(
             [
                 str(clients),
                 str(a.n + b.n),
                 ms(a.p50),
                 ms(b.p50),
-                fmt(ratio(b.p50, a.p50), "x", 2),
-                ms(mean_put),
-                ms(mean_claim),
+                fmt(r50, "x", 2),
+                ms(a.mean),
+                ms(b.mean),
                 fmt(throughput, "x", 2),
                 "met" if throughput >= 0.8 else "MISSED",
             ]
@@ -1955,10 +1971,8 @@ def ops_targets(
             continue
         req = renew.requests_per_op("client")
         srv = renew.requests_per_op("server")
-        put, ren = paired.get(c, ([], []))
-        r50 = ratio(summarize(ren).p50, summarize(put).p50) if put and ren else math.nan
-        put_c, cla = paired_claim.get(c, ([], []))
-        tput = ratio(sum(put_c) / len(put_c), sum(cla) / len(cla)) if put_c and cla else math.nan
+        r50, _ = paired_ratios(*paired.get(c, ([], [])))
+        _, tput = paired_ratios(*paired_claim.get(c, ([], [])))
         seg_r50 = ratio(renew.latency.p50, b.latency.p50)
         seg_tput = ratio(known.throughput, b.throughput)
         cold_tput = ratio(cold.throughput, b.throughput)

@@ -475,7 +475,7 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     # first sight (not reconciled) while its job's reconcile read it earlier.
     for watch in runtime.watches:
         waited = 0.0
-        while not watch.synced.is_set():  # polled: see ListWatch._pause
+        while not watch.synced.is_set():  # polled, not a timed wait: see leasehold.waits
             await asyncio.sleep(0.05)
             waited += 0.05
             if waited >= 30.0:

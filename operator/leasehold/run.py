@@ -44,12 +44,12 @@ from typing import Any, Final
 from leasehold.models import ENV_FENCING_TOKEN
 from leasehold.protocol import Outcome
 from leasehold.store import Rejected, StoreError
+from leasehold.waits import wait_for_event
 from leasehold.worker import (
     LeaseEnvironmentError,
     LeaseHolder,
     LeaseLost,
     LeaseTiming,
-    wait_for_event,
 )
 
 log = logging.getLogger("leasehold.run")

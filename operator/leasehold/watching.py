@@ -38,6 +38,8 @@ from typing import Any, Final, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from leasehold.waits import join_thread, wait_for_event
+
 log = logging.getLogger(__name__)
 
 SERVER_TIMEOUT_SECONDS: Final = 300
@@ -147,7 +149,6 @@ class ListWatch:
     ) -> None:
         self._api_client = api_client
         self._custom = client.CustomObjectsApi(api_client)
-        self._target = target
         self.target = target
         """What this watch watches."""
         self._consumer = consumer
@@ -189,11 +190,7 @@ class ListWatch:
             # the next event or bookmark, up to a minute).
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
-        # Polled, not ``join(timeout)``: timed waits on threading primitives
-        # hang under libfaketime (the chaos test's skewed clocks), sleep does not.
-        deadline = time.monotonic() + timeout_seconds
-        while self._thread.is_alive() and time.monotonic() < deadline:
-            time.sleep(0.02)
+        join_thread(self._thread, timeout_seconds)  # not join(t): see leasehold.waits
         owned: Any = self._api_client  # the client's close() is untyped
         owned.close()
 
@@ -252,15 +249,17 @@ class ListWatch:
                     began = time.monotonic()
                     resource_version = self._watch_from(resource_version)
                     if time.monotonic() - began < 1.0:
-                        self._pause(1.0)  # a watch the server ends at once: no spin
+                        wait_for_event(
+                            self._stopping, 1.0
+                        )  # a watch the server ends at once: no spin
             except ApiException as exc:
                 if exc.status == 410:
-                    log.info("watch of %s expired (410 Gone); re-listing", self._target.describe())
+                    log.info("watch of %s expired (410 Gone); re-listing", self.target.describe())
                     continue
                 failures += 1
                 log.warning(
                     "watch of %s failed (HTTP %s: %s); re-listing",
-                    self._target.describe(),
+                    self.target.describe(),
                     exc.status,
                     exc.reason,
                 )
@@ -270,31 +269,17 @@ class ListWatch:
                 failures += 1
                 log.warning(
                     "watch of %s broke (%s: %s); re-listing",
-                    self._target.describe(),
+                    self.target.describe(),
                     type(exc).__name__,
                     exc,
                 )
             if failures:
                 delay = BACKOFF_SECONDS[min(failures, len(BACKOFF_SECONDS)) - 1]
-                self._pause(delay)
-
-    def _pause(self, seconds: float) -> None:
-        """Sleep ``seconds`` unless stopped; short sleeps, no timed ``Event.wait``.
-
-        A timed wait on a threading primitive never returns under libfaketime
-        (the chaos test runs the operator with a skewed clock that way);
-        ``time.sleep`` is safe everywhere.
-        """
-        deadline = time.monotonic() + seconds
-        while not self._stopping.is_set():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return
-            time.sleep(min(0.1, remaining))
+                wait_for_event(self._stopping, delay)
 
     def _call_list(self, **kwargs: Any) -> Any:
         """The target's list endpoint (namespaced or cluster-wide), with ``kwargs``."""
-        t = self._target
+        t = self.target
         if t.namespace is None:
             return self._custom.list_cluster_custom_object(t.group, t.version, t.plural, **kwargs)
         return self._custom.list_namespaced_custom_object(
@@ -302,7 +287,7 @@ class ListWatch:
         )
 
     def _list_pages(self) -> Iterator[dict[str, Any]]:
-        t = self._target
+        t = self.target
         kwargs: dict[str, Any] = {"limit": LIST_PAGE_SIZE, "_request_timeout": (10, 60)}
         if t.field_selector:
             kwargs["field_selector"] = t.field_selector
@@ -340,7 +325,7 @@ class ListWatch:
         log.debug(
             "listed %d %s at resourceVersion %s (%d gone)",
             len(seen),
-            self._target.describe(),
+            self.target.describe(),
             resource_version,
             len(gone),
         )
@@ -358,7 +343,7 @@ class ListWatch:
             ApiException: the server ended the watch with an ``ERROR`` event
                 (``410``: the resource version is too old; re-list).
         """
-        t = self._target
+        t = self.target
         kwargs: dict[str, Any] = {
             "watch": True,
             "resource_version": resource_version,
@@ -392,8 +377,8 @@ class ListWatch:
                 key = _key(body)
                 if kind == "DELETED":
                     self._known.pop(key, None)
-                else:
-                    self._known[key] = _stub(body)
+                elif kind == "ADDED" or key not in self._known:
+                    self._known[key] = _stub(body)  # a MODIFIED keeps name and uid
                 self._deliver(WatchEvent(EventType(kind), body))
         finally:
             self._response = None

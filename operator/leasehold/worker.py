@@ -77,6 +77,7 @@ from leasehold.store import (
     StoredLease,
     TransientStoreError,
 )
+from leasehold.waits import join_thread, wait_for_event
 
 log = logging.getLogger(__name__)
 
@@ -91,35 +92,6 @@ transiently; after the last one the error is raised."""
 
 FINAL_WRITE_TIMEOUT_SECONDS: Final = 10.0
 """Per-request timeout of a completion or release (when the store takes one)."""
-
-WAIT_SLICE_SECONDS: Final = 0.02
-"""Longest single sleep of :func:`wait_for_event` (its wake-up latency)."""
-
-
-def wait_for_event(event: threading.Event, timeout_seconds: float) -> bool:
-    """``event.wait(timeout_seconds)`` made of short ``time.sleep`` slices.
-
-    A timed wait on a threading primitive never returns in a process whose
-    clock is interposed by libfaketime (how the chaos test skews a worker's
-    clock: the wait's absolute deadline and the kernel's clock disagree);
-    ``time.sleep`` and ``time.monotonic`` stay consistent there. The cost is
-    up to :data:`WAIT_SLICE_SECONDS` of latency and ~50 wake-ups a second
-    while waiting.
-
-    Args:
-        event: the event to wait for.
-        timeout_seconds: the longest wait (seconds; negative means zero).
-
-    Returns:
-        Whether the event is set.
-    """
-    deadline = time.monotonic() + max(0.0, timeout_seconds)
-    while not event.is_set():
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return False
-        time.sleep(min(WAIT_SLICE_SECONDS, remaining))
-    return True
 
 
 # --------------------------------------------------------------------------
@@ -947,9 +919,7 @@ class LeaseHolder:
             self._wake.set()
             thread = self._thread
         if thread is not None and thread is not threading.current_thread():
-            give_up_at = time.monotonic() + 1.0  # polled: see wait_for_event
-            while thread.is_alive() and time.monotonic() < give_up_at:
-                time.sleep(WAIT_SLICE_SECONDS)
+            join_thread(thread, 1.0)
 
     def close(self, wait_seconds: float = 1.0) -> None:
         """Stop renewing, let requests in flight end, close the client built here.

@@ -10,14 +10,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import os
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -599,34 +595,3 @@ def test_claim_without_observed_works_with_a_store_that_predates_it() -> None:
         assert store.claims == [("job", None)]
     finally:
         holder.close()
-
-
-# -- waiting without timed waits on threading primitives -----------------------
-
-
-def test_wait_for_event_returns_when_set_or_at_the_timeout() -> None:
-    event = threading.Event()
-    assert worker.wait_for_event(event, 0.05) is False
-    threading.Timer(0.05, event.set).start()
-    assert worker.wait_for_event(event, 5.0) is True
-
-
-FAKETIME_LIB = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
-
-
-@pytest.mark.skipif(not FAKETIME_LIB.exists(), reason="libfaketime is not installed")
-def test_waits_work_in_a_process_with_a_faked_clock() -> None:
-    """The chaos test skews workers' clocks with libfaketime; their waits must return.
-
-    (With libfaketime 0.9.10 here, ``threading.Event().wait(0.2)`` does not.)
-    """
-    env = {**os.environ, "LD_PRELOAD": str(FAKETIME_LIB), "FAKETIME": "+1h"}
-    script = "import threading; from leasehold.worker import wait_for_event as w; "
-    ours = subprocess.run(
-        [sys.executable, "-c", script + "print(w(threading.Event(), 0.2))"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=20,
-    )
-    assert ours.stdout.strip() == "False", ours.stderr
