@@ -23,12 +23,11 @@ import secrets
 import shlex
 import socket
 import subprocess
-import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import yaml
@@ -39,12 +38,12 @@ from leasehold.store import Accepted, LeaseStore, StoreError
 from localcluster.binaries import tools_bin_dir
 from localcluster.kubectl import Kubectl
 from podrunner import PodRunner
+from tests.integration.test_operator import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy" / "helm" / "leasehold"
 CI_VALUES = CHART / "ci" / "ha-metrics-values.yaml"
 INSTANCE = "app.kubernetes.io/instance"
-T = TypeVar("T")
 
 SERVICE_MONITOR_CRD = {
     "apiVersion": "apiextensions.k8s.io/v1",
@@ -75,17 +74,6 @@ SERVICE_MONITOR_CRD = {
     },
 }
 """Just enough of the Prometheus Operator's CRD for a server-side dry run."""
-
-
-def wait_for(what: str, check: Callable[[], T | None], timeout: float = 30.0) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.1)
 
 
 def free_port() -> int:
