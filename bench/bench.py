@@ -7,7 +7,7 @@ figure next to a baseline taken in the same run:
 * **baseline**: a raw compare-and-swap loop (GET once, then PUT with the
   ``resourceVersion`` of the last response) on JobLeases, with the official
   client, at 1, 8 and 32 concurrent clients;
-* **lease operations** (:class:`leasehold.store.LeaseStore`): renew, claim
+* **lease operations** (:class:`leasehold.lease.store.LeaseStore`): renew, claim
   (token known: one PATCH; cold: GET + PATCH) and complete at the same
   concurrency, as ratios to the baseline, with the HTTP requests each one
   sent (counted in the client and in the API server);
@@ -84,9 +84,9 @@ from bench.stats import (  # noqa: E402
     system_cpu_ticks,
     top_frames,
 )
-from leasehold import models  # noqa: E402
-from leasehold.protocol import Outcome  # noqa: E402
-from leasehold.store import (  # noqa: E402
+from leasehold import names  # noqa: E402
+from leasehold.lease.protocol import Outcome  # noqa: E402
+from leasehold.lease.store import (  # noqa: E402
     Accepted,
     LeaseStore,
     Rejected,
@@ -98,8 +98,8 @@ from leasehold.store import (  # noqa: E402
 from localcluster import LocalCluster, control_plane_bin_dir, tools_bin_dir  # noqa: E402
 from operatorproc import OperatorProcess  # noqa: E402
 
-G: Final = models.GROUP
-V: Final = models.VERSION
+G: Final = names.GROUP
+V: Final = names.VERSION
 PLURAL: Final = "jobleases"
 LEVELS: Final = (1, 8, 32)
 OPS: Final = ("baseline", "raw-patch", "renew", "claim-known", "claim", "complete")

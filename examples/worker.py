@@ -22,9 +22,7 @@ import sys
 import time
 from types import FrameType
 
-from leasehold.protocol import Outcome
-from leasehold.store import Accepted
-from leasehold.worker import LeaseHolder, LeaseLost
+from leasehold.worker import Accepted, LeaseHolder, LeaseLost, Outcome
 
 stopping = False
 

@@ -59,7 +59,7 @@ from chaos.worker import SCHEMA_SQL, record, work
 from faultproxy import TcpProxy
 from leasehold import worker as sdk
 from leasehold.fencing.postgres import install
-from leasehold.store import LeaseStore
+from leasehold.lease.store import LeaseStore
 from localcluster import LocalCluster, tools_bin_dir
 from operatorproc import OperatorProcess
 from pgserver import PostgresServer

@@ -23,9 +23,7 @@ import psycopg
 
 from leasehold.fencing import DuplicateEffect, StaleToken
 from leasehold.fencing.postgres import GATE_CTE, fence
-from leasehold.protocol import Outcome
-from leasehold.store import Accepted
-from leasehold.worker import LeaseHolder, LeaseLost
+from leasehold.worker import Accepted, LeaseHolder, LeaseLost, Outcome
 
 EFFECT_SQL = (
     "INSERT INTO chaos_effect (key, token, holder, step)"

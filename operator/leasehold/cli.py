@@ -15,8 +15,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from leasehold import crds
-from leasehold.run import add_run_parser
+from leasehold.lease import crds
+from leasehold.worker.run import add_run_parser
 
 DESCRIPTION = """\
 leasehold runs Kubernetes jobs under expiring leases with fencing tokens.
@@ -48,8 +48,8 @@ def _cmd_crds(args: argparse.Namespace) -> int:
 
 
 def _cmd_operator(args: argparse.Namespace) -> int:
-    from leasehold.operator_main import run_operator
-    from leasehold.settings import OperatorSettings
+    from leasehold.controller.main import run_operator
+    from leasehold.controller.settings import OperatorSettings
 
     overrides: dict[str, object] = {}
     if args.namespaces:

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from leasehold.protocol import ExpiryClock
-from leasehold.store import Accepted, LeaseStore, StoredLease
+from leasehold.controller.expiry import ExpiryClock
+from leasehold.lease.store import Accepted, LeaseStore, StoredLease
 
 
 def claim_ok(store: LeaseStore, namespace: str, name: str, who: str) -> int:

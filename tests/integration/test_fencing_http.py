@@ -27,6 +27,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from faultproxy import TcpProxy
+from leasehold.controller.expiry import ExpiryClock
 from leasehold.fencing import HEADER_TOKEN, MemoryFence, idempotency_key
 from leasehold.fencing.http import (
     ASGIApp,
@@ -37,8 +38,8 @@ from leasehold.fencing.http import (
     fenced_request,
     fencing_headers,
 )
-from leasehold.protocol import ExpiryClock, Outcome, Rejection
-from leasehold.store import Accepted, LeaseStore, Rejected
+from leasehold.lease.protocol import Outcome, Rejection
+from leasehold.lease.store import Accepted, LeaseStore, Rejected
 from tests.integration.leases import claim_ok, wait_expired
 
 

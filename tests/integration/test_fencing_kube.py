@@ -23,11 +23,11 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from faultproxy import TcpProxy
-from leasehold import models
-from leasehold.fencing import ANNOTATION_TOKEN
+from leasehold import names
+from leasehold.controller.expiry import ExpiryClock
 from leasehold.fencing.kube import annotate, fenced_patch, opt_in, token_of
-from leasehold.protocol import ExpiryClock
-from leasehold.store import Accepted, LeaseStore
+from leasehold.lease.store import Accepted, LeaseStore
+from leasehold.names import ANNOTATION_TOKEN
 from localcluster.kubectl import Kubectl
 from tests.integration.leases import claim_ok, wait_expired
 
@@ -253,7 +253,7 @@ def test_custom_resources_are_fenced_too(
     body = opt_in(
         annotate(
             {
-                "apiVersion": f"{models.GROUP}/{models.VERSION}",
+                "apiVersion": f"{names.GROUP}/{names.VERSION}",
                 "kind": "LeasedJob",
                 "metadata": {"name": "pulled"},
                 "spec": {"leaseDurationSeconds": 30},
@@ -262,13 +262,13 @@ def test_custom_resources_are_fenced_too(
         )
     )
     custom.create_namespaced_custom_object(
-        models.GROUP, models.VERSION, namespace, "leasedjobs", body
+        names.GROUP, names.VERSION, namespace, "leasedjobs", body
     )
 
     def patch(token: int, seconds: int) -> Any:
         return custom.patch_namespaced_custom_object(
-            models.GROUP,
-            models.VERSION,
+            names.GROUP,
+            names.VERSION,
             namespace,
             "leasedjobs",
             "pulled",
@@ -283,7 +283,7 @@ def test_custom_resources_are_fenced_too(
     stored = cast(
         "dict[str, Any]",
         custom.get_namespaced_custom_object(
-            models.GROUP, models.VERSION, namespace, "leasedjobs", "pulled"
+            names.GROUP, names.VERSION, namespace, "leasedjobs", "pulled"
         ),
     )
     assert stored["spec"]["leaseDurationSeconds"] == 20 and token_of(stored) == 6

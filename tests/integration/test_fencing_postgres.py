@@ -23,10 +23,11 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from faultproxy import TcpProxy
+from leasehold.controller.expiry import ExpiryClock
 from leasehold.fencing import Admitted, DuplicateEffect, StaleToken, idempotency_key
 from leasehold.fencing.postgres import FENCE_SQL, fence, install, sql_params
-from leasehold.protocol import ExpiryClock, Outcome, Rejection
-from leasehold.store import Accepted, LeaseStore, Rejected
+from leasehold.lease.protocol import Outcome, Rejection
+from leasehold.lease.store import Accepted, LeaseStore, Rejected
 from tests.integration.leases import claim_ok, wait_expired
 
 WRITERS = 20

@@ -33,8 +33,8 @@ import pytest
 import yaml
 from kubernetes import client, config
 
-from leasehold import models
-from leasehold.store import Accepted, LeaseStore, StoreError
+from leasehold import names
+from leasehold.lease.store import Accepted, LeaseStore, StoreError
 from localcluster.binaries import tools_bin_dir
 from localcluster.kubectl import Kubectl
 from podrunner import PodRunner
@@ -414,7 +414,7 @@ def test_install_runs_a_leased_job_and_uninstall_cleans_up(
 
     script = "echo working under token $LEASEHOLD_FENCING_TOKEN; sleep 1"
     job = {
-        "apiVersion": models.API_VERSION,
+        "apiVersion": names.API_VERSION,
         "kind": "LeasedJob",
         "metadata": {"name": "hello", "namespace": namespace},
         "spec": {
@@ -438,7 +438,7 @@ def test_install_runs_a_leased_job_and_uninstall_cleans_up(
 
     def status() -> dict[str, Any]:
         body: Any = custom.get_namespaced_custom_object(
-            models.GROUP, models.VERSION, namespace, "leasedjobs", "hello"
+            names.GROUP, names.VERSION, namespace, "leasedjobs", "hello"
         )
         return dict(body.get("status") or {})
 
@@ -488,7 +488,7 @@ def test_worker_token_is_confined_to_its_own_lease(
     account = f"system:serviceaccount:{namespace}:{release.worker_account}"
     for lease in ("lease-a", "lease-b"):
         body = {
-            "apiVersion": models.API_VERSION,
+            "apiVersion": names.API_VERSION,
             "kind": "JobLease",
             "metadata": {"name": lease, "namespace": namespace},
             "spec": {"jobName": lease, "leaseDurationSeconds": 600, "maxFencingToken": 5},

@@ -14,14 +14,14 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from leasehold import models
+from leasehold import names
 
-G, V = models.GROUP, models.VERSION
+G, V = names.GROUP, names.VERSION
 
 
 def _create_lease(api: client.ApiClient, ns: str, spec: dict[str, Any]) -> None:
     body = {
-        "apiVersion": models.API_VERSION,
+        "apiVersion": names.API_VERSION,
         "kind": "JobLease",
         "metadata": {"name": "l"},
         "spec": {"jobName": "job", **spec},
@@ -237,7 +237,7 @@ def test_invalid_objects_are_rejected_naming_the_field(
     spec: dict[str, Any],
     field: str,
 ) -> None:
-    body = {"apiVersion": models.API_VERSION, "kind": kind, "metadata": {"name": "x"}, "spec": spec}
+    body = {"apiVersion": names.API_VERSION, "kind": kind, "metadata": {"name": "x"}, "spec": spec}
     message = _rejection(
         lambda: client.CustomObjectsApi(api_client).create_namespaced_custom_object(
             G, V, namespace, plural, body
@@ -248,7 +248,7 @@ def test_invalid_objects_are_rejected_naming_the_field(
 
 def test_defaults_are_applied(api_client: client.ApiClient, namespace: str) -> None:
     body = {
-        "apiVersion": models.API_VERSION,
+        "apiVersion": names.API_VERSION,
         "kind": "LeasedJob",
         "metadata": {"name": "d"},
         "spec": {},

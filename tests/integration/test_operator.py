@@ -15,13 +15,14 @@ from typing import Any, TypeVar, cast
 import pytest
 from kubernetes import client, watch
 
-from leasehold import models, worker
-from leasehold.protocol import Outcome, Rejection
-from leasehold.store import LeaseStore, Rejected
+from leasehold import names
+from leasehold.lease.protocol import Outcome, Rejection
+from leasehold.lease.store import LeaseStore, Rejected
+from leasehold.worker import holder as worker
 from operatorproc import OperatorProcess
 from podrunner import PodRunner
 
-G, V = models.GROUP, models.VERSION
+G, V = names.GROUP, names.VERSION
 T = TypeVar("T")
 
 
@@ -47,7 +48,7 @@ def create_job(
     **spec: Any,
 ) -> None:
     body: dict[str, Any] = {
-        "apiVersion": models.API_VERSION,
+        "apiVersion": names.API_VERSION,
         "kind": "LeasedJob",
         "metadata": {"name": name},
         "spec": {"leaseDurationSeconds": lease_seconds, "maxAttempts": max_attempts, **spec},
@@ -331,7 +332,7 @@ def test_bad_pod_template_is_reported_and_others_still_run(
     namespace: str,
 ) -> None:
     body = {
-        "apiVersion": models.API_VERSION,
+        "apiVersion": names.API_VERSION,
         "kind": "LeasedJob",
         "metadata": {"name": "broken"},
         "spec": {

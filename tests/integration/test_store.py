@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from leasehold import models
-from leasehold.protocol import ExpiryClock, FencingToken, Outcome, Rejection
-from leasehold.store import (
+from leasehold import names
+from leasehold.controller.expiry import ExpiryClock
+from leasehold.lease.protocol import FencingToken, Outcome, Rejection
+from leasehold.lease.store import (
     Accepted,
     LeaseNotFoundError,
     LeaseStore,
@@ -221,8 +222,8 @@ def test_known_token_claim_is_one_patch_without_a_read(
     # An unrelated write since (the operator's status): the resourceVersion
     # moves, the token does not. It must not cost a conflict.
     client.CustomObjectsApi(api_client).patch_namespaced_custom_object_status(
-        models.GROUP,
-        models.VERSION,
+        names.GROUP,
+        names.VERSION,
         namespace,
         "jobleases",
         "job",

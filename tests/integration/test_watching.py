@@ -12,16 +12,16 @@ import yaml
 from kubernetes import client
 
 from faultproxy import TcpProxy
-from leasehold import models
-from leasehold.kubeclient import new_api_client
-from leasehold.store import LeaseStore
-from leasehold.watching import EventType, ListWatch, Target, WatchEvent
+from leasehold import names
+from leasehold.controller.watching import EventType, ListWatch, Target, WatchEvent
+from leasehold.lease.kubeclient import new_api_client
+from leasehold.lease.store import LeaseStore
 from tests.integration.test_worker import _proxied_kubeconfig
 
 
 def lease(name: str) -> dict[str, object]:
     return {
-        "apiVersion": f"{models.GROUP}/{models.VERSION}",
+        "apiVersion": f"{names.GROUP}/{names.VERSION}",
         "kind": "JobLease",
         "metadata": {"name": name},
         "spec": {"jobName": name, "leaseDurationSeconds": 30, "fencingToken": 0},
@@ -31,15 +31,13 @@ def lease(name: str) -> dict[str, object]:
 def create(custom: client.CustomObjectsApi, namespace: str, name: str) -> Any:
     """Create a JobLease named ``name``; return the created body."""
     return custom.create_namespaced_custom_object(
-        models.GROUP, models.VERSION, namespace, "jobleases", lease(name)
+        names.GROUP, names.VERSION, namespace, "jobleases", lease(name)
     )
 
 
 def delete(custom: client.CustomObjectsApi, namespace: str, name: str) -> None:
     """Delete the JobLease named ``name``."""
-    custom.delete_namespaced_custom_object(
-        models.GROUP, models.VERSION, namespace, "jobleases", name
-    )
+    custom.delete_namespaced_custom_object(names.GROUP, names.VERSION, namespace, "jobleases", name)
 
 
 class Recorder:
@@ -87,7 +85,7 @@ def test_list_then_watch_delivers_every_change(
 
     async def scenario() -> None:
         recorder = Recorder()
-        target = Target(models.GROUP, models.VERSION, "jobleases", namespace)
+        target = Target(names.GROUP, names.VERSION, "jobleases", namespace)
         watch = ListWatch(
             new_api_client(crds_installed), target, recorder, asyncio.get_running_loop()
         )
@@ -133,7 +131,7 @@ def test_a_broken_watch_relists_and_reports_what_was_deleted_meanwhile(
     async def scenario(proxy: TcpProxy) -> list[WatchEvent]:
         recorder = Recorder()
         kubeconfig = _proxied_kubeconfig(crds_installed, proxy, tmp_path / "kubeconfig")
-        target = Target(models.GROUP, models.VERSION, "jobleases", namespace)
+        target = Target(names.GROUP, names.VERSION, "jobleases", namespace)
         watch = ListWatch(new_api_client(kubeconfig), target, recorder, asyncio.get_running_loop())
         watch.start()
         try:
@@ -195,7 +193,7 @@ def test_a_consumer_that_raises_on_one_object_still_gets_the_next(
                 raise KeyError("a bug in the handler")
             recorder(event)
 
-        target = Target(models.GROUP, models.VERSION, "jobleases", namespace)
+        target = Target(names.GROUP, names.VERSION, "jobleases", namespace)
         watch = ListWatch(
             new_api_client(crds_installed), target, consumer, asyncio.get_running_loop()
         )

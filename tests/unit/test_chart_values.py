@@ -202,7 +202,7 @@ def test_dashboard_charts_every_metric() -> None:
 
 
 def test_dashboard_uses_only_metrics_the_operator_exports() -> None:
-    from leasehold import metrics
+    from leasehold.controller import metrics
 
     metrics.JobPhases()  # labelled gauges show up once a label is set
     families = list(metrics.REGISTRY.collect())

@@ -7,8 +7,8 @@ from typing import Any
 
 import yaml
 
-from leasehold import crds, models
 from leasehold.cli import main
+from leasehold.lease import crds, models
 
 REPO = Path(__file__).resolve().parents[2]
 

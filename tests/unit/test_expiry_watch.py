@@ -6,10 +6,9 @@ import asyncio
 import time
 from typing import Any
 
-from leasehold.controller import ExpiryWatch
-from leasehold.peering import ActivityGate
-from leasehold.protocol import ExpiryClock
-from leasehold.watching import EventType, WatchEvent
+from leasehold.controller.expiry import ExpiryClock, ExpiryWatch
+from leasehold.controller.peering import ActivityGate
+from leasehold.controller.watching import EventType, WatchEvent
 
 DURATION = 1  # seconds (the CRD's smallest lease)
 MARGIN = 0.1

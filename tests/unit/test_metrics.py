@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from leasehold import metrics
+from leasehold.controller import metrics
 
 
 def value(name: str, labels: dict[str, str] | None = None) -> float:

@@ -16,7 +16,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from leasehold.protocol import (
+from leasehold.lease.protocol import (
     Accepted,
     Completion,
     Decision,

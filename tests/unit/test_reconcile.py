@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from leasehold import reconcile
-from leasehold.models import ConditionStatus, LeasedJob, Phase
-from leasehold.protocol import Completion, FencingToken, HolderIdentity, LeaseRecord, Outcome
-from leasehold.reconcile import Action
+from leasehold.controller import reconcile
+from leasehold.controller.reconcile import Action
+from leasehold.lease.models import ConditionStatus, LeasedJob, Phase
+from leasehold.lease.protocol import Completion, FencingToken, HolderIdentity, LeaseRecord, Outcome
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "reconcile"
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)

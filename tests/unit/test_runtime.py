@@ -6,12 +6,12 @@ import asyncio
 import time
 from typing import Any, cast
 
-from leasehold.controller import ExpiryWatch, Runtime
-from leasehold.peering import ActivityGate
-from leasehold.protocol import ExpiryClock
-from leasehold.service import JobService, OwnWrites
-from leasehold.settings import OperatorSettings
-from leasehold.watching import EventType, WatchEvent
+from leasehold.controller.expiry import ExpiryClock, ExpiryWatch
+from leasehold.controller.peering import ActivityGate
+from leasehold.controller.runtime import Runtime
+from leasehold.controller.service import JobService, OwnWrites
+from leasehold.controller.settings import OperatorSettings
+from leasehold.controller.watching import EventType, WatchEvent
 
 
 class Queue:

@@ -1,4 +1,4 @@
-"""Waiting without timed waits on threading primitives (leasehold.waits)."""
+"""Waiting without timed waits on threading primitives (leasehold.lease.waits)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from leasehold import waits
+from leasehold.lease import waits
 
 
 def test_wait_for_event_returns_when_set_or_at_the_timeout() -> None:
@@ -40,7 +40,7 @@ def test_waits_work_in_a_process_with_a_faked_clock() -> None:
     (With libfaketime 0.9.10 here, ``threading.Event().wait(0.2)`` does not.)
     """
     env = {**os.environ, "LD_PRELOAD": str(FAKETIME_LIB), "FAKETIME": "+1h"}
-    script = "import threading; from leasehold.waits import wait_for_event as w; "
+    script = "import threading; from leasehold.lease.waits import wait_for_event as w; "
     ours = subprocess.run(
         [sys.executable, "-c", script + "print(w(threading.Event(), 0.2))"],
         env=env,

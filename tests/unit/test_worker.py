@@ -18,8 +18,7 @@ from typing import Any, cast
 
 import pytest
 
-from leasehold import worker
-from leasehold.protocol import (
+from leasehold.lease.protocol import (
     Completion,
     FencingToken,
     HolderIdentity,
@@ -27,15 +26,16 @@ from leasehold.protocol import (
     Outcome,
     Rejection,
 )
-from leasehold.run import add_run_parser, term_lead_seconds
-from leasehold.store import Accepted, Rejected, Result, StoredLease, TransientStoreError
-from leasehold.worker import (
+from leasehold.lease.store import Accepted, Rejected, Result, StoredLease, TransientStoreError
+from leasehold.worker import holder as worker
+from leasehold.worker.holder import (
     LeaseEnvironmentError,
     LeaseHolder,
     LeaseLost,
     LeaseTiming,
     LossReason,
 )
+from leasehold.worker.run import add_run_parser, term_lead_seconds
 
 EPSILON = 0.1
 """How late (seconds) a thread may notice a deadline on a loaded test machine."""

@@ -34,10 +34,6 @@ HEADER_RESOURCE: Final = "Leasehold-Resource"
 """HTTP header naming the resource key the token guards."""
 HEADER_IDEMPOTENCY: Final = "Idempotency-Key"
 """HTTP header carrying the effect's idempotency key."""
-ANNOTATION_TOKEN: Final = "leasehold.dev/fencing-token"
-"""Annotation carrying the token on fenced Kubernetes objects."""
-LABEL_FENCED: Final = "leasehold.dev/fenced"
-"""Label (value ``"true"``) that opts a Kubernetes object into fencing."""
 
 
 class FenceError(Exception):

@@ -24,7 +24,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from leasehold.fencing import ANNOTATION_TOKEN, LABEL_FENCED
+from leasehold.names import ANNOTATION_TOKEN, LABEL_FENCED
 
 
 def _checked(token: int) -> int:

@@ -2,13 +2,13 @@
 
 Why this module exists: the operator's logic is a function of plain inputs
 (the job, its lease, whether the current holder's pod was created, the time)
-returning one :class:`Plan`. The service layer (:mod:`leasehold.service`)
-performs the plan; Kopf handlers (:mod:`leasehold.controller`) only trigger
+returning one :class:`Plan`. The service layer (:mod:`leasehold.controller.service`)
+performs the plan; Kopf handlers (:mod:`leasehold.controller.handlers`) only trigger
 it. Pod building is a pure ``build_pod`` (as dask-kubernetes' ``build_*_spec``)
 so its output is golden-file tested.
 
 No Kubernetes client or Kopf import here: inputs are pydantic models and the
-protocol's :class:`~leasehold.protocol.LeaseRecord`.
+protocol's :class:`~leasehold.lease.protocol.LeaseRecord`.
 """
 
 from __future__ import annotations
@@ -19,15 +19,17 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from leasehold import models
-from leasehold.models import Condition, ConditionStatus, LeasedJob, LeasedJobStatus, Phase
-from leasehold.protocol import LeaseRecord, Outcome
-
-LABEL_JOB: Final = "leasehold.dev/job"
-LABEL_TOKEN: Final = "leasehold.dev/fencing-token"
-ANNOTATION_TOKEN: Final = "leasehold.dev/fencing-token"
-ANNOTATION_HOLDER: Final = "leasehold.dev/holder"
-ANNOTATION_LEASE: Final = "leasehold.dev/lease"
+from leasehold import names
+from leasehold.lease import models
+from leasehold.lease.models import Condition, ConditionStatus, LeasedJob, LeasedJobStatus, Phase
+from leasehold.lease.protocol import LeaseRecord, Outcome
+from leasehold.names import (
+    ANNOTATION_HOLDER,
+    ANNOTATION_LEASE,
+    ANNOTATION_TOKEN,
+    LABEL_JOB,
+    LABEL_TOKEN,
+)
 
 MAX_POD_NAME: Final = 253
 
@@ -225,7 +227,7 @@ def plan(
 
     Returns:
         The :class:`Plan`. Expiry is not decided here: the operator's
-        :class:`~leasehold.protocol.ExpiryClock` does that and reclaims; this
+        :class:`~leasehold.lease.protocol.ExpiryClock` does that and reclaims; this
         function then sees an unheld lease and starts the next attempt.
     """
     generation = job.metadata.get("generation")
@@ -390,16 +392,16 @@ def build_pod(
     spec = copy.deepcopy(template.spec)
     spec["restartPolicy"] = "Never"
     injected = [
-        {"name": models.ENV_NAMESPACE, "value": namespace},
-        {"name": models.ENV_JOB, "value": job_name},
-        {"name": models.ENV_LEASE, "value": lease_name(job_name)},
-        {"name": models.ENV_HOLDER, "value": holder},
-        {"name": models.ENV_FENCING_TOKEN, "value": str(token)},
-        {"name": models.ENV_LEASE_DURATION, "value": str(job.spec.lease_duration_seconds)},
+        {"name": names.ENV_NAMESPACE, "value": namespace},
+        {"name": names.ENV_JOB, "value": job_name},
+        {"name": names.ENV_LEASE, "value": lease_name(job_name)},
+        {"name": names.ENV_HOLDER, "value": holder},
+        {"name": names.ENV_FENCING_TOKEN, "value": str(token)},
+        {"name": names.ENV_LEASE_DURATION, "value": str(job.spec.lease_duration_seconds)},
     ]
-    names = {e["name"] for e in injected}
+    injected_names = {e["name"] for e in injected}
     for container in spec.get("containers", []):
-        own = [e for e in container.get("env", []) if e.get("name") not in names]
+        own = [e for e in container.get("env", []) if e.get("name") not in injected_names]
         container["env"] = own + injected
     return {
         "apiVersion": "v1",
@@ -411,7 +413,7 @@ def build_pod(
             "annotations": annotations,
             "ownerReferences": [
                 {
-                    "apiVersion": models.API_VERSION,
+                    "apiVersion": names.API_VERSION,
                     "kind": "LeasedJob",
                     "name": job_name,
                     "uid": owner_uid,

@@ -14,11 +14,12 @@ from typing import Any
 import kopf
 from kubernetes import client, config
 
-from leasehold import controller
-from leasehold.kubeclient import new_api_client
-from leasehold.peering import own_identity
-from leasehold.service import JobService
-from leasehold.settings import OperatorSettings
+from leasehold.controller import handlers  # noqa: F401 - importing registers the Kopf handlers
+from leasehold.controller.peering import own_identity
+from leasehold.controller.runtime import build_runtime
+from leasehold.controller.service import JobService
+from leasehold.controller.settings import OperatorSettings
+from leasehold.lease.kubeclient import new_api_client
 
 
 def api_client(pool_size: int = 4) -> client.ApiClient:
@@ -62,7 +63,7 @@ def run_operator(settings: OperatorSettings) -> int:
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     identity = own_identity()
     service = JobService(api_client(pool_size=settings.reconcile_workers + 2))
-    runtime = controller.build_runtime(settings, service, api_client, identity)
+    runtime = build_runtime(settings, service, api_client, identity)
     kopf_identity: Any = identity  # Kopf's peering.Identity is a NewType of str
     kopf.run(
         identity=kopf_identity,

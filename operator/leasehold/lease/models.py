@@ -2,7 +2,7 @@
 
 Why this module exists: ``LeasedJob`` and ``JobLease`` are defined once, here.
 The CRD YAML in ``deploy/crds/`` is generated from these models by
-:mod:`leasehold.crds` (``make crds``), and a test fails when the checked-in
+:mod:`leasehold.lease.crds` (``make crds``), and a test fails when the checked-in
 YAML differs. The operator and the worker SDK parse API bodies with the same
 models, so what the API server validates and what the code expects cannot
 drift apart.
@@ -21,23 +21,10 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, cast
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from leasehold.protocol import Outcome
+from leasehold.lease.protocol import Outcome
 
 if TYPE_CHECKING:
     from pydantic.config import JsonDict
-
-GROUP: Final = "leasehold.dev"
-VERSION: Final = "v1alpha1"
-API_VERSION: Final = f"{GROUP}/{VERSION}"
-
-# The pod contract: env vars the operator injects into every attempt's pod,
-# read by the worker SDK (``LeaseHolder.from_env``) and ``leasehold run``.
-ENV_NAMESPACE: Final = "LEASEHOLD_NAMESPACE"
-ENV_JOB: Final = "LEASEHOLD_JOB"
-ENV_LEASE: Final = "LEASEHOLD_LEASE"
-ENV_HOLDER: Final = "LEASEHOLD_HOLDER"
-ENV_FENCING_TOKEN: Final = "LEASEHOLD_FENCING_TOKEN"
-ENV_LEASE_DURATION: Final = "LEASEHOLD_LEASE_DURATION_SECONDS"
 
 MAX_LEASE_DURATION_SECONDS: Final = 3600
 """The longest lease: an hour. Longer leases make stalls cost too much."""

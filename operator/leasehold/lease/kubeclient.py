@@ -4,7 +4,7 @@ Why this module exists: the worker SDK and ``leasehold run`` must reach the
 API server from inside a pod (the pod's service account) and from outside one
 (tests, the local process runner, a developer's shell), without each caller
 repeating the choice. Only the client is built here; every lease operation
-goes through :mod:`leasehold.store`.
+goes through :mod:`leasehold.lease.store`.
 """
 
 from __future__ import annotations

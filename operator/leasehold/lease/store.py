@@ -1,7 +1,7 @@
 """The Kubernetes-backed lease store: each operation is ONE atomic write.
 
 Why this module exists: it is the only place that talks to the API server
-about JobLeases. Every operation is decided by :mod:`leasehold.protocol` and
+about JobLeases. Every operation is decided by :mod:`leasehold.lease.protocol` and
 written as a single JSON patch that the API server applies atomically
 (RFC 6902 ``test`` ops, evaluated inside the server's compare-and-swap loop on
 ``resourceVersion``):
@@ -43,8 +43,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from leasehold import models, protocol
-from leasehold.protocol import (
+from leasehold import names
+from leasehold.lease import models, protocol
+from leasehold.lease.protocol import (
     Completion,
     FencingToken,
     HolderIdentity,
@@ -55,7 +56,7 @@ from leasehold.protocol import (
 
 log = logging.getLogger(__name__)
 
-PLURAL: Final = "jobleases"
+PLURAL: Final = names.PLURAL_JOB_LEASES
 MAX_CONFLICT_RETRIES: Final = 16
 """How often an operation re-reads after a conflict before giving up."""
 
@@ -311,7 +312,7 @@ def _claim_ops(judged_token: FencingToken, new: LeaseRecord) -> list[dict[str, A
     a JSON patch inside its own compare-and-swap on the stored object and
     evaluates the ``test`` op and the CRD's CEL rules against the very
     version it replaces, so the write is atomic without one. What it checks
-    is exactly what :func:`leasehold.protocol.claim` checks:
+    is exactly what :func:`leasehold.lease.protocol.claim` checks:
 
     * the ``test`` on ``/spec/fencingToken``: the lease is still in the claim
       generation the claim was judged on; every claim bumps the token, so no
@@ -333,7 +334,7 @@ def _claim_ops(judged_token: FencingToken, new: LeaseRecord) -> list[dict[str, A
 
     Args:
         judged_token: the fencing token of the record the claim was judged on.
-        new: the record :func:`leasehold.protocol.claim` produced.
+        new: the record :func:`leasehold.lease.protocol.claim` produced.
 
     Returns:
         The ops.
@@ -416,8 +417,8 @@ class LeaseStore:
             body = cast(
                 "dict[str, Any]",
                 self._api.get_namespaced_custom_object(
-                    models.GROUP,
-                    models.VERSION,
+                    names.GROUP,
+                    names.VERSION,
                     namespace,
                     PLURAL,
                     name,
@@ -452,7 +453,7 @@ class LeaseStore:
             body = cast(
                 "dict[str, Any]",
                 self._api.list_namespaced_custom_object(
-                    models.GROUP, models.VERSION, namespace, PLURAL, **kwargs
+                    names.GROUP, names.VERSION, namespace, PLURAL, **kwargs
                 ),
             )
         except ApiException as exc:
@@ -511,8 +512,8 @@ class LeaseStore:
             body = cast(
                 "dict[str, Any]",
                 self._api.create_namespaced_custom_object(
-                    models.GROUP,
-                    models.VERSION,
+                    names.GROUP,
+                    names.VERSION,
                     namespace,
                     PLURAL,
                     lease.to_api(),
@@ -532,8 +533,8 @@ class LeaseStore:
     ) -> dict[str, Any]:
         try:
             result = self._api.patch_namespaced_custom_object(
-                models.GROUP,
-                models.VERSION,
+                names.GROUP,
+                names.VERSION,
                 namespace,
                 PLURAL,
                 name,
@@ -566,7 +567,7 @@ class LeaseStore:
         precondition: the ``test`` and the CRD's CEL rules
         (``models._LEASE_RULES`` and ``_LEASE_CREATE_RULES``), both evaluated
         by the API server on the version it writes over, refuse every claim
-        :func:`leasehold.protocol.claim` refuses: a held lease (rule "a
+        :func:`leasehold.lease.protocol.claim` refuses: a held lease (rule "a
         fencing token bump is a claim"), a completed one ("a completed lease
         can never be claimed"), a token past ``maxFencingToken`` (the cap
         rule); the rules were checked to be complete for this, see

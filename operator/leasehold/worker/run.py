@@ -41,18 +41,18 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import Any, Final
 
-from leasehold.models import ENV_FENCING_TOKEN
-from leasehold.protocol import Outcome
-from leasehold.store import Rejected, StoreError
-from leasehold.waits import wait_for_event
-from leasehold.worker import (
+from leasehold.lease.protocol import Outcome
+from leasehold.lease.store import Rejected, StoreError
+from leasehold.lease.waits import wait_for_event
+from leasehold.names import ENV_FENCING_TOKEN
+from leasehold.worker.holder import (
     LeaseEnvironmentError,
     LeaseHolder,
     LeaseLost,
     LeaseTiming,
 )
 
-log = logging.getLogger("leasehold.run")
+log = logging.getLogger("leasehold.worker.run")
 
 EXIT_LEASE_LOST: Final = 75
 """Exit code when the lease was lost or the completion refused (``EX_TEMPFAIL``)."""

@@ -1,6 +1,6 @@
 """Generate the CustomResourceDefinitions from the pydantic models.
 
-Why this module exists: the models in :mod:`leasehold.models` are the single
+Why this module exists: the models in :mod:`leasehold.lease.models` are the single
 source of truth. This module turns their JSON schema into a *structural*
 OpenAPI v3 schema that the API server accepts (``$ref`` inlined, optional
 fields as plain properties, no ``title``), adds the Kubernetes parts a JSON
@@ -22,7 +22,8 @@ from typing import Any, Final
 import yaml
 from pydantic import BaseModel
 
-from leasehold import models
+from leasehold import names
+from leasehold.lease import models
 
 _DROP_KEYS: Final = frozenset({"title"})
 
@@ -93,11 +94,11 @@ def _crd(
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
-            "name": f"{plural}.{models.GROUP}",
+            "name": f"{plural}.{names.GROUP}",
             "labels": {"app.kubernetes.io/part-of": "leasehold"},
         },
         "spec": {
-            "group": models.GROUP,
+            "group": names.GROUP,
             "scope": "Namespaced",
             "names": {
                 "kind": kind,
@@ -109,7 +110,7 @@ def _crd(
             },
             "versions": [
                 {
-                    "name": models.VERSION,
+                    "name": names.VERSION,
                     "served": True,
                     "storage": True,
                     "subresources": {"status": {}},
@@ -157,7 +158,7 @@ def leased_job_crd() -> dict[str, Any]:
     """
     return _crd(
         kind="LeasedJob",
-        plural="leasedjobs",
+        plural=names.PLURAL_LEASED_JOBS,
         short_names=["ljob", "ljobs"],
         spec_model=models.LeasedJobSpec,
         status_model=models.LeasedJobStatus,
@@ -183,7 +184,7 @@ def job_lease_crd() -> dict[str, Any]:
     """
     return _crd(
         kind="JobLease",
-        plural="jobleases",
+        plural=names.PLURAL_JOB_LEASES,
         short_names=["jlease", "jleases"],
         spec_model=models.JobLeaseSpec,
         status_model=models.JobLeaseStatus,

@@ -58,17 +58,15 @@ from types import TracebackType
 from typing import Any, Final, Protocol, TypeVar
 
 from leasehold import fencing
-from leasehold.kubeclient import new_api_client
-from leasehold.models import (
-    ENV_FENCING_TOKEN,
-    ENV_HOLDER,
-    ENV_JOB,
-    ENV_LEASE,
-    ENV_LEASE_DURATION,
-    ENV_NAMESPACE,
+from leasehold.lease.kubeclient import new_api_client
+from leasehold.lease.protocol import (
+    FencingToken,
+    HolderIdentity,
+    MonotonicClock,
+    Outcome,
+    Rejection,
 )
-from leasehold.protocol import FencingToken, HolderIdentity, MonotonicClock, Outcome, Rejection
-from leasehold.store import (
+from leasehold.lease.store import (
     Accepted,
     LeaseNotFoundError,
     LeaseStore,
@@ -77,7 +75,15 @@ from leasehold.store import (
     StoredLease,
     TransientStoreError,
 )
-from leasehold.waits import join_thread, wait_for_event
+from leasehold.lease.waits import join_thread, wait_for_event
+from leasehold.names import (
+    ENV_FENCING_TOKEN,
+    ENV_HOLDER,
+    ENV_JOB,
+    ENV_LEASE,
+    ENV_LEASE_DURATION,
+    ENV_NAMESPACE,
+)
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +119,7 @@ class LeaseLost(Exception):  # noqa: N818 - it names an event, like KeyboardInte
     """The lease is no longer held: stop producing effects now.
 
     Attributes:
-        reason: a :class:`~leasehold.protocol.Rejection` when the store
+        reason: a :class:`~leasehold.lease.protocol.Rejection` when the store
             refused the holder (``STALE_TOKEN``, ``NOT_HOLDER``,
             ``COMPLETED``), else a :class:`LossReason`.
         detail: human-readable context (may be empty).
@@ -142,7 +148,7 @@ class LeaseEnvironmentError(ValueError):
 
 
 class LeaseOperations(Protocol):
-    """The lease operations a holder needs; :class:`~leasehold.store.LeaseStore` has them.
+    """The lease operations a holder needs; :class:`~leasehold.lease.store.LeaseStore` has them.
 
     ``request_timeout`` (seconds) bounds one API request, so a renewal that
     hangs cannot run past the holder's deadline.
@@ -348,7 +354,7 @@ class LeaseHolder:
     (or in the thread whose :meth:`check` noticed the deadline passing).
 
     Args:
-        store: the lease store (usually a :class:`~leasehold.store.LeaseStore`).
+        store: the lease store (usually a :class:`~leasehold.lease.store.LeaseStore`).
         namespace: the lease's namespace.
         lease_name: the JobLease's name.
         holder_identity: who holds it (the pod name in push mode).
@@ -431,8 +437,8 @@ class LeaseHolder:
         Reads ``LEASEHOLD_NAMESPACE``, ``LEASEHOLD_LEASE``,
         ``LEASEHOLD_HOLDER``, ``LEASEHOLD_FENCING_TOKEN``,
         ``LEASEHOLD_LEASE_DURATION_SECONDS`` and (optional) ``LEASEHOLD_JOB``.
-        Without ``store``, a :class:`~leasehold.store.LeaseStore` is built on
-        :func:`~leasehold.kubeclient.new_api_client` (``$KUBECONFIG`` or
+        Without ``store``, a :class:`~leasehold.lease.store.LeaseStore` is built on
+        :func:`~leasehold.lease.kubeclient.new_api_client` (``$KUBECONFIG`` or
         in-cluster); :meth:`close` closes that client.
 
         The holder is not started: the claim happened elsewhere, so
@@ -768,7 +774,7 @@ class LeaseHolder:
         (the renewer thread still enforces the deadline).
 
         Returns:
-            The store's :class:`~leasehold.store.Accepted` (the deadline moved
+            The store's :class:`~leasehold.lease.store.Accepted` (the deadline moved
             to this request's start + window).
 
         Raises:
@@ -964,8 +970,8 @@ class LeaseHolder:
             exit_code: the worker's exit code, if any.
 
         Returns:
-            :class:`~leasehold.store.Accepted`, or
-            :class:`~leasehold.store.Rejected` (``STALE_TOKEN``,
+            :class:`~leasehold.lease.store.Accepted`, or
+            :class:`~leasehold.lease.store.Rejected` (``STALE_TOKEN``,
             ``NOT_HOLDER``, ``COMPLETED`` by someone else): the lease was
             lost, the holder's ``lost`` event is set.
 
@@ -1008,8 +1014,8 @@ class LeaseHolder:
         accepted.
 
         Returns:
-            :class:`~leasehold.store.Accepted`, or
-            :class:`~leasehold.store.Rejected` if the lease was no longer
+            :class:`~leasehold.lease.store.Accepted`, or
+            :class:`~leasehold.lease.store.Rejected` if the lease was no longer
             this holder's.
 
         Raises:
@@ -1231,7 +1237,7 @@ def claim(
         lease_name: the JobLease's name.
         holder_identity: this worker's identity (e.g. ``host:pid``).
         store: the lease store, or ``None`` to build one on
-            :func:`~leasehold.kubeclient.new_api_client` (closed with the
+            :func:`~leasehold.lease.kubeclient.new_api_client` (closed with the
             holder).
         renew_fraction: see :class:`LeaseHolder`.
         margin_seconds: see :class:`LeaseHolder`.

@@ -1,6 +1,6 @@
 """The operator's service layer: carry out a reconcile plan against the API.
 
-Why this module exists: :mod:`leasehold.reconcile` decides, purely; this
+Why this module exists: :mod:`leasehold.controller.reconcile` decides, purely; this
 module reads what the decision needs (job, lease, pods), performs the plan
 (create the lease, claim, create or delete pods, stop the lease), records
 Events and writes the job's status through the status subresource. Kopf
@@ -29,11 +29,13 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from leasehold import models, reconcile
-from leasehold.models import LeasedJob, LeasedJobStatus
-from leasehold.protocol import Rejection
-from leasehold.reconcile import Action, Plan
-from leasehold.store import (
+from leasehold import names
+from leasehold.controller import reconcile
+from leasehold.controller.reconcile import Action, Plan
+from leasehold.lease import models
+from leasehold.lease.models import LeasedJob, LeasedJobStatus
+from leasehold.lease.protocol import Rejection
+from leasehold.lease.store import (
     Accepted,
     InvalidLeaseError,
     LeaseNotFoundError,
@@ -178,7 +180,7 @@ class JobService:
             return cast(
                 "dict[str, Any]",
                 self._custom.get_namespaced_custom_object(
-                    models.GROUP, models.VERSION, namespace, "leasedjobs", name
+                    names.GROUP, names.VERSION, namespace, names.PLURAL_LEASED_JOBS, name
                 ),
             )
         except ApiException as exc:
@@ -287,7 +289,7 @@ class JobService:
             max_fencing_token=max(job.spec.max_attempts, carried),
             initial_fencing_token=carried,
             owner_references=[_owner_ref(body)],
-            labels={reconcile.LABEL_JOB: name},
+            labels={names.LABEL_JOB: name},
         )
         if carried:
             self.record_event(
@@ -356,15 +358,13 @@ class JobService:
         return Plan(Action.STOP, status, [*plan.events, ("Warning", "PodCreateFailed", message)])
 
     def _delete_stale_pods(self, namespace: str, name: str, below_token: int) -> None:
-        pods = self._core.list_namespaced_pod(
-            namespace, label_selector=f"{reconcile.LABEL_JOB}={name}"
-        )
+        pods = self._core.list_namespaced_pod(namespace, label_selector=f"{names.LABEL_JOB}={name}")
         for pod in pods.items:
             meta = pod.metadata
             if meta is None or meta.name is None or meta.deletion_timestamp is not None:
                 continue
             try:
-                token = int((meta.labels or {}).get(reconcile.LABEL_TOKEN, "0"))
+                token = int((meta.labels or {}).get(names.LABEL_TOKEN, "0"))
             except ValueError:
                 continue
             if token >= below_token:
@@ -479,10 +479,10 @@ class JobService:
             patch["metadata"] = {"resourceVersion": read_version}
         try:
             written: Any = self._custom.patch_namespaced_custom_object_status(
-                models.GROUP,
-                models.VERSION,
+                names.GROUP,
+                names.VERSION,
                 namespace,
-                "leasedjobs",
+                names.PLURAL_LEASED_JOBS,
                 name,
                 patch,
                 field_manager=COMPONENT,
@@ -549,7 +549,7 @@ class JobService:
             "reason": reason,
             "message": message[:1024],
             "source": {"component": COMPONENT},
-            "reportingComponent": f"{models.GROUP}/operator",
+            "reportingComponent": f"{names.GROUP}/operator",
             "reportingInstance": self._instance[:128],
             "firstTimestamp": format_time(now).split(".")[0] + "Z",
             "lastTimestamp": format_time(now).split(".")[0] + "Z",
@@ -589,7 +589,7 @@ def _owner_job(lease: StoredLease) -> dict[str, Any] | None:
 
 def _owner_ref(body: dict[str, Any]) -> dict[str, Any]:
     return {
-        "apiVersion": models.API_VERSION,
+        "apiVersion": names.API_VERSION,
         "kind": "LeasedJob",
         "name": body["metadata"]["name"],
         "uid": body["metadata"]["uid"],

@@ -3,7 +3,7 @@
 Why this module exists: every lease operation (claim, renew, complete,
 release, expire/reclaim) is decided here, on plain values, so the rules can
 be tested exhaustively (hypothesis stateful tests) without a cluster. The
-store (:mod:`leasehold.store`) reads a JobLease, asks this module what the
+store (:mod:`leasehold.lease.store`) reads a JobLease, asks this module what the
 operation does, and writes the result as one compare-and-swap.
 
 The rules (``DESIGN.md``, "The protocol"):
@@ -313,91 +313,3 @@ def reclaim(record: LeaseRecord, *, expired: bool) -> Decision:
 
 MonotonicClock = Callable[[], float]
 """Seconds from an arbitrary origin that never go backwards (``time.monotonic``)."""
-
-
-@dataclass
-class _Seen:
-    version: str
-    at: float
-
-
-class ExpiryClock:
-    """The operator's judge of expiry: when did it last see each lease change?
-
-    The operator notes, on its own monotonic clock, the moment it first saw
-    each version of a lease (a watch event carrying a new
-    ``resourceVersion``). A lease is expired when the version it holds now
-    was first seen more than ``duration + margin`` seconds ago. No wall clock
-    of any machine is compared, so skew between workers, the API server and
-    the operator cannot cause an early reclaim; a pause of the operator only
-    delays reclaims.
-
-    A freshly started operator knows nothing: every lease it has not seen
-    change counts from the moment it first sees it, so a restart never
-    reclaims early.
-
-    Args:
-        margin_seconds: extra time beyond the lease duration before a lease is
-            judged expired; covers watch delay and the worker's own margin.
-        monotonic: the clock, injected for tests.
-    """
-
-    def __init__(self, margin_seconds: float, monotonic: MonotonicClock) -> None:
-        if margin_seconds < 0:
-            raise ValueError(f"margin_seconds must be >= 0, got {margin_seconds}")
-        self._margin = margin_seconds
-        self._monotonic = monotonic
-        self._seen: dict[str, _Seen] = {}
-
-    @property
-    def margin_seconds(self) -> float:
-        """The margin past the lease duration before a lease is expired."""
-        return self._margin
-
-    def observe(self, key: str, version: str) -> float:
-        """Note that lease ``key`` is at ``version`` now.
-
-        Args:
-            key: the lease's identity (e.g. ``namespace/name``).
-            version: its ``resourceVersion`` (any change marker).
-
-        Returns:
-            The monotonic time at which this version was first seen.
-        """
-        seen = self._seen.get(key)
-        if seen is None or seen.version != version:
-            seen = _Seen(version, self._monotonic())
-            self._seen[key] = seen
-        return seen.at
-
-    def forget(self, key: str) -> None:
-        """Drop what is known of lease ``key`` (it was deleted)."""
-        self._seen.pop(key, None)
-
-    def remaining_seconds(self, key: str, version: str, duration_seconds: float) -> float:
-        """Seconds until lease ``key`` at ``version`` is judged expired.
-
-        Args:
-            key: the lease's identity.
-            version: the version being judged; if it differs from the one
-                last seen, it is noted now (so the answer is the full window).
-            duration_seconds: the lease duration.
-
-        Returns:
-            Seconds left (``<= 0`` means expired).
-        """
-        first_seen = self.observe(key, version)
-        return duration_seconds + self._margin - (self._monotonic() - first_seen)
-
-    def is_expired(self, key: str, version: str, duration_seconds: float) -> bool:
-        """Whether lease ``key`` at ``version`` went unchanged for too long.
-
-        Args:
-            key: the lease's identity.
-            version: the version being judged.
-            duration_seconds: the lease duration.
-
-        Returns:
-            ``True`` when no change was seen for ``duration + margin`` seconds.
-        """
-        return self.remaining_seconds(key, version, duration_seconds) <= 0

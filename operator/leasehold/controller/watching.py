@@ -38,7 +38,7 @@ from typing import Any, Final, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from leasehold.waits import join_thread, wait_for_event
+from leasehold.lease.waits import join_thread, wait_for_event
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +190,7 @@ class ListWatch:
             # the next event or bookmark, up to a minute).
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
-        join_thread(self._thread, timeout_seconds)  # not join(t): see leasehold.waits
+        join_thread(self._thread, timeout_seconds)  # not join(t): see leasehold.lease.waits
         owned: Any = self._api_client  # the client's close() is untyped
         owned.close()
 

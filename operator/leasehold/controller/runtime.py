@@ -1,0 +1,212 @@
+"""The operator's engines wired together: what the Kopf handlers share.
+
+Why this module exists: the handlers stay thin. :class:`Runtime` owns the
+work queue, the expiry timers, the lease and peering watches and the peering
+gate; :func:`build_runtime` wires them; :meth:`Runtime.start` starts them.
+Plain asyncio and threads: no Kopf, so its tests register no handler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client
+
+from leasehold import names
+from leasehold.controller import metrics
+from leasehold.controller.expiry import ExpiryClock, ExpiryWatch
+from leasehold.controller.peering import ActivityGate
+from leasehold.controller.queue import WorkQueue
+from leasehold.controller.service import JobService
+from leasehold.controller.settings import OperatorSettings
+from leasehold.controller.watching import EventType, ListWatch, Target, WatchEvent
+
+log = logging.getLogger(__name__)
+
+
+ApiClientFactory = Callable[[], client.ApiClient]
+"""Builds a new API client (each watch owns one: it holds a connection for minutes)."""
+
+
+@dataclass
+class Runtime:
+    """What the handlers share, passed to Kopf as ``memo``.
+
+    Attributes:
+        settings: the operator's settings.
+        service: the service layer (blocking API calls).
+        queue: the reconcile work queue.
+        expiry: the expiry watch.
+        gate: open while this replica may work (Kopf's peering rule).
+        new_api_client: builds the watches' API clients.
+        phases: LeasedJobs by phase, for the metrics.
+        tasks: background tasks started at startup (cancelled at cleanup).
+        watches: the plain watches started at startup (stopped at cleanup).
+        deferred: jobs (namespace, name) whose leases changed while the gate
+            was closed; reconciled when it opens.
+    """
+
+    settings: OperatorSettings
+    service: JobService
+    queue: WorkQueue
+    expiry: ExpiryWatch
+    gate: ActivityGate
+    new_api_client: ApiClientFactory
+    phases: metrics.JobPhases = field(default_factory=metrics.JobPhases)
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    watches: list[ListWatch] = field(default_factory=list)
+    deferred: set[tuple[str, str]] = field(default_factory=set)
+
+    def on_lease_event(self, event: WatchEvent) -> None:
+        """A JobLease changed: feed the expiry clock; reconcile its job on a real change.
+
+        Called on the event loop for every JobLease watch event. The first
+        LIST's leases are not reconciled here: Kopf delivers every LeasedJob
+        at start-up too, and each job's reconcile reads its lease. Nothing is
+        triggered while a peer replica is the active one.
+
+        Args:
+            event: the watch event.
+        """
+        body = event.body
+        change = self.expiry.observe(body, deleted=event.type is EventType.DELETED)
+        if change.after is None:
+            metrics.lease_forgotten(change.before)
+        else:
+            metrics.observe_lease_change(
+                change.before,
+                change.after,
+                change.generation_changed,
+                body.get("spec", {}).get("renewTime"),
+            )
+        meta = body["metadata"]
+        if event.type is EventType.DELETED:
+            self.service.own_writes.forget("JobLease", meta["namespace"], meta["name"])
+        if not change.needs_reconcile:
+            return
+        if event.initial and change.before is None:
+            return
+        if event.type is EventType.MODIFIED and self.service.own_writes.is_own(
+            "JobLease", meta["namespace"], meta["name"], meta.get("resourceVersion")
+        ):
+            return  # this operator's own reclaim/stop: already acted on
+        job_name = body.get("spec", {}).get("jobName") or meta["name"]
+        if not self.gate.is_open:
+            # A peer works now; if this replica takes over, it looks at this job.
+            self.deferred.add((meta["namespace"], job_name))
+            return
+        self.queue.trigger(meta["namespace"], job_name)
+
+    def reconcile_deferred(self) -> None:
+        """The gate opened: reconcile the jobs whose leases changed while it was closed."""
+        pending, self.deferred = self.deferred, set()
+        for namespace, name in sorted(pending):
+            self.queue.trigger(namespace, name)
+
+    async def start(self) -> None:
+        """Start the watches, the expiry timers and the peering gate, in this loop.
+
+        Returns once every watch has delivered its first LIST: Kopf starts its
+        LeasedJob watch after the startup handler that awaits this, and every
+        job's first reconcile must come after the leases' first LIST was fed
+        to the expiry timers, or a lease that changed in between would be
+        taken for first sight (not reconciled) while its job's reconcile read
+        it earlier.
+        """
+        loop = asyncio.get_running_loop()
+        # Reconciles and reclaims are blocking API calls run in threads; a burst
+        # of expiries needs more than asyncio's default min(32, cores + 4).
+        loop.set_default_executor(
+            ThreadPoolExecutor(self.settings.reconcile_workers, thread_name_prefix="reconcile")
+        )
+        lease_targets, peering_targets = _watch_targets(self.settings)
+        for target in peering_targets:
+            self.gate.expect(target.namespace or "")
+            self.watches.append(ListWatch(self.new_api_client(), target, self.gate.observe, loop))
+        for target in lease_targets:
+            self.watches.append(ListWatch(self.new_api_client(), target, self.on_lease_event, loop))
+        for watch in self.watches:
+            watch.start()
+        self.tasks.append(loop.create_task(self.expiry.run()))
+        self.tasks.append(loop.create_task(self.gate.run()))
+        for watch in self.watches:
+            waited = 0.0
+            while not watch.synced.is_set():  # polled, not a timed wait: see leasehold.lease.waits
+                await asyncio.sleep(0.05)
+                waited += 0.05
+                if waited >= 30.0:
+                    log.warning("still waiting for the first LIST of %s", watch.target.describe())
+                    waited = 0.0
+
+
+def build_runtime(
+    settings: OperatorSettings,
+    service: JobService,
+    new_api_client: ApiClientFactory,
+    identity: str,
+) -> Runtime:
+    """Wire the service, queue, peering gate and expiry watch together.
+
+    Args:
+        settings: the operator's settings.
+        service: the service layer.
+        new_api_client: builds an API client for each watch.
+        identity: this replica's peering identity (the one Kopf is given).
+
+    Returns:
+        The runtime to pass to Kopf as ``memo``.
+    """
+    queue = WorkQueue(service.reconcile, settings.retry_delay_seconds)
+    gate = ActivityGate(
+        identity, settings.priority, settings.peering_name, standalone=settings.standalone
+    )
+
+    # Reclaims get threads of their own: in a burst of expiries they must not
+    # wait behind the reconciles that the same burst triggers.
+    reclaimers = ThreadPoolExecutor(settings.reconcile_workers, thread_name_prefix="reclaim")
+
+    async def on_expired(
+        namespace: str, lease_name: str, job_name: str, generation: int, body: dict[str, Any]
+    ) -> None:
+        outcome = await asyncio.get_running_loop().run_in_executor(
+            reclaimers, service.reclaim, namespace, lease_name, generation, body
+        )
+        if outcome.reclaimed:
+            metrics.RECLAIMS.inc()
+        log.debug("expiry of %s/%s: %s", namespace, lease_name, outcome.reason)
+        queue.trigger(namespace, job_name)
+
+    clock = ExpiryClock(settings.expiry_margin_seconds, time.monotonic)
+    expiry = ExpiryWatch(clock, on_expired, gate=gate)
+    runtime = Runtime(settings, service, queue, expiry, gate, new_api_client)
+    gate.on_open(runtime.reconcile_deferred)
+    return runtime
+
+
+def _watch_targets(settings: OperatorSettings) -> tuple[list[Target], list[Target]]:
+    """The JobLease watches and the peering-object watches this operator needs."""
+    namespaces: list[str | None] = list(settings.namespaces) or [None]
+    leases = [Target(names.GROUP, names.VERSION, names.PLURAL_JOB_LEASES, ns) for ns in namespaces]
+    if settings.standalone:
+        return leases, []
+    by_name = f"metadata.name={settings.peering_name}"
+    if settings.namespaces:
+        peerings = [
+            Target("kopf.dev", "v1", "kopfpeerings", ns, field_selector=by_name)
+            for ns in settings.namespaces
+        ]
+    else:
+        peerings = [
+            Target("kopf.dev", "v1", "clusterkopfpeerings", None, True, field_selector=by_name)
+        ]
+    return leases, peerings
+
+
+# --------------------------------------------------------------------------
+# Handlers

@@ -1,0 +1,38 @@
+"""The names of leasehold's contract, spelled once: API group, resources, labels, env.
+
+Why this module exists: the operator writes these names, the worker SDK and
+``leasehold run`` read them, the CRDs and fenced targets depend on them.
+Spelled in one place, below every other part of the package (it imports
+nothing), so that no two modules can disagree about a key.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+GROUP: Final = "leasehold.dev"
+"""The API group of the resources, and the prefix of every label and annotation."""
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+
+PLURAL_LEASED_JOBS: Final = "leasedjobs"
+PLURAL_JOB_LEASES: Final = "jobleases"
+
+# The pod contract: env vars the operator injects into every attempt's pod,
+# read by the worker SDK (``LeaseHolder.from_env``) and ``leasehold run``.
+ENV_NAMESPACE: Final = "LEASEHOLD_NAMESPACE"
+ENV_JOB: Final = "LEASEHOLD_JOB"
+ENV_LEASE: Final = "LEASEHOLD_LEASE"
+ENV_HOLDER: Final = "LEASEHOLD_HOLDER"
+ENV_FENCING_TOKEN: Final = "LEASEHOLD_FENCING_TOKEN"
+ENV_LEASE_DURATION: Final = "LEASEHOLD_LEASE_DURATION_SECONDS"
+
+# Labels and annotations the operator puts on an attempt's pod.
+LABEL_JOB: Final = f"{GROUP}/job"
+LABEL_TOKEN: Final = f"{GROUP}/fencing-token"
+ANNOTATION_TOKEN: Final = f"{GROUP}/fencing-token"
+"""The fencing token: on an attempt's pod (for the downward API) and on fenced objects."""
+ANNOTATION_HOLDER: Final = f"{GROUP}/holder"
+ANNOTATION_LEASE: Final = f"{GROUP}/lease"
+LABEL_FENCED: Final = f"{GROUP}/fenced"
+"""Label (value ``"true"``) that opts a Kubernetes object into fencing."""
