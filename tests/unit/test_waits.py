@@ -8,8 +8,6 @@ import sys
 import threading
 from pathlib import Path
 
-import pytest
-
 from leasehold.lease import waits
 
 
@@ -33,7 +31,6 @@ def test_join_thread_returns_when_the_thread_ends_or_at_the_timeout() -> None:
 FAKETIME_LIB = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
 
 
-@pytest.mark.skipif(not FAKETIME_LIB.exists(), reason="libfaketime is not installed")
 def test_waits_work_in_a_process_with_a_faked_clock() -> None:
     """The chaos test skews workers' clocks with libfaketime; their waits must return.
 
