@@ -10,6 +10,7 @@ from __future__ import annotations
 import shlex
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
 import pytest
@@ -143,12 +144,25 @@ def test_paused_worker_is_reclaimed_and_cannot_complete(
     time.sleep(1.0)  # let it renew at least once
     local_pod_runner.pause(namespace, "pause-1")
     paused_at = time.monotonic()
-    wait_for(
-        "reclaim", lambda: lease_holder(store, namespace, "pause") != ("pause-1", 1), duration + 5
-    )
+    # The bound from below counts from the worker's last renewal (a renewal in
+    # flight at the pause still lands), not from the pause: keep the newest
+    # renewTime seen while pause-1 held the lease.
+    last_renewal: list[datetime] = []
+
+    def reclaimed() -> bool:
+        record = store.get(namespace, "pause").record
+        if (record.holder_identity, record.fencing_token) == ("pause-1", 1):
+            assert record.renew_time is not None
+            last_renewal[:] = [record.renew_time]
+            return False
+        return True
+
+    wait_for("reclaim", reclaimed, duration + 5)
+    seen_at = datetime.now(UTC)
     reclaimed_after = time.monotonic() - paused_at
     assert reclaimed_after <= duration + 2, f"reclaimed {reclaimed_after:.2f}s after the pause"
-    assert reclaimed_after >= duration, f"reclaimed early: {reclaimed_after:.2f}s"
+    since_renewal = (seen_at - last_renewal[0]).total_seconds()
+    assert since_renewal >= duration, f"reclaimed early: {since_renewal:.2f}s after the renewal"
     wait_for("Succeeded", phase_is(api_client, namespace, "pause", "Succeeded"), 60)
     st = status(api_client, namespace, "pause")
     assert st["completion"]["fencingToken"] == 2
