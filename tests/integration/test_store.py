@@ -15,17 +15,9 @@ from kubernetes import client, config
 
 from leasehold import names
 from leasehold.controller.expiry import ExpiryClock
+from leasehold.lease.errors import LeaseNotFoundError, StoreError, TransientStoreError
 from leasehold.lease.protocol import FencingToken, Outcome, Rejection
-from leasehold.lease.store import (
-    Accepted,
-    LeaseNotFoundError,
-    LeaseStore,
-    Rejected,
-    Result,
-    StoredLease,
-    StoreError,
-    TransientStoreError,
-)
+from leasehold.lease.store import Accepted, LeaseStore, Rejected, Result, StoredLease
 from tests.integration.leases import claim_ok, count_requests, wait_expired
 
 CLAIMERS = 50

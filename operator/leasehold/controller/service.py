@@ -33,20 +33,16 @@ from leasehold import names
 from leasehold.controller import reconcile
 from leasehold.controller.reconcile import Action, Plan
 from leasehold.lease import models
-from leasehold.lease.models import LeasedJob, LeasedJobStatus
-from leasehold.lease.protocol import Rejection
-from leasehold.lease.store import (
-    Accepted,
+from leasehold.lease.errors import (
     InvalidLeaseError,
     LeaseNotFoundError,
-    LeaseStore,
-    StoredLease,
     TransientStoreError,
     api_error,
     api_message,
-    format_time,
-    to_stored,
 )
+from leasehold.lease.models import LeasedJob, LeasedJobStatus
+from leasehold.lease.protocol import Rejection
+from leasehold.lease.store import Accepted, LeaseStore, StoredLease, format_time, to_stored
 
 log = logging.getLogger(__name__)
 

@@ -124,8 +124,8 @@ class Rejection(enum.StrEnum):
 
 
 @dataclass(frozen=True)
-class Accepted:
-    """An operation the protocol allows, with the record it produces.
+class Allowed:
+    """An operation the rules allow, with the record it produces.
 
     Attributes:
         record: the lease record after the operation.
@@ -135,8 +135,8 @@ class Accepted:
 
 
 @dataclass(frozen=True)
-class Refused:
-    """An operation the protocol refuses.
+class Denied:
+    """An operation the rules deny.
 
     Attributes:
         rejection: why.
@@ -147,8 +147,8 @@ class Refused:
     record: LeaseRecord
 
 
-Decision = Accepted | Refused
-"""What the protocol says about one operation."""
+Decision = Allowed | Denied
+"""What the rules say about one operation (the store's results are ``Accepted``/``Rejected``)."""
 
 
 def check_holder(
@@ -187,16 +187,16 @@ def claim(record: LeaseRecord, claimant: HolderIdentity, now: datetime) -> Decis
         now: wall-clock time of the claim (recorded for people only).
 
     Returns:
-        :class:`Accepted` with holder := claimant and token := token + 1, or
-        :class:`Refused` with ``COMPLETED``, ``LOST_RACE`` or ``EXHAUSTED``.
+        :class:`Allowed` with holder := claimant and token := token + 1, or
+        :class:`Denied` with ``COMPLETED``, ``LOST_RACE`` or ``EXHAUSTED``.
     """
     if record.completion is not None:
-        return Refused(Rejection.COMPLETED, record)
+        return Denied(Rejection.COMPLETED, record)
     if record.held:
-        return Refused(Rejection.LOST_RACE, record)
+        return Denied(Rejection.LOST_RACE, record)
     if record.max_fencing_token is not None and record.fencing_token >= record.max_fencing_token:
-        return Refused(Rejection.EXHAUSTED, record)
-    return Accepted(
+        return Denied(Rejection.EXHAUSTED, record)
+    return Allowed(
         dataclasses.replace(
             record,
             holder_identity=claimant,
@@ -219,13 +219,13 @@ def renew(
         now: wall-clock time of the renewal (for people only).
 
     Returns:
-        :class:`Accepted` with the new renew time, or :class:`Refused` with the
+        :class:`Allowed` with the new renew time, or :class:`Denied` with the
         reason from :func:`check_holder`.
     """
     rejection = check_holder(record, holder, token)
     if rejection is not None:
-        return Refused(rejection, record)
-    return Accepted(dataclasses.replace(record, renew_time=now))
+        return Denied(rejection, record)
+    return Allowed(dataclasses.replace(record, renew_time=now))
 
 
 def complete(
@@ -253,11 +253,11 @@ def complete(
         exit_code: the worker's exit code, if any.
 
     Returns:
-        :class:`Accepted` with the completion recorded, or :class:`Refused`.
+        :class:`Allowed` with the completion recorded, or :class:`Denied`.
     """
     rejection = check_holder(record, holder, token)
     if rejection is not None:
-        return Refused(rejection, record)
+        return Denied(rejection, record)
     completion = Completion(
         fencing_token=token,
         holder_identity=holder,
@@ -266,7 +266,7 @@ def complete(
         message=message,
         exit_code=exit_code,
     )
-    return Accepted(dataclasses.replace(record, holder_identity=None, completion=completion))
+    return Allowed(dataclasses.replace(record, holder_identity=None, completion=completion))
 
 
 def release(record: LeaseRecord, holder: HolderIdentity, token: FencingToken) -> Decision:
@@ -278,14 +278,14 @@ def release(record: LeaseRecord, holder: HolderIdentity, token: FencingToken) ->
         token: the caller's fencing token.
 
     Returns:
-        :class:`Accepted` with the lease unheld, or :class:`Refused`. A release
+        :class:`Allowed` with the lease unheld, or :class:`Denied`. A release
         retried after the same holder re-claimed (token + 1) is refused with
         ``STALE_TOKEN``: it changes nothing.
     """
     rejection = check_holder(record, holder, token)
     if rejection is not None:
-        return Refused(rejection, record)
-    return Accepted(dataclasses.replace(record, holder_identity=None))
+        return Denied(rejection, record)
+    return Allowed(dataclasses.replace(record, holder_identity=None))
 
 
 def reclaim(record: LeaseRecord, *, expired: bool) -> Decision:
@@ -300,15 +300,15 @@ def reclaim(record: LeaseRecord, *, expired: bool) -> Decision:
         expired: the operator's judgement for this exact version of the lease.
 
     Returns:
-        :class:`Accepted` with the lease unheld and the token kept (the next
-        claim bumps it), or :class:`Refused` with ``COMPLETED`` or
+        :class:`Allowed` with the lease unheld and the token kept (the next
+        claim bumps it), or :class:`Denied` with ``COMPLETED`` or
         ``NOT_EXPIRED`` (also for an unheld lease: nothing to take back).
     """
     if record.completion is not None:
-        return Refused(Rejection.COMPLETED, record)
+        return Denied(Rejection.COMPLETED, record)
     if not record.held or not expired:
-        return Refused(Rejection.NOT_EXPIRED, record)
-    return Accepted(dataclasses.replace(record, holder_identity=None))
+        return Denied(Rejection.NOT_EXPIRED, record)
+    return Allowed(dataclasses.replace(record, holder_identity=None))
 
 
 MonotonicClock = Callable[[], float]

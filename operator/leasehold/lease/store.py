@@ -24,27 +24,32 @@ written as a single JSON patch that the API server applies atomically
 The API server checks the invariants too (CEL transition rules in the CRD),
 so a client that skips this module still cannot break them.
 
-Errors by what the caller should do (``raise ... from`` keeps the cause):
-:class:`LeaseNotFoundError` (create it or give up), :class:`TransientStoreError`
-(retry later), :class:`StoreError` (a bug or a permission problem).
+Every API call runs inside :func:`leasehold.lease.errors.api_errors`, the one
+edge where client and transport errors become the types of
+:mod:`leasehold.lease.errors`: no method lets an ``ApiException`` or a urllib3
+error escape. Results: :class:`Accepted` or :class:`Rejected` (the pure
+rules' own verdicts are ``Allowed``/``Denied``).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, cast
 
-import urllib3
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from leasehold import names
 from leasehold.lease import models, protocol
+from leasehold.lease.errors import (
+    InvalidLeaseError,
+    TransientStoreError,
+    WriteRefusedError,
+    api_errors,
+)
 from leasehold.lease.protocol import (
     Completion,
     FencingToken,
@@ -61,83 +66,6 @@ MAX_CONFLICT_RETRIES: Final = 16
 """How often an operation re-reads after a conflict before giving up."""
 
 _JSON_PATCH: Final = "application/json-patch+json"
-
-
-# --------------------------------------------------------------------------
-# Errors
-
-
-class StoreError(Exception):
-    """The API server refused or failed a request in a way retrying won't fix.
-
-    Attributes:
-        status: the HTTP status, or ``None`` if no response was received.
-    """
-
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class TransientStoreError(StoreError):
-    """The API server was unreachable, overloaded or timed out: retry later."""
-
-
-class LeaseNotFoundError(StoreError):
-    """The JobLease does not exist.
-
-    Attributes:
-        namespace: where it was looked up.
-        name: its name.
-    """
-
-    def __init__(self, namespace: str, name: str) -> None:
-        super().__init__(f"JobLease {namespace}/{name} not found", status=404)
-        self.namespace = namespace
-        self.name = name
-
-
-class InvalidLeaseError(StoreError):
-    """The stored JobLease body does not parse as a lease (a bad object)."""
-
-
-def api_message(exc: ApiException) -> str:
-    """The ``message`` of a Kubernetes Status body, or the HTTP reason.
-
-    Args:
-        exc: a client exception.
-
-    Returns:
-        The API server's own words, for logs and conditions.
-    """
-    try:
-        body = json.loads(exc.body or "{}")
-    except (TypeError, ValueError):
-        return str(exc.reason)
-    return str(body.get("message") or exc.reason)
-
-
-def api_error(exc: ApiException, action: str) -> StoreError:
-    """Map a client exception to an error by what the caller should do.
-
-    Args:
-        exc: the client exception.
-        action: what was attempted, e.g. ``"create pod ns/name"``.
-
-    Returns:
-        :class:`TransientStoreError` for no response, 429 and 5xx (retry
-        later), else :class:`StoreError` (retrying won't help).
-    """
-    status = exc.status
-    if not status or status == 429 or status >= 500:  # 0/None: no response (e.g. TLS error)
-        return TransientStoreError(f"{action}: {api_message(exc)}", status)
-    return StoreError(f"{action}: HTTP {status}: {api_message(exc)}", status)
-
-
-def _convert(exc: ApiException, namespace: str, name: str, action: str) -> StoreError:
-    if exc.status == 404:
-        return LeaseNotFoundError(namespace, name)
-    return api_error(exc, f"{action} {namespace}/{name}")
 
 
 # --------------------------------------------------------------------------
@@ -413,23 +341,16 @@ class LeaseStore:
             TransientStoreError: retry later.
             StoreError: any other refusal.
         """
-        try:
-            body = cast(
-                "dict[str, Any]",
-                self._api.get_namespaced_custom_object(
-                    names.GROUP,
-                    names.VERSION,
-                    namespace,
-                    PLURAL,
-                    name,
-                    **self._timeout(request_timeout),
-                ),
+        with api_errors("get", namespace, name):
+            body = self._api.get_namespaced_custom_object(
+                names.GROUP,
+                names.VERSION,
+                namespace,
+                PLURAL,
+                name,
+                **self._timeout(request_timeout),
             )
-        except ApiException as exc:
-            raise _convert(exc, namespace, name, "get") from exc
-        except urllib3.exceptions.HTTPError as exc:
-            raise TransientStoreError(f"get {namespace}/{name}: {exc}") from exc
-        return to_stored(body)
+        return to_stored(cast("dict[str, Any]", body))
 
     def list_leases(
         self, namespace: str, *, label_selector: str | None = None
@@ -449,18 +370,11 @@ class LeaseStore:
             StoreError: any other refusal.
         """
         kwargs: dict[str, Any] = {"label_selector": label_selector} if label_selector else {}
-        try:
-            body = cast(
-                "dict[str, Any]",
-                self._api.list_namespaced_custom_object(
-                    names.GROUP, names.VERSION, namespace, PLURAL, **kwargs
-                ),
+        with api_errors("list", namespace):
+            body = self._api.list_namespaced_custom_object(
+                names.GROUP, names.VERSION, namespace, PLURAL, **kwargs
             )
-        except ApiException as exc:
-            raise api_error(exc, f"list {namespace}") from exc
-        except urllib3.exceptions.HTTPError as exc:
-            raise TransientStoreError(f"list {namespace}: {exc}") from exc
-        return [to_stored(item) for item in body.get("items", [])]
+        return [to_stored(item) for item in cast("dict[str, Any]", body).get("items", [])]
 
     def create(
         self,
@@ -508,30 +422,27 @@ class LeaseStore:
                 fencing_token=initial_fencing_token,
             ),
         )
-        try:
-            body = cast(
-                "dict[str, Any]",
-                self._api.create_namespaced_custom_object(
-                    names.GROUP,
-                    names.VERSION,
-                    namespace,
-                    PLURAL,
-                    lease.to_api(),
-                    field_manager=self._field_manager,
-                ),
+        with api_errors("create", namespace, name):
+            body = self._api.create_namespaced_custom_object(
+                names.GROUP,
+                names.VERSION,
+                namespace,
+                PLURAL,
+                lease.to_api(),
+                field_manager=self._field_manager,
             )
-        except ApiException as exc:
-            raise _convert(exc, namespace, name, "create") from exc
-        return to_stored(body)
+        return to_stored(cast("dict[str, Any]", body))
 
     def _patch(
         self,
+        action: str,
         namespace: str,
         name: str,
         ops: list[dict[str, Any]],
         request_timeout: float | None = None,
     ) -> dict[str, Any]:
-        try:
+        """Send one JSON patch; a refusal raises :class:`WriteRefusedError`."""
+        with api_errors(action, namespace, name):
             result = self._api.patch_namespaced_custom_object(
                 names.GROUP,
                 names.VERSION,
@@ -543,10 +454,6 @@ class LeaseStore:
                 _content_type=_JSON_PATCH,
                 **self._timeout(request_timeout),
             )
-        except urllib3.exceptions.HTTPError as exc:
-            # Timeouts and dropped connections: no answer, so the write may
-            # or may not have landed. The caller retries or re-reads.
-            raise TransientStoreError(f"patch {namespace}/{name}: {exc}") from exc
         return cast("dict[str, Any]", result)
 
     # -- the protocol -------------------------------------------------------
@@ -617,13 +524,11 @@ class LeaseStore:
         holder = HolderIdentity(claimant)
         if observed is not None:
             decision = protocol.claim(observed.record, holder, self._clock())
-            if isinstance(decision, protocol.Accepted):
+            if isinstance(decision, protocol.Allowed):
                 ops = _claim_ops(observed.record.fencing_token, decision.record)
                 try:
-                    return Accepted(to_stored(self._patch(namespace, name, ops)))
-                except ApiException as exc:
-                    if exc.status not in (409, 422):
-                        raise _convert(exc, namespace, name, "claim") from exc
+                    return Accepted(to_stored(self._patch("claim", namespace, name, ops)))
+                except WriteRefusedError as exc:
                     log.debug(
                         "claim %s/%s by %s on observed token %d: HTTP %s, reading",
                         namespace,
@@ -632,34 +537,27 @@ class LeaseStore:
                         observed.record.fencing_token,
                         exc.status,
                     )
-            # Refused on `observed`, or the server refused: `observed` may be
+            # Denied on `observed`, or the server refused: `observed` may be
             # stale either way, so judge again on a fresh read.
-        refused: tuple[str, ApiException] | None = None  # (resourceVersion, 422)
+        refused: tuple[str, WriteRefusedError] | None = None  # (resourceVersion, 422)
         for _ in range(MAX_CONFLICT_RETRIES):
             lease = self.get(namespace, name)
             decision = protocol.claim(lease.record, holder, self._clock())
-            if isinstance(decision, protocol.Refused):
+            if isinstance(decision, protocol.Denied):
                 return Rejected(decision.rejection, lease)
             if refused is not None and refused[0] == lease.resource_version:
                 # Refused on a lease nobody changed since: not a race but a
                 # write the server will never take (e.g. an invalid holder name).
-                raise _convert(refused[1], namespace, name, "claim") from refused[1]
+                raise refused[1]
+            ops = _claim_ops(lease.record.fencing_token, decision.record)
             try:
-                body = self._patch(
-                    namespace, name, _claim_ops(lease.record.fencing_token, decision.record)
-                )
-            except ApiException as exc:
+                body = self._patch("claim", namespace, name, ops)
+            except WriteRefusedError as exc:
                 refused = (lease.resource_version, exc) if exc.status == 422 else None
-                if exc.status in (409, 422):
-                    log.debug(
-                        "claim %s/%s by %s: HTTP %s, re-reading",
-                        namespace,
-                        name,
-                        claimant,
-                        exc.status,
-                    )
-                    continue
-                raise _convert(exc, namespace, name, "claim") from exc
+                log.debug(
+                    "claim %s/%s by %s: HTTP %s, re-reading", namespace, name, claimant, exc.status
+                )
+                continue
             return Accepted(to_stored(body))
         raise TransientStoreError(
             f"claim {namespace}/{name}: still conflicting after {MAX_CONFLICT_RETRIES} tries"
@@ -680,14 +578,12 @@ class LeaseStore:
         for _ in range(MAX_CONFLICT_RETRIES):
             try:
                 body = self._patch(
-                    namespace, name, _holder_tests(holder, token) + ops, request_timeout
+                    action, namespace, name, _holder_tests(holder, token) + ops, request_timeout
                 )
-            except ApiException as exc:
-                if exc.status not in (409, 422):
-                    raise _convert(exc, namespace, name, action) from exc
+            except WriteRefusedError as exc:
                 lease = self.get(namespace, name, request_timeout=request_timeout)
                 decision = decide(lease.record)
-                if isinstance(decision, protocol.Refused):
+                if isinstance(decision, protocol.Denied):
                     return Rejected(decision.rejection, lease)
                 # The protocol allows it on a fresh read: the failure was a
                 # race with a write that is gone now. Try again.
@@ -864,7 +760,7 @@ class LeaseStore:
             StoreError: any other refusal.
         """
         decision = protocol.reclaim(judged.record, expired=True)
-        if isinstance(decision, protocol.Refused):
+        if isinstance(decision, protocol.Denied):
             return Rejected(decision.rejection, judged)
         assert judged.record.holder_identity is not None
         ops = [
@@ -917,15 +813,13 @@ class LeaseStore:
     def _conditional(self, judged: StoredLease, ops: list[dict[str, Any]], action: str) -> Result:
         """Write ``ops`` only if the lease is still at ``judged``'s version."""
         try:
-            body = self._patch(judged.namespace, judged.name, ops)
-        except ApiException as exc:
-            if exc.status in (409, 422):
-                current = self.get(judged.namespace, judged.name)
-                rejection = (
-                    Rejection.COMPLETED
-                    if current.record.completion is not None
-                    else Rejection.NOT_EXPIRED
-                )
-                return Rejected(rejection, current)
-            raise _convert(exc, judged.namespace, judged.name, action) from exc
+            body = self._patch(action, judged.namespace, judged.name, ops)
+        except WriteRefusedError:
+            current = self.get(judged.namespace, judged.name)
+            rejection = (
+                Rejection.COMPLETED
+                if current.record.completion is not None
+                else Rejection.NOT_EXPIRED
+            )
+            return Rejected(rejection, current)
         return Accepted(to_stored(body))

@@ -58,6 +58,7 @@ from types import TracebackType
 from typing import Any, Final, Protocol, TypeVar
 
 from leasehold import fencing
+from leasehold.lease.errors import LeaseNotFoundError, TransientStoreError
 from leasehold.lease.kubeclient import new_api_client
 from leasehold.lease.protocol import (
     FencingToken,
@@ -66,15 +67,7 @@ from leasehold.lease.protocol import (
     Outcome,
     Rejection,
 )
-from leasehold.lease.store import (
-    Accepted,
-    LeaseNotFoundError,
-    LeaseStore,
-    Rejected,
-    Result,
-    StoredLease,
-    TransientStoreError,
-)
+from leasehold.lease.store import Accepted, LeaseStore, Rejected, Result, StoredLease
 from leasehold.lease.waits import join_thread, wait_for_event
 from leasehold.names import (
     ENV_FENCING_TOKEN,
