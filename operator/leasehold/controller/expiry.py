@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from leasehold.controller import metrics
+from leasehold.controller.changes import LeaseChange, LeaseSignature
 from leasehold.controller.peering import ActivityGate
 from leasehold.lease.protocol import MonotonicClock
 
@@ -123,26 +124,6 @@ class _Due:
     generation: int = field(compare=False)
 
 
-@dataclass(frozen=True)
-class LeaseChange:
-    """What one JobLease watch event changed.
-
-    Attributes:
-        before: ``(holder, token, completion, cap)`` seen last, ``None`` at first sight.
-        after: the same now (``None`` when the lease was deleted).
-        generation_changed: the spec changed since the last event.
-    """
-
-    before: tuple[Any, ...] | None
-    after: tuple[Any, ...] | None
-    generation_changed: bool
-
-    @property
-    def needs_reconcile(self) -> bool:
-        """Holder, token, completion or cap changed (or first sight, or gone)."""
-        return self.before != self.after
-
-
 @dataclass
 class _Watched:
     namespace: str
@@ -150,8 +131,7 @@ class _Watched:
     job_name: str
     generation: int
     duration_seconds: int
-    held: bool
-    signature: tuple[Any, ...]
+    signature: LeaseSignature
     body: dict[str, Any]
 
 
@@ -213,13 +193,7 @@ class ExpiryWatch:
             gone = self._watched.pop(key, None)
             return LeaseChange(gone.signature if gone else None, None, False)
         generation = int(meta.get("generation", 0))
-        signature = (
-            spec.get("holderIdentity"),
-            spec.get("fencingToken"),
-            spec.get("completion"),
-            spec.get("maxFencingToken"),
-        )
-        held = spec.get("holderIdentity") is not None and spec.get("completion") is None
+        signature = LeaseSignature.of(spec)
         old = self._watched.get(key)
         self._watched[key] = _Watched(
             namespace=str(meta.get("namespace")),
@@ -227,12 +201,11 @@ class ExpiryWatch:
             job_name=str(spec.get("jobName", meta.get("name"))),
             generation=generation,
             duration_seconds=int(spec.get("leaseDurationSeconds", 30)),
-            held=held,
             signature=signature,
             body=body,
         )
         first_seen = self._clock.observe(key, str(generation))
-        if held:
+        if signature.held:
             due = first_seen + self._watched[key].duration_seconds + self._clock.margin_seconds
             self._push(_Due(due, key, generation))
         return LeaseChange(
@@ -256,7 +229,11 @@ class ExpiryWatch:
                 continue
             heapq.heappop(self._heap)
             watched = self._watched.get(due.key)
-            if watched is None or not watched.held or watched.generation != due.generation:
+            if (
+                watched is None
+                or not watched.signature.held
+                or watched.generation != due.generation
+            ):
                 continue  # renewed, released, completed or deleted since
             remaining = self._clock.remaining_seconds(
                 due.key, str(due.generation), watched.duration_seconds

@@ -31,7 +31,7 @@ from pydantic import ValidationError
 
 from leasehold import names
 from leasehold.controller import reconcile
-from leasehold.controller.reconcile import Action, Plan
+from leasehold.controller.reconcile import Action, JobEvent, Plan
 from leasehold.lease import models
 from leasehold.lease.errors import (
     InvalidLeaseError,
@@ -230,8 +230,8 @@ class JobService:
                 pod_created_for_holder=holder is not None and status.pod_name == holder,
             )
             plan = self._carry_out(job, body, lease, plan)
-            for type_, reason, message in plan.events:
-                self.record_event(body, type_, reason, message)
+            for event in plan.events:
+                self.record_event(body, event.type, event.reason, event.message)
             self._write_status(namespace, name, body, plan.status)
             return plan
 
@@ -351,7 +351,9 @@ class JobService:
             message,
             now=self._clock(),
         )
-        return Plan(Action.STOP, status, [*plan.events, ("Warning", "PodCreateFailed", message)])
+        return Plan(
+            Action.STOP, status, [*plan.events, JobEvent("Warning", "PodCreateFailed", message)]
+        )
 
     def _delete_stale_pods(self, namespace: str, name: str, below_token: int) -> None:
         pods = self._core.list_namespaced_pod(namespace, label_selector=f"{names.LABEL_JOB}={name}")

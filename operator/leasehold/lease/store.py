@@ -539,21 +539,23 @@ class LeaseStore:
                     )
             # Denied on `observed`, or the server refused: `observed` may be
             # stale either way, so judge again on a fresh read.
-        refused: tuple[str, WriteRefusedError] | None = None  # (resourceVersion, 422)
+        refused: WriteRefusedError | None = None  # the last 422 ...
+        refused_version = ""  # ... on this resourceVersion
         for _ in range(MAX_CONFLICT_RETRIES):
             lease = self.get(namespace, name)
             decision = protocol.claim(lease.record, holder, self._clock())
             if isinstance(decision, protocol.Denied):
                 return Rejected(decision.rejection, lease)
-            if refused is not None and refused[0] == lease.resource_version:
+            if refused is not None and refused_version == lease.resource_version:
                 # Refused on a lease nobody changed since: not a race but a
                 # write the server will never take (e.g. an invalid holder name).
-                raise refused[1]
+                raise refused
             ops = _claim_ops(lease.record.fencing_token, decision.record)
             try:
                 body = self._patch("claim", namespace, name, ops)
             except WriteRefusedError as exc:
-                refused = (lease.resource_version, exc) if exc.status == 422 else None
+                refused = exc if exc.status == 422 else None
+                refused_version = lease.resource_version
                 log.debug(
                     "claim %s/%s by %s: HTTP %s, re-reading", namespace, name, claimant, exc.status
                 )
