@@ -237,7 +237,7 @@ def plan(
 
     Returns:
         The :class:`Plan`. Expiry is not decided here: the operator's
-        :class:`~leasehold.lease.protocol.ExpiryClock` does that and reclaims; this
+        :class:`~leasehold.controller.expiry.ExpiryClock` does that and reclaims; this
         function then sees an unheld lease and starts the next attempt.
     """
     generation = job.metadata.get("generation")

@@ -385,24 +385,14 @@ class JobService:
         judged_generation: int,
         observed: dict[str, Any] | None = None,
     ) -> ReclaimOutcome:
-        """Reclaim a lease judged expired at ``judged_generation``.
+        """Reclaim lease ``namespace``/``lease_name``, judged expired at ``judged_generation``.
 
-        The caller (the operator's expiry clock) saw no change of the lease's
-        spec since it first saw ``judged_generation``, for longer than the
-        lease duration plus a margin. The reclaim write is conditioned on a
-        ``resourceVersion`` of that generation — the watched body's when it
-        is given (no read first), else a fresh read's — so a renewal that
-        landed meanwhile makes it fail (409); then it re-reads, and if the
-        generation moved, nothing is reclaimed.
-
-        Args:
-            namespace: the lease's namespace.
-            lease_name: the lease's name.
-            judged_generation: the ``metadata.generation`` judged expired.
-            observed: the lease's body as last watched, if any.
-
-        Returns:
-            What happened.
+        The expiry clock saw no spec change since it first saw that generation, for
+        longer than the duration plus the margin. The write is conditioned on a
+        ``resourceVersion`` of that generation (of ``observed``, the body as last
+        watched, when given; else of a fresh read), so a renewal that landed
+        meanwhile makes it fail; then it re-reads, and if the generation moved,
+        nothing is reclaimed.
 
         Raises:
             TransientStoreError: the API server failed; try again later.
