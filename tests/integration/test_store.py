@@ -69,8 +69,8 @@ def test_fifty_claimers_in_processes_exactly_one_wins(
     assert {token for _, _, token in outcomes} == {1}
 
 
-def test_worked_example_from_the_design(store: LeaseStore, namespace: str) -> None:
-    """A claims 7 and pauses; expiry; B claims 8; A's late complete is rejected."""
+def test_worked_example_a_late_complete_is_rejected(store: LeaseStore, namespace: str) -> None:
+    """docs/fencing.md: A claims 7 and pauses; expiry; B claims 8; A's late complete is rejected."""
     store.create(namespace, "job", job_name="job", lease_duration_seconds=1)
     for i in range(6):  # tokens 1..6 come and go
         token = claim_ok(store, namespace, "job", f"warmup-{i}")

@@ -1,4 +1,4 @@
-"""Unit tests of the pure lease protocol (``DESIGN.md``, "The protocol")."""
+"""Unit tests of the pure lease protocol (``docs/architecture.md``, "The protocol")."""
 
 from __future__ import annotations
 

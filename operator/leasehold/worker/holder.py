@@ -1,8 +1,8 @@
 """The worker SDK: hold a lease, renew it in the background, stop when it is lost.
 
 Why this module exists: a worker must stop producing effects *before* the
-operator may hand its job to someone else (``DESIGN.md``: "A worker that
-cannot renew stops producing effects before its deadline"). The operator
+operator may hand its job to someone else (``docs/architecture.md``, "How
+expiry is judged"). The operator
 calls a lease expired when it saw no change for ``duration + margin`` on its
 own monotonic clock, counted from when it *saw* the change. A worker's
 renewal request starts before the operator can see its result, so a worker
