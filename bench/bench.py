@@ -85,13 +85,13 @@ from bench.stats import (  # noqa: E402
     top_frames,
 )
 from leasehold import names  # noqa: E402
+from leasehold.lease.errors import StoreError  # noqa: E402
 from leasehold.lease.protocol import Outcome  # noqa: E402
 from leasehold.lease.store import (  # noqa: E402
     Accepted,
     LeaseStore,
     Rejected,
     StoredLease,
-    StoreError,
     format_time,
     to_stored,
 )

@@ -1,4 +1,4 @@
-"""``make demo``: the design's worked example, live, on a local control plane.
+"""``make demo``: the worked example of ``docs/fencing.md``, live, on a local control plane.
 
 Brings up a real control plane (etcd, kube-apiserver, controller-manager,
 scheduler), installs the CRDs and the worker role, starts the pod runner (the

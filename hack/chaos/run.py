@@ -19,10 +19,11 @@ Workers reach the API server and PostgreSQL through the fault proxies; the
 operator talks to the API server directly. Afterwards :mod:`chaos.checker`
 checks the history and the run prints the table; exit code 1 on a violation.
 
-Clock assumptions (what the design needs, and what is tested): expiry is
-judged on monotonic clocks, so wall clocks may be off by any amount and may
-step; monotonic clocks may drift in rate by a small fraction (the margins:
-the worker gives up ``margin`` before ``duration``, the operator waits
+Clock assumptions (what the protocol needs, and what is tested; see
+``docs/architecture.md``, "How expiry is judged"): expiry is judged on
+monotonic clocks, so wall clocks may be off by any amount and may step;
+monotonic clocks may drift in rate by a small fraction (the margins: the
+worker gives up ``margin`` before ``duration``, the operator waits
 ``margin`` after it; a rate error ``r`` is safe while ``r * duration`` is well
 under the sum of margins, i.e. far beyond real hardware's ~1e-4). libfaketime
 cannot step only the wall clock while keeping a real monotonic clock (its

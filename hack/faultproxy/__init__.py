@@ -1,4 +1,4 @@
-"""A TCP proxy that can hold, delay and drop traffic, for fault-injection tests.
+"""Test tooling: a TCP proxy that holds, delays and drops traffic, for fault injection.
 
 Why this exists: to show that a worker whose requests hang stops its work
 before its local deadline, and (later) that a target rejects a write that

@@ -1,4 +1,4 @@
-"""A real, local Kubernetes control plane for tests and demos.
+"""Test tooling: a real, local Kubernetes control plane for tests and demos.
 
 No Docker runs on the project's machines, so kind cannot start here. This
 package runs etcd, kube-apiserver, kube-controller-manager and kube-scheduler

@@ -1,4 +1,4 @@
-"""``leasehold operator`` as a real process, for tests and the demo.
+"""Test tooling: ``leasehold operator`` as a real process, for tests and the demo.
 
 It stands in for the operator's Deployment on the local control plane, so it
 lives outside the ``leasehold`` package.

@@ -1,4 +1,4 @@
-"""A throwaway PostgreSQL server for tests: ``initdb`` + ``postgres`` in a folder.
+"""Test tooling: a throwaway PostgreSQL server (``initdb`` + ``postgres`` in a folder).
 
 Why this exists: the PostgreSQL fencing target (:mod:`leasehold.fencing.postgres`)
 is tested against a real server, and the project's machines run no Docker.

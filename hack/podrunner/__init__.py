@@ -1,4 +1,4 @@
-"""A stand-in kubelet for the local control plane: pods run as local processes.
+"""Test tooling: a stand-in kubelet for the local control plane; pods run as local processes.
 
 The local control plane (`localcluster`) has no kubelet and no container
 runtime, so pods stay Pending there. `PodRunner` plays the kubelet of one

@@ -68,7 +68,7 @@ def _create_account(dsn: str, key: str) -> None:
 
 
 # --------------------------------------------------------------------------
-# The design's worked example, with a real delayed request
+# The worked example of docs/fencing.md, with a real delayed request
 
 
 def test_worked_example_a_delayed_write_arrives_after_b_and_is_rejected(

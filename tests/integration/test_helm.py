@@ -34,7 +34,8 @@ import yaml
 from kubernetes import client, config
 
 from leasehold import names
-from leasehold.lease.store import Accepted, LeaseStore, StoreError
+from leasehold.lease.errors import StoreError
+from leasehold.lease.store import Accepted, LeaseStore
 from localcluster.binaries import tools_bin_dir
 from localcluster.kubectl import Kubectl
 from podrunner import PodRunner

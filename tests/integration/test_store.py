@@ -15,17 +15,9 @@ from kubernetes import client, config
 
 from leasehold import names
 from leasehold.controller.expiry import ExpiryClock
+from leasehold.lease.errors import LeaseNotFoundError, StoreError, TransientStoreError
 from leasehold.lease.protocol import FencingToken, Outcome, Rejection
-from leasehold.lease.store import (
-    Accepted,
-    LeaseNotFoundError,
-    LeaseStore,
-    Rejected,
-    Result,
-    StoredLease,
-    StoreError,
-    TransientStoreError,
-)
+from leasehold.lease.store import Accepted, LeaseStore, Rejected, Result, StoredLease
 from tests.integration.leases import claim_ok, count_requests, wait_expired
 
 CLAIMERS = 50
@@ -77,8 +69,8 @@ def test_fifty_claimers_in_processes_exactly_one_wins(
     assert {token for _, _, token in outcomes} == {1}
 
 
-def test_worked_example_from_the_design(store: LeaseStore, namespace: str) -> None:
-    """A claims 7 and pauses; expiry; B claims 8; A's late complete is rejected."""
+def test_worked_example_a_late_complete_is_rejected(store: LeaseStore, namespace: str) -> None:
+    """docs/fencing.md: A claims 7 and pauses; expiry; B claims 8; A's late complete is rejected."""
     store.create(namespace, "job", job_name="job", lease_duration_seconds=1)
     for i in range(6):  # tokens 1..6 come and go
         token = claim_ok(store, namespace, "job", f"warmup-{i}")

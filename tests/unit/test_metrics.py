@@ -5,11 +5,16 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from leasehold.controller import metrics
+from leasehold.controller.changes import LeaseSignature
 
 
 def value(name: str, labels: dict[str, str] | None = None) -> float:
     sample = metrics.REGISTRY.get_sample_value(name, labels or {})
     return 0.0 if sample is None else sample
+
+
+def sig(holder: str | None, token: int) -> LeaseSignature:
+    return LeaseSignature(holder, token, completed=False, max_fencing_token=None)
 
 
 def test_claim_renew_release_and_delete_move_the_counters() -> None:
@@ -19,8 +24,8 @@ def test_claim_renew_release_and_delete_move_the_counters() -> None:
         value("leasehold_renewals_observed_total"),
     )
     lag_count0 = value("leasehold_watch_lag_seconds_count")
-    unheld = (None, 0, None, None)
-    held = ("pod-1", 1, None, None)
+    unheld = sig(None, 0)
+    held = sig("pod-1", 1)
     metrics.observe_lease_change(None, unheld, True, None)
     metrics.observe_lease_change(unheld, held, True, None)
     assert value("leasehold_leases_held") == held0 + 1
@@ -32,11 +37,11 @@ def test_claim_renew_release_and_delete_move_the_counters() -> None:
     # A status-only write (no generation change) is not a renewal.
     metrics.observe_lease_change(held, held, False, "2026-01-01T00:00:00.750000Z", now=now)
     assert value("leasehold_renewals_observed_total") == renewals0 + 1
-    released = (None, 1, None, None)
+    released = sig(None, 1)
     metrics.observe_lease_change(held, released, True, None)
     assert value("leasehold_leases_held") == held0
-    metrics.observe_lease_change(released, ("pod-2", 2, None, None), True, None)
-    metrics.lease_forgotten(("pod-2", 2, None, None))
+    metrics.observe_lease_change(released, sig("pod-2", 2), True, None)
+    metrics.lease_forgotten(sig("pod-2", 2))
     assert value("leasehold_leases_held") == held0
     assert value("leasehold_claims_total") == claims0 + 2
 
@@ -44,10 +49,10 @@ def test_claim_renew_release_and_delete_move_the_counters() -> None:
 def test_first_sight_of_a_held_lease_is_not_a_claim() -> None:
     claims0 = value("leasehold_claims_total")
     held0 = value("leasehold_leases_held")
-    metrics.observe_lease_change(None, ("pod-9", 9, None, None), True, None)
+    metrics.observe_lease_change(None, sig("pod-9", 9), True, None)
     assert value("leasehold_claims_total") == claims0
     assert value("leasehold_leases_held") == held0 + 1
-    metrics.lease_forgotten(("pod-9", 9, None, None))
+    metrics.lease_forgotten(sig("pod-9", 9))
 
 
 def test_job_phases_gauge_tracks_each_job_once() -> None:

@@ -1,4 +1,4 @@
-"""Unit tests of the pure lease protocol (``DESIGN.md``, "The protocol")."""
+"""Unit tests of the pure lease protocol (``docs/architecture.md``, "The protocol")."""
 
 from __future__ import annotations
 
@@ -17,14 +17,14 @@ from hypothesis.stateful import (
 )
 
 from leasehold.lease.protocol import (
-    Accepted,
+    Allowed,
     Completion,
     Decision,
+    Denied,
     FencingToken,
     HolderIdentity,
     LeaseRecord,
     Outcome,
-    Refused,
     Rejection,
     claim,
     complete,
@@ -50,12 +50,12 @@ def fresh(token: int = 0, limit: int | None = None) -> LeaseRecord:
 
 
 def accepted(decision: Decision) -> LeaseRecord:
-    assert isinstance(decision, Accepted), decision
+    assert isinstance(decision, Allowed), decision
     return decision.record
 
 
 def refused(decision: Decision, before: LeaseRecord, why: Rejection) -> None:
-    assert isinstance(decision, Refused), decision
+    assert isinstance(decision, Denied), decision
     assert decision.rejection is why
     assert decision.record == before
 
@@ -124,7 +124,7 @@ class LeaseMachine(RuleBasedStateMachine):
 
     def apply(self, decision: Decision, before: LeaseRecord, expected: Rejection | None) -> bool:
         if before.completion is not None:  # nothing is accepted after completion
-            assert isinstance(decision, Refused)
+            assert isinstance(decision, Denied)
         if expected is not None:
             refused(decision, before, expected)
             return False

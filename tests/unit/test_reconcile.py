@@ -109,7 +109,7 @@ def test_exhausted_attempts_fail_the_job() -> None:
     failed = next(c for c in plan.status.conditions or [] if c.type == "Failed")
     assert (failed.status, failed.reason) == (ConditionStatus.TRUE, "AttemptsExhausted")
     assert failed.observed_generation == 2
-    assert [e[1] for e in plan.events] == ["AttemptsExhausted"]
+    assert [e.reason for e in plan.events] == ["AttemptsExhausted"]
 
 
 def test_deadline_fails_the_job() -> None:
@@ -143,7 +143,7 @@ def test_completion_finishes_the_job() -> None:
         pod_created_for_holder=True,
     )
     assert failed.status.phase == Phase.FAILED
-    assert "exit code 3" in failed.events[0][2]
+    assert "exit code 3" in failed.events[0].message
 
 
 def test_finished_job_is_left_alone() -> None:

@@ -18,6 +18,7 @@ from typing import Any, cast
 
 import pytest
 
+from leasehold.lease.errors import TransientStoreError
 from leasehold.lease.protocol import (
     Completion,
     FencingToken,
@@ -26,7 +27,7 @@ from leasehold.lease.protocol import (
     Outcome,
     Rejection,
 )
-from leasehold.lease.store import Accepted, Rejected, Result, StoredLease, TransientStoreError
+from leasehold.lease.store import Accepted, Rejected, Result, StoredLease
 from leasehold.worker import holder as worker
 from leasehold.worker.holder import (
     LeaseEnvironmentError,

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from leasehold.controller import metrics
+from leasehold.controller.changes import LeaseChange, LeaseSignature
 from leasehold.controller.peering import ActivityGate
 from leasehold.lease.protocol import MonotonicClock
 
@@ -37,17 +38,18 @@ class _Seen:
 class ExpiryClock:
     """The operator's judge of expiry: when did it last see each lease change?
 
-    The operator notes, on its own monotonic clock, the moment it first saw
-    each version of a lease (a watch event carrying a new
-    ``resourceVersion``). A lease is expired when the version it holds now
-    was first seen more than ``duration + margin`` seconds ago. No wall clock
-    of any machine is compared, so skew between workers, the API server and
-    the operator cannot cause an early reclaim; a pause of the operator only
-    delays reclaims.
+    The operator notes, on its own monotonic clock, the moment it first saw each
+    version of a lease (a watch event carrying a new version). A lease is
+    expired when the version it holds now was first seen more than ``duration +
+    margin`` seconds ago. No wall clock of any machine is compared, so skew
+    between workers, the API server and the operator cannot cause an early
+    reclaim; a pause of the operator only delays reclaims. A freshly started
+    operator counts every lease from the moment it first sees it, so a restart
+    never reclaims early.
 
-    A freshly started operator knows nothing: every lease it has not seen
-    change counts from the moment it first sees it, so a restart never
-    reclaims early.
+    The methods take a lease's ``key`` (its identity, e.g. ``namespace/name``),
+    its ``version`` (any change marker: ``resourceVersion``, ``generation``) and
+    durations in seconds.
 
     Args:
         margin_seconds: extra time beyond the lease duration before a lease is
@@ -68,15 +70,7 @@ class ExpiryClock:
         return self._margin
 
     def observe(self, key: str, version: str) -> float:
-        """Note that lease ``key`` is at ``version`` now.
-
-        Args:
-            key: the lease's identity (e.g. ``namespace/name``).
-            version: its ``resourceVersion`` (any change marker).
-
-        Returns:
-            The monotonic time at which this version was first seen.
-        """
+        """Note that lease ``key`` is at ``version`` now; return when it was first seen at it."""
         seen = self._seen.get(key)
         if seen is None or seen.version != version:
             seen = _Seen(version, self._monotonic())
@@ -88,31 +82,16 @@ class ExpiryClock:
         self._seen.pop(key, None)
 
     def remaining_seconds(self, key: str, version: str, duration_seconds: float) -> float:
-        """Seconds until lease ``key`` at ``version`` is judged expired.
+        """Seconds until lease ``key`` at ``version`` is expired (``<= 0``: expired).
 
-        Args:
-            key: the lease's identity.
-            version: the version being judged; if it differs from the one
-                last seen, it is noted now (so the answer is the full window).
-            duration_seconds: the lease duration.
-
-        Returns:
-            Seconds left (``<= 0`` means expired).
+        A ``version`` other than the one last seen is noted now, so the answer is
+        then the full window.
         """
         first_seen = self.observe(key, version)
         return duration_seconds + self._margin - (self._monotonic() - first_seen)
 
     def is_expired(self, key: str, version: str, duration_seconds: float) -> bool:
-        """Whether lease ``key`` at ``version`` went unchanged for too long.
-
-        Args:
-            key: the lease's identity.
-            version: the version being judged.
-            duration_seconds: the lease duration.
-
-        Returns:
-            ``True`` when no change was seen for ``duration + margin`` seconds.
-        """
+        """Whether lease ``key`` at ``version`` went unchanged for ``duration + margin``."""
         return self.remaining_seconds(key, version, duration_seconds) <= 0
 
 
@@ -123,26 +102,6 @@ class _Due:
     generation: int = field(compare=False)
 
 
-@dataclass(frozen=True)
-class LeaseChange:
-    """What one JobLease watch event changed.
-
-    Attributes:
-        before: ``(holder, token, completion, cap)`` seen last, ``None`` at first sight.
-        after: the same now (``None`` when the lease was deleted).
-        generation_changed: the spec changed since the last event.
-    """
-
-    before: tuple[Any, ...] | None
-    after: tuple[Any, ...] | None
-    generation_changed: bool
-
-    @property
-    def needs_reconcile(self) -> bool:
-        """Holder, token, completion or cap changed (or first sight, or gone)."""
-        return self.before != self.after
-
-
 @dataclass
 class _Watched:
     namespace: str
@@ -150,8 +109,7 @@ class _Watched:
     job_name: str
     generation: int
     duration_seconds: int
-    held: bool
-    signature: tuple[Any, ...]
+    signature: LeaseSignature
     body: dict[str, Any]
 
 
@@ -196,15 +154,7 @@ class ExpiryWatch:
         self._parked.clear()
 
     def observe(self, body: dict[str, Any], deleted: bool = False) -> LeaseChange:
-        """Note a JobLease watch event.
-
-        Args:
-            body: the JobLease body from the event.
-            deleted: whether the event was a deletion.
-
-        Returns:
-            What changed since the last event of this lease.
-        """
+        """Note a JobLease watch event (``deleted``: a deletion); return what changed."""
         meta = body.get("metadata", {})
         spec = body.get("spec", {})
         key = f"{meta.get('namespace')}/{meta.get('name')}/{meta.get('uid')}"
@@ -213,13 +163,7 @@ class ExpiryWatch:
             gone = self._watched.pop(key, None)
             return LeaseChange(gone.signature if gone else None, None, False)
         generation = int(meta.get("generation", 0))
-        signature = (
-            spec.get("holderIdentity"),
-            spec.get("fencingToken"),
-            spec.get("completion"),
-            spec.get("maxFencingToken"),
-        )
-        held = spec.get("holderIdentity") is not None and spec.get("completion") is None
+        signature = LeaseSignature.of(spec)
         old = self._watched.get(key)
         self._watched[key] = _Watched(
             namespace=str(meta.get("namespace")),
@@ -227,12 +171,11 @@ class ExpiryWatch:
             job_name=str(spec.get("jobName", meta.get("name"))),
             generation=generation,
             duration_seconds=int(spec.get("leaseDurationSeconds", 30)),
-            held=held,
             signature=signature,
             body=body,
         )
         first_seen = self._clock.observe(key, str(generation))
-        if held:
+        if signature.held:
             due = first_seen + self._watched[key].duration_seconds + self._clock.margin_seconds
             self._push(_Due(due, key, generation))
         return LeaseChange(
@@ -256,7 +199,11 @@ class ExpiryWatch:
                 continue
             heapq.heappop(self._heap)
             watched = self._watched.get(due.key)
-            if watched is None or not watched.held or watched.generation != due.generation:
+            if (
+                watched is None
+                or not watched.signature.held
+                or watched.generation != due.generation
+            ):
                 continue  # renewed, released, completed or deleted since
             remaining = self._clock.remaining_seconds(
                 due.key, str(due.generation), watched.duration_seconds

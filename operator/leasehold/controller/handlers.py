@@ -1,22 +1,13 @@
-"""Kopf glue: watch LeasedJobs with Kopf, JobLeases with a plain watch; judge expiry.
+"""Kopf glue: LeasedJob events, start-up and clean-up.
 
-Why this module exists: it is the only module that imports Kopf. Handlers
-are thin: a LeasedJob event queues a reconcile of that job; a JobLease event
-feeds the operator's :class:`~leasehold.lease.protocol.ExpiryClock` and queues a
-reconcile when the holder, token or completion changed. All decisions live
-in :mod:`leasehold.controller.reconcile`; all API calls in :mod:`leasehold.controller.service`.
-
-JobLeases are not watched through Kopf: every renewal is an event, and
-Kopf's per-object machinery (~0.9 ms CPU per event, measured in ``make
-bench``) would be a core at 10k leases. A plain list-watch
-(:mod:`leasehold.controller.watching`) delivers them instead, and the work it starts
-pauses with Kopf's peering (:mod:`leasehold.controller.peering`). Kopf never writes to
-a JobLease, so a renewal costs exactly one write — the worker's own.
-
-Expiry (``DESIGN.md``): the operator notes on its own monotonic clock when it
-first saw each spec generation of a lease, and reclaims when no change was
-seen for the lease duration plus a margin. A restarted operator starts every
-window afresh, so it never reclaims early.
+Why this module exists: it is the only module (with the entry point) that
+imports Kopf, and it holds no logic worth testing on its own. A LeasedJob
+event queues a reconcile of that job; start-up tunes Kopf and starts the
+engines of :mod:`leasehold.controller.runtime`; clean-up stops them.
+Decisions live in :mod:`leasehold.controller.reconcile`, API calls in
+:mod:`leasehold.controller.service`. JobLeases are not watched through Kopf
+but by a plain watch (why: :mod:`leasehold.controller.watching`); expiry is
+judged in :mod:`leasehold.controller.expiry`.
 """
 
 from __future__ import annotations

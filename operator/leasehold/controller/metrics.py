@@ -12,9 +12,11 @@ Metric names and meanings are documented in the chart's dashboard and in
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from leasehold.controller.changes import LeaseSignature
 
 REGISTRY: Final = CollectorRegistry(auto_describe=True)
 """The operator's own registry (no process/platform collectors mixed in)."""
@@ -90,8 +92,8 @@ class JobPhases:
 
 
 def observe_lease_change(
-    before: tuple[Any, ...] | None,
-    after: tuple[Any, ...],
+    before: LeaseSignature | None,
+    after: LeaseSignature,
     generation_changed: bool,
     renew_time: str | None,
     now: datetime | None = None,
@@ -99,29 +101,26 @@ def observe_lease_change(
     """Update the lease metrics for one watch event.
 
     Args:
-        before: ``(holder, token, completion, cap)`` seen last time, or ``None``.
-        after: the same, now.
+        before: the lease as seen last time, or ``None`` at first sight.
+        after: the lease now.
         generation_changed: whether the spec changed since the last event.
         renew_time: ``spec.renewTime`` now (RFC 3339), if any.
         now: the current time (injected for tests).
     """
-    held_before = before is not None and before[0] is not None and before[2] is None
-    held_after = after[0] is not None and after[2] is None
-    if held_after and not held_before:
+    held_before = before is not None and before.held
+    if after.held and not held_before:
         LEASES_HELD.inc()
-    elif held_before and not held_after:
+    elif held_before and not after.held:
         LEASES_HELD.dec()
-    token_before = int(before[1] or 0) if before is not None else None
-    token_after = int(after[1] or 0)
-    # At first sight (token_before is None) a held lease is not a claim we saw.
-    if token_before is not None and token_after > token_before:
-        CLAIMS.inc(token_after - token_before)
+    # At first sight (no `before`) a held lease is not a claim we saw.
+    if before is not None and after.fencing_token > before.fencing_token:
+        CLAIMS.inc(after.fencing_token - before.fencing_token)
     if (
         before is not None
         and generation_changed
-        and held_after
-        and before[0] == after[0]
-        and before[1] == after[1]
+        and after.held
+        and before.holder_identity == after.holder_identity
+        and before.fencing_token == after.fencing_token
     ):
         RENEWALS.inc()
         if renew_time:
@@ -130,11 +129,7 @@ def observe_lease_change(
             WATCH_LAG.observe(max(0.0, (seen - written).total_seconds()))
 
 
-def lease_forgotten(last: tuple[Any, ...] | None) -> None:
-    """A lease was deleted: drop it from the held gauge.
-
-    Args:
-        last: its last ``(holder, token, completion, cap)``, or ``None``.
-    """
-    if last is not None and last[0] is not None and last[2] is None:
+def lease_forgotten(last: LeaseSignature | None) -> None:
+    """A lease was deleted: drop it from the held gauge (``last``: as last seen)."""
+    if last is not None and last.held:
         LEASES_HELD.dec()

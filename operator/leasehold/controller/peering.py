@@ -153,19 +153,11 @@ class ActivityGate:
         return self._open.is_set()
 
     def expect(self, where: str) -> None:
-        """Require a peering object in ``where`` (a namespace, or ``""`` for cluster).
-
-        Args:
-            where: the namespace the object lives in (``""``: cluster-scoped).
-        """
+        """Require a peering object in namespace ``where`` (``""``: the cluster-scoped one)."""
         self._expected.add(where)
 
     def on_open(self, listener: Callable[[], None]) -> None:
-        """Call ``listener()`` (on the loop) each time the gate opens.
-
-        Args:
-            listener: e.g. "reconcile what changed while closed".
-        """
+        """Call ``listener()`` on the loop each time the gate opens."""
         self._on_open.append(listener)
 
     async def wait_open(self) -> None:
@@ -173,11 +165,7 @@ class ActivityGate:
         await self._open.wait()
 
     def observe(self, event: WatchEvent) -> None:
-        """Note a peering object's watch event and re-judge.
-
-        Args:
-            event: an event of a (Cluster)KopfPeering object.
-        """
+        """Note a (Cluster)KopfPeering watch event and re-judge."""
         meta = event.body.get("metadata", {})
         if meta.get("name") != self._name:
             return

@@ -12,7 +12,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from leasehold.lease.store import StoreError, TransientStoreError
+from leasehold.lease.errors import StoreError, TransientStoreError
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ import copy
 import enum
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from leasehold import names
 from leasehold.lease import models
@@ -50,6 +50,16 @@ class Action(enum.StrEnum):
     """Take the lease back for good (deadline passed, attempts used up)."""
 
 
+class JobEvent(NamedTuple):
+    """A Kubernetes Event to record on the job."""
+
+    type: str
+    """``Normal`` or ``Warning``."""
+    reason: str
+    """CamelCase, e.g. ``DeadlineExceeded``."""
+    message: str
+
+
 @dataclass(frozen=True)
 class Plan:
     """The decision for one job at one moment.
@@ -57,7 +67,7 @@ class Plan:
     Attributes:
         action: what to do.
         status: the status to write (only when it differs from the current).
-        events: ``(type, reason, message)`` Events to record on the job.
+        events: Events to record on the job.
         pod_name: for ``CLAIM_AND_START``/``START_POD``, the pod (= holder).
         delete_pods_below_token: delete this job's pods whose token is lower
             (stale attempts); ``0`` for none.
@@ -65,7 +75,7 @@ class Plan:
 
     action: Action
     status: LeasedJobStatus
-    events: list[tuple[str, str, str]] = field(default_factory=list)
+    events: list[JobEvent] = field(default_factory=list)
     pod_name: str | None = None
     delete_pods_below_token: int = 0
 
@@ -227,7 +237,7 @@ def plan(
 
     Returns:
         The :class:`Plan`. Expiry is not decided here: the operator's
-        :class:`~leasehold.lease.protocol.ExpiryClock` does that and reclaims; this
+        :class:`~leasehold.controller.expiry.ExpiryClock` does that and reclaims; this
         function then sees an unheld lease and starts the next attempt.
     """
     generation = job.metadata.get("generation")
@@ -271,7 +281,7 @@ def plan(
         return Plan(
             Action.NONE,
             status,
-            events=[("Normal" if reason == "Completed" else "Warning", reason, message)],
+            events=[JobEvent("Normal" if reason == "Completed" else "Warning", reason, message)],
         )
 
     deadline = job.spec.active_deadline_seconds
@@ -281,7 +291,7 @@ def plan(
         return Plan(
             Action.STOP,
             status,
-            events=[("Warning", "DeadlineExceeded", message)],
+            events=[JobEvent("Warning", "DeadlineExceeded", message)],
             delete_pods_below_token=lease.fencing_token + 1 if stale else 0,
         )
 
@@ -322,7 +332,7 @@ def plan(
         return Plan(
             Action.STOP,
             status,
-            events=[("Warning", "AttemptsExhausted", message)],
+            events=[JobEvent("Warning", "AttemptsExhausted", message)],
             delete_pods_below_token=stale + 1 if stale else 0,
         )
     if job.spec.template is None:

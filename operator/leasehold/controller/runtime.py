@@ -66,13 +66,10 @@ class Runtime:
     def on_lease_event(self, event: WatchEvent) -> None:
         """A JobLease changed: feed the expiry clock; reconcile its job on a real change.
 
-        Called on the event loop for every JobLease watch event. The first
-        LIST's leases are not reconciled here: Kopf delivers every LeasedJob
-        at start-up too, and each job's reconcile reads its lease. Nothing is
-        triggered while a peer replica is the active one.
-
-        Args:
-            event: the watch event.
+        Called on the event loop for every JobLease watch event. The first LIST's
+        leases are not reconciled here: Kopf delivers every LeasedJob at start-up
+        too, and each job's reconcile reads its lease. Nothing is triggered while a
+        peer replica is the active one.
         """
         body = event.body
         change = self.expiry.observe(body, deleted=event.type is EventType.DELETED)

@@ -31,22 +31,18 @@ from pydantic import ValidationError
 
 from leasehold import names
 from leasehold.controller import reconcile
-from leasehold.controller.reconcile import Action, Plan
+from leasehold.controller.reconcile import Action, JobEvent, Plan
 from leasehold.lease import models
-from leasehold.lease.models import LeasedJob, LeasedJobStatus
-from leasehold.lease.protocol import Rejection
-from leasehold.lease.store import (
-    Accepted,
+from leasehold.lease.errors import (
     InvalidLeaseError,
     LeaseNotFoundError,
-    LeaseStore,
-    StoredLease,
     TransientStoreError,
     api_error,
     api_message,
-    format_time,
-    to_stored,
 )
+from leasehold.lease.models import LeasedJob, LeasedJobStatus
+from leasehold.lease.protocol import Rejection
+from leasehold.lease.store import Accepted, LeaseStore, StoredLease, format_time, to_stored
 
 log = logging.getLogger(__name__)
 
@@ -234,8 +230,8 @@ class JobService:
                 pod_created_for_holder=holder is not None and status.pod_name == holder,
             )
             plan = self._carry_out(job, body, lease, plan)
-            for type_, reason, message in plan.events:
-                self.record_event(body, type_, reason, message)
+            for event in plan.events:
+                self.record_event(body, event.type, event.reason, event.message)
             self._write_status(namespace, name, body, plan.status)
             return plan
 
@@ -355,7 +351,9 @@ class JobService:
             message,
             now=self._clock(),
         )
-        return Plan(Action.STOP, status, [*plan.events, ("Warning", "PodCreateFailed", message)])
+        return Plan(
+            Action.STOP, status, [*plan.events, JobEvent("Warning", "PodCreateFailed", message)]
+        )
 
     def _delete_stale_pods(self, namespace: str, name: str, below_token: int) -> None:
         pods = self._core.list_namespaced_pod(namespace, label_selector=f"{names.LABEL_JOB}={name}")
@@ -387,24 +385,14 @@ class JobService:
         judged_generation: int,
         observed: dict[str, Any] | None = None,
     ) -> ReclaimOutcome:
-        """Reclaim a lease judged expired at ``judged_generation``.
+        """Reclaim lease ``namespace``/``lease_name``, judged expired at ``judged_generation``.
 
-        The caller (the operator's expiry clock) saw no change of the lease's
-        spec since it first saw ``judged_generation``, for longer than the
-        lease duration plus a margin. The reclaim write is conditioned on a
-        ``resourceVersion`` of that generation — the watched body's when it
-        is given (no read first), else a fresh read's — so a renewal that
-        landed meanwhile makes it fail (409); then it re-reads, and if the
-        generation moved, nothing is reclaimed.
-
-        Args:
-            namespace: the lease's namespace.
-            lease_name: the lease's name.
-            judged_generation: the ``metadata.generation`` judged expired.
-            observed: the lease's body as last watched, if any.
-
-        Returns:
-            What happened.
+        The expiry clock saw no spec change since it first saw that generation, for
+        longer than the duration plus the margin. The write is conditioned on a
+        ``resourceVersion`` of that generation (of ``observed``, the body as last
+        watched, when given; else of a fresh read), so a renewal that landed
+        meanwhile makes it fail; then it re-reads, and if the generation moved,
+        nothing is reclaimed.
 
         Raises:
             TransientStoreError: the API server failed; try again later.

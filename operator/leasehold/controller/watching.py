@@ -1,23 +1,23 @@
 """A plain list-then-watch of one custom resource, delivered to the event loop.
 
-Why this module exists: the operator sees every renewal of every JobLease —
-at 10k leases renewed every 10 s that is 1000 events a second. Kopf's
-per-object machinery costs ~0.9 ms of CPU per event (measured with py-spy in
-``make bench``: its per-object worker is most of the operator's profile),
-which alone is about one core at that rate. The operator needs none of it
-for leases: no handler state, no diff, no progress, only "this lease's spec
-is now that". This module is the informer that does just that, with the
-official client's API calls (about a tenth of Kopf's cost per event): LIST,
-then WATCH from the list's ``resourceVersion`` with bookmarks; on ``410 Gone`` or
-any broken stream it lists again and reports what disappeared meanwhile as
-deletions (the informer pattern of client-go's reflector, ``tools/cache``).
-
-Kopf still watches LeasedJobs (few events) and does the peering.
+Why this module exists (the one place this is argued): the operator sees
+every renewal of every JobLease — at 10k leases renewed every 10 s, 1000
+events a second. Kopf's per-object machinery costs ~0.9 ms of CPU per event
+(measured with py-spy in ``make bench``), about one core at that rate, and
+the operator needs none of it for leases: no handler state, no diff, no
+progress, only "this lease's spec is now that". This module is the informer
+that does just that with the official client (about a tenth of Kopf's cost
+per event): LIST, then WATCH from the list's ``resourceVersion`` with
+bookmarks; on ``410 Gone`` or a broken stream it lists again and reports
+what disappeared meanwhile as deletions (the pattern of client-go's
+reflector, ``tools/cache``). Nothing here writes, so a renewal costs one
+write: the worker's own. Kopf still watches LeasedJobs (few events) and does
+the peering.
 
 The watch runs in its own thread with its own API client (a watch holds its
-connection for minutes); events are handed to a callback on the asyncio
-loop in batches (one ``call_soon_threadsafe`` per batch), so consumers need
-no locks. A consumer that raises is logged; the next event still comes.
+connection for minutes); events reach a callback on the asyncio loop in
+batches (one ``call_soon_threadsafe`` per batch), so consumers need no locks.
+A consumer that raises is logged; the next event still comes.
 """
 
 from __future__ import annotations

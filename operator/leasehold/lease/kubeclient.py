@@ -21,29 +21,19 @@ def new_api_client(
 ) -> client.ApiClient:
     """Build an API client from a kubeconfig if one is named, else in-cluster.
 
-    The order is: the explicit ``kubeconfig`` argument; else ``$KUBECONFIG``
-    (a ``:``-separated list is merged, as kubectl does); else the pod's
-    in-cluster configuration (service-account token and CA under
-    ``/var/run/secrets/kubernetes.io/serviceaccount``, API server from
-    ``$KUBERNETES_SERVICE_HOST``/``$KUBERNETES_SERVICE_PORT``).
-    ``~/.kube/config`` is never used implicitly: a worker outside a pod must
-    say which cluster it works for. The kubeconfig file is only read, never
-    rewritten (no token refresh is persisted).
-
-    Args:
-        kubeconfig: path of a kubeconfig file, or ``None`` to look at
-            ``$KUBECONFIG`` and then at the in-cluster configuration.
-        pool_size: HTTP connections the client keeps to the API server
-            (``None``: the client's default, 4); size it to the threads that
-            share the client.
+    The order: ``kubeconfig``; else ``$KUBECONFIG`` (a ``:``-separated list is
+    merged, as kubectl does); else the pod's service account. ``~/.kube/config``
+    is never used implicitly: a worker outside a pod must say which cluster it
+    works for. The kubeconfig is only read (no token refresh is persisted).
+    ``pool_size`` is the HTTP connections kept to the API server (``None``: the
+    client's 4); size it to the threads that share the client.
 
     Returns:
-        A new ``kubernetes.client.ApiClient``; the caller owns it and should
-        ``close()`` it when done.
+        A new ``kubernetes.client.ApiClient``; the caller owns and closes it.
 
     Raises:
         kubernetes.config.ConfigException: the kubeconfig is missing or
-            invalid, or (without a kubeconfig) the process is not in a pod.
+            invalid, or (without one) the process is not in a pod.
     """
     path = os.fspath(kubeconfig) if kubeconfig is not None else os.environ.get(KUBECONFIG_ENV)
     configuration = client.Configuration()

@@ -1,12 +1,11 @@
-"""The lease protocol, pure: decisions on a lease record, with no I/O.
+"""The lease rules, pure: decisions on a lease record, with no I/O.
 
-Why this module exists: every lease operation (claim, renew, complete,
-release, expire/reclaim) is decided here, on plain values, so the rules can
-be tested exhaustively (hypothesis stateful tests) without a cluster. The
-store (:mod:`leasehold.lease.store`) reads a JobLease, asks this module what the
-operation does, and writes the result as one compare-and-swap.
-
-The rules (``DESIGN.md``, "The protocol"):
+Why this module exists: every lease operation is decided here, on plain
+values, so the rules can be tested exhaustively (hypothesis stateful tests)
+without a cluster. The store (:mod:`leasehold.lease.store`) asks these
+functions what an operation does and writes the result as one
+compare-and-swap; the CRD's CEL rules enforce the same table on the server
+(``docs/architecture.md``, "The protocol").
 
 ==========  ==============================================  =============================
 operation   succeeds only if                                effect
@@ -18,12 +17,16 @@ release     holder AND token match                          unheld, token kept
 reclaim     no change observed for the duration + margin    unheld, token kept
 ==========  ==============================================  =============================
 
+Every decision takes the lease ``record`` as read from the store and, where
+they apply, the caller's ``holder`` identity and fencing ``token`` and the
+wall-clock ``now`` (recorded for people, never judged). It returns
+:class:`Allowed` with the record after the operation, or :class:`Denied` with
+the :class:`Rejection`.
+
 The fencing token is the lease's generation: it goes up by exactly one at
 every claim and never otherwise (Kleppmann, "How to do distributed locking",
-2016; Gray & Cheriton, "Leases", SOSP 1989, for expiring leases).
-
-This module must not import Kubernetes or Kopf (an import-linter contract in
-``pyproject.toml`` checks it).
+2016; Gray & Cheriton, "Leases", SOSP 1989, for expiring leases). No
+Kubernetes or Kopf import here (an import-linter contract checks it).
 """
 
 from __future__ import annotations
@@ -124,8 +127,8 @@ class Rejection(enum.StrEnum):
 
 
 @dataclass(frozen=True)
-class Accepted:
-    """An operation the protocol allows, with the record it produces.
+class Allowed:
+    """An operation the rules allow, with the record it produces.
 
     Attributes:
         record: the lease record after the operation.
@@ -135,8 +138,8 @@ class Accepted:
 
 
 @dataclass(frozen=True)
-class Refused:
-    """An operation the protocol refuses.
+class Denied:
+    """An operation the rules deny.
 
     Attributes:
         rejection: why.
@@ -147,27 +150,21 @@ class Refused:
     record: LeaseRecord
 
 
-Decision = Accepted | Refused
-"""What the protocol says about one operation."""
+Decision = Allowed | Denied
+"""What the rules say about one operation (the store's results are ``Accepted``/``Rejected``)."""
 
 
 def check_holder(
     record: LeaseRecord, holder: HolderIdentity, token: FencingToken
 ) -> Rejection | None:
-    """Check that ``holder`` still holds ``record`` under ``token``.
+    """The rule shared by renew, complete and release: holder AND token must match.
 
-    This is the rule shared by renew, complete and release: holder AND token
-    must match. The order of checks makes the reason the most useful one:
-    a completed lease says so; a token mismatch beats a holder mismatch, since
-    a worker with an old token must learn that it was fenced off.
-
-    Args:
-        record: the lease as read from the store.
-        holder: the caller's identity.
-        token: the token the caller was given when it claimed.
+    The order of checks gives the most useful reason: a completed lease says so;
+    a token mismatch beats a holder mismatch, since a worker with an old token
+    must learn that it was fenced off.
 
     Returns:
-        ``None`` when the caller holds the lease, else the rejection.
+        ``None`` when ``holder`` holds ``record`` under ``token``, else why not.
     """
     if record.completion is not None:
         return Rejection.COMPLETED
@@ -179,24 +176,19 @@ def check_holder(
 
 
 def claim(record: LeaseRecord, claimant: HolderIdentity, now: datetime) -> Decision:
-    """Decide a claim: take an unheld lease and bump its fencing token.
-
-    Args:
-        record: the lease as read from the store.
-        claimant: who wants the lease.
-        now: wall-clock time of the claim (recorded for people only).
+    """Decide a claim by ``claimant``: take an unheld lease and bump its token.
 
     Returns:
-        :class:`Accepted` with holder := claimant and token := token + 1, or
-        :class:`Refused` with ``COMPLETED``, ``LOST_RACE`` or ``EXHAUSTED``.
+        :class:`Allowed` with holder := claimant and token := token + 1, or
+        :class:`Denied` with ``COMPLETED``, ``LOST_RACE`` or ``EXHAUSTED``.
     """
     if record.completion is not None:
-        return Refused(Rejection.COMPLETED, record)
+        return Denied(Rejection.COMPLETED, record)
     if record.held:
-        return Refused(Rejection.LOST_RACE, record)
+        return Denied(Rejection.LOST_RACE, record)
     if record.max_fencing_token is not None and record.fencing_token >= record.max_fencing_token:
-        return Refused(Rejection.EXHAUSTED, record)
-    return Accepted(
+        return Denied(Rejection.EXHAUSTED, record)
+    return Allowed(
         dataclasses.replace(
             record,
             holder_identity=claimant,
@@ -210,22 +202,14 @@ def claim(record: LeaseRecord, claimant: HolderIdentity, now: datetime) -> Decis
 def renew(
     record: LeaseRecord, holder: HolderIdentity, token: FencingToken, now: datetime
 ) -> Decision:
-    """Decide a renewal: the holder says it is alive; the renew time moves on.
+    """Decide a renewal: the holder is alive; the renew time moves on to ``now``.
 
-    Args:
-        record: the lease as read from the store.
-        holder: the caller's identity.
-        token: the caller's fencing token.
-        now: wall-clock time of the renewal (for people only).
-
-    Returns:
-        :class:`Accepted` with the new renew time, or :class:`Refused` with the
-        reason from :func:`check_holder`.
+    Denied with the reason from :func:`check_holder`.
     """
     rejection = check_holder(record, holder, token)
     if rejection is not None:
-        return Refused(rejection, record)
-    return Accepted(dataclasses.replace(record, renew_time=now))
+        return Denied(rejection, record)
+    return Allowed(dataclasses.replace(record, renew_time=now))
 
 
 def complete(
@@ -240,24 +224,13 @@ def complete(
 ) -> Decision:
     """Decide a completion: record ``{token, outcome}`` once; the lease ends.
 
-    The completed lease is left unheld with its token kept, and can never be
-    claimed again (the job is done).
-
-    Args:
-        record: the lease as read from the store.
-        holder: the caller's identity.
-        token: the caller's fencing token.
-        outcome: succeeded or failed.
-        now: wall-clock time of the completion (for people only).
-        message: free text to record.
-        exit_code: the worker's exit code, if any.
-
-    Returns:
-        :class:`Accepted` with the completion recorded, or :class:`Refused`.
+    The lease is left unheld with its token kept, and can never be claimed
+    again. ``message`` and ``exit_code`` are recorded with it. Denied with the
+    reason from :func:`check_holder`.
     """
     rejection = check_holder(record, holder, token)
     if rejection is not None:
-        return Refused(rejection, record)
+        return Denied(rejection, record)
     completion = Completion(
         fencing_token=token,
         holder_identity=holder,
@@ -266,49 +239,35 @@ def complete(
         message=message,
         exit_code=exit_code,
     )
-    return Accepted(dataclasses.replace(record, holder_identity=None, completion=completion))
+    return Allowed(dataclasses.replace(record, holder_identity=None, completion=completion))
 
 
 def release(record: LeaseRecord, holder: HolderIdentity, token: FencingToken) -> Decision:
     """Decide a release: the holder gives the lease up; the token is kept.
 
-    Args:
-        record: the lease as read from the store.
-        holder: the caller's identity.
-        token: the caller's fencing token.
-
-    Returns:
-        :class:`Accepted` with the lease unheld, or :class:`Refused`. A release
-        retried after the same holder re-claimed (token + 1) is refused with
-        ``STALE_TOKEN``: it changes nothing.
+    Denied with the reason from :func:`check_holder`; a release retried after the
+    same holder re-claimed (token + 1) is ``STALE_TOKEN`` and changes nothing.
     """
     rejection = check_holder(record, holder, token)
     if rejection is not None:
-        return Refused(rejection, record)
-    return Accepted(dataclasses.replace(record, holder_identity=None))
+        return Denied(rejection, record)
+    return Allowed(dataclasses.replace(record, holder_identity=None))
 
 
 def reclaim(record: LeaseRecord, *, expired: bool) -> Decision:
-    """Decide a reclaim: take back a lease whose holder stopped renewing.
+    """Decide a reclaim of a lease whose holder stopped renewing: unheld, token kept.
 
-    Whether the lease is expired is judged by one party only (the operator,
-    on its own monotonic clock: see :class:`ExpiryClock`), never here from
-    wall-clock times written by workers.
-
-    Args:
-        record: the lease as read from the store.
-        expired: the operator's judgement for this exact version of the lease.
-
-    Returns:
-        :class:`Accepted` with the lease unheld and the token kept (the next
-        claim bumps it), or :class:`Refused` with ``COMPLETED`` or
-        ``NOT_EXPIRED`` (also for an unheld lease: nothing to take back).
+    ``expired`` is the operator's judgement for this exact version of the lease,
+    made on its own monotonic clock
+    (:class:`leasehold.controller.expiry.ExpiryClock`), never here from
+    wall-clock times written by workers. Denied with ``COMPLETED``, or
+    ``NOT_EXPIRED`` (also for an unheld lease: nothing to take back).
     """
     if record.completion is not None:
-        return Refused(Rejection.COMPLETED, record)
+        return Denied(Rejection.COMPLETED, record)
     if not record.held or not expired:
-        return Refused(Rejection.NOT_EXPIRED, record)
-    return Accepted(dataclasses.replace(record, holder_identity=None))
+        return Denied(Rejection.NOT_EXPIRED, record)
+    return Allowed(dataclasses.replace(record, holder_identity=None))
 
 
 MonotonicClock = Callable[[], float]

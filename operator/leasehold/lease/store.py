@@ -1,50 +1,41 @@
-"""The Kubernetes-backed lease store: each operation is ONE atomic write.
+"""The lease store: each lease operation as ONE atomic write to the API server.
 
-Why this module exists: it is the only place that talks to the API server
-about JobLeases. Every operation is decided by :mod:`leasehold.lease.protocol` and
-written as a single JSON patch that the API server applies atomically
-(RFC 6902 ``test`` ops, evaluated inside the server's compare-and-swap loop on
-``resourceVersion``):
+Why this module exists: it is the only code that writes JobLeases. Each
+operation is decided by :mod:`leasehold.lease.protocol` and sent as one JSON
+patch, which the API server applies inside its own compare-and-swap: ``test``
+ops on holder and token (renew, complete, release: no read before the write),
+on the token a claim was judged on (:func:`_claim_ops` says why that is
+enough), or a ``resourceVersion`` precondition (the operator's reclaim and
+stop). The CRD's CEL rules judge the same write, so a client that skips this
+module cannot break the invariants either. A refused write (409/422) costs one
+read, and the rules say why; if they allow it on the fresh read, the race is
+gone and the write is tried again. Where each rule is enforced:
+``docs/architecture.md``.
 
-* **renew / complete / release** send ``test`` ops on ``holderIdentity`` and
-  ``fencingToken`` and then the change: no read before the write. If a test
-  fails (HTTP 422), the lease is read and the protocol says why (not the
-  holder, stale token, already completed).
-* **claim** sends a ``test`` op on the fencing token it judged on, then sets holder,
-  token + 1 and times, with no ``resourceVersion`` precondition: the CRD's
-  CEL rules refuse a claim of a held, completed or exhausted lease, so the
-  server judges the rest, and unrelated writes (the operator's status)
-  cause no conflict. A caller that already knows the lease (from a list, a
-  watch or a read) passes it as ``observed`` and the claim is one write;
-  otherwise it reads first. On a refusal (409/422) it re-reads and judges
-  the *semantic* condition again (is it still unheld?).
-* **reclaim** (the operator's) carries the resourceVersion it judged expired;
-  a renewal that landed meanwhile makes it fail with 409.
-
-The API server checks the invariants too (CEL transition rules in the CRD),
-so a client that skips this module still cannot break them.
-
-Errors by what the caller should do (``raise ... from`` keeps the cause):
-:class:`LeaseNotFoundError` (create it or give up), :class:`TransientStoreError`
-(retry later), :class:`StoreError` (a bug or a permission problem).
+Every API call runs inside :func:`leasehold.lease.errors.api_errors`, so no
+method lets a client or transport error escape. Results are :class:`Accepted`
+or :class:`Rejected` (the rules' own verdicts are ``Allowed``/``Denied``).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, cast
 
-import urllib3
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from leasehold import names
 from leasehold.lease import models, protocol
+from leasehold.lease.errors import (
+    InvalidLeaseError,
+    TransientStoreError,
+    WriteRefusedError,
+    api_errors,
+)
 from leasehold.lease.protocol import (
     Completion,
     FencingToken,
@@ -64,83 +55,6 @@ _JSON_PATCH: Final = "application/json-patch+json"
 
 
 # --------------------------------------------------------------------------
-# Errors
-
-
-class StoreError(Exception):
-    """The API server refused or failed a request in a way retrying won't fix.
-
-    Attributes:
-        status: the HTTP status, or ``None`` if no response was received.
-    """
-
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class TransientStoreError(StoreError):
-    """The API server was unreachable, overloaded or timed out: retry later."""
-
-
-class LeaseNotFoundError(StoreError):
-    """The JobLease does not exist.
-
-    Attributes:
-        namespace: where it was looked up.
-        name: its name.
-    """
-
-    def __init__(self, namespace: str, name: str) -> None:
-        super().__init__(f"JobLease {namespace}/{name} not found", status=404)
-        self.namespace = namespace
-        self.name = name
-
-
-class InvalidLeaseError(StoreError):
-    """The stored JobLease body does not parse as a lease (a bad object)."""
-
-
-def api_message(exc: ApiException) -> str:
-    """The ``message`` of a Kubernetes Status body, or the HTTP reason.
-
-    Args:
-        exc: a client exception.
-
-    Returns:
-        The API server's own words, for logs and conditions.
-    """
-    try:
-        body = json.loads(exc.body or "{}")
-    except (TypeError, ValueError):
-        return str(exc.reason)
-    return str(body.get("message") or exc.reason)
-
-
-def api_error(exc: ApiException, action: str) -> StoreError:
-    """Map a client exception to an error by what the caller should do.
-
-    Args:
-        exc: the client exception.
-        action: what was attempted, e.g. ``"create pod ns/name"``.
-
-    Returns:
-        :class:`TransientStoreError` for no response, 429 and 5xx (retry
-        later), else :class:`StoreError` (retrying won't help).
-    """
-    status = exc.status
-    if not status or status == 429 or status >= 500:  # 0/None: no response (e.g. TLS error)
-        return TransientStoreError(f"{action}: {api_message(exc)}", status)
-    return StoreError(f"{action}: HTTP {status}: {api_message(exc)}", status)
-
-
-def _convert(exc: ApiException, namespace: str, name: str, action: str) -> StoreError:
-    if exc.status == 404:
-        return LeaseNotFoundError(namespace, name)
-    return api_error(exc, f"{action} {namespace}/{name}")
-
-
-# --------------------------------------------------------------------------
 # Outcomes
 
 
@@ -151,7 +65,7 @@ class StoredLease:
     Attributes:
         namespace: the lease's namespace.
         name: the lease's name.
-        record: the protocol's view of it.
+        record: the rules' view of it.
         resource_version: ``metadata.resourceVersion`` of this version.
         generation: ``metadata.generation`` (bumped by spec writes only).
         body: the raw object.
@@ -167,12 +81,7 @@ class StoredLease:
 
 @dataclass(frozen=True)
 class Accepted:
-    """The write landed.
-
-    Attributes:
-        lease: the lease after the write (for renew/complete/release without
-            a read, ``record`` is the server's answer to the patch).
-    """
+    """The write landed; ``lease`` is the server's answer to it."""
 
     lease: StoredLease
 
@@ -184,11 +93,10 @@ class Accepted:
 
 @dataclass(frozen=True)
 class Rejected:
-    """The write was refused by the protocol; nothing changed.
+    """The rules refused the write; nothing changed.
 
     Attributes:
-        rejection: why (``LOST_RACE``, ``NOT_HOLDER``, ``STALE_TOKEN``,
-            ``COMPLETED``, ``NOT_EXPIRED``).
+        rejection: why; each method lists the ones it can return.
         lease: the lease as read when judging.
     """
 
@@ -213,13 +121,9 @@ def _parse_time(value: Any) -> datetime | None:
 
 
 def format_time(value: datetime) -> str:
-    """Format a time as Kubernetes MicroTime (RFC 3339, microseconds, ``Z``).
+    """Format a time as Kubernetes MicroTime, e.g. ``"2026-11-30T06:18:29.123456Z"``.
 
-    Args:
-        value: an aware datetime (naive ones are taken as UTC).
-
-    Returns:
-        e.g. ``"2026-11-30T06:18:29.123456Z"``.
+    Naive datetimes are taken as UTC.
     """
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
@@ -227,13 +131,7 @@ def format_time(value: datetime) -> str:
 
 
 def to_stored(body: dict[str, Any]) -> StoredLease:
-    """Parse a JobLease body into a :class:`StoredLease`.
-
-    Args:
-        body: the object as returned by the API server.
-
-    Returns:
-        The parsed lease.
+    """Parse a JobLease body as returned by the API server.
 
     Raises:
         InvalidLeaseError: the body does not match the JobLease model.
@@ -308,36 +206,25 @@ def _holder_tests(holder: HolderIdentity, token: FencingToken) -> list[dict[str,
 def _claim_ops(judged_token: FencingToken, new: LeaseRecord) -> list[dict[str, Any]]:
     """The JSON patch of a claim judged on a lease at ``judged_token``.
 
-    Deliberately no ``resourceVersion`` precondition. The API server applies
-    a JSON patch inside its own compare-and-swap on the stored object and
-    evaluates the ``test`` op and the CRD's CEL rules against the very
-    version it replaces, so the write is atomic without one. What it checks
-    is exactly what :func:`leasehold.lease.protocol.claim` checks:
+    Deliberately no ``resourceVersion`` precondition. The API server applies a
+    JSON patch inside its own compare-and-swap and evaluates the ``test`` op and
+    the CRD's CEL rules against the very version it replaces, so the write is
+    atomic without one, and it checks exactly what
+    :func:`leasehold.lease.protocol.claim` checks:
 
-    * the ``test`` on ``/spec/fencingToken``: the lease is still in the claim
-      generation the claim was judged on; every claim bumps the token, so no
-      claim has landed since;
-    * CEL "a fencing token bump is a claim": the token may go up only if the
-      stored lease is unheld, i.e. a held lease is never taken (``LOST_RACE``);
-    * CEL "a completed lease can never be claimed or held again"
-      (``COMPLETED``);
-    * CEL "spec.fencingToken cannot pass spec.maxFencingToken", checked on
-      the cap as stored now, which can only have gone down (``EXHAUSTED``);
+    * the ``test`` on ``/spec/fencingToken``: no claim landed since the judged
+      one (every claim bumps the token);
+    * CEL "a fencing token bump is a claim": a held lease is never taken
+      (``LOST_RACE``);
+    * CEL "a completed lease can never be claimed or held again" (``COMPLETED``);
+    * CEL "spec.fencingToken cannot pass spec.maxFencingToken", on the cap as
+      stored now (``EXHAUSTED``);
     * CEL "may only stay the same or go up by exactly one": token + 1.
 
-    The other CEL rules concern fields a claim does not write (job name,
-    duration, completion) or hold for any claim (a held lease has token
-    >= 1). Any other change in between (the operator's status write, a
-    renewTime, labels) does not affect whether the claim is allowed; a
-    resourceVersion precondition would turn each into a spurious 409 and an
-    extra GET + PATCH.
-
-    Args:
-        judged_token: the fencing token of the record the claim was judged on.
-        new: the record :func:`leasehold.lease.protocol.claim` produced.
-
-    Returns:
-        The ops.
+    The other CEL rules concern fields a claim does not write. Any other change
+    in between (the operator's status, a renewTime, labels) does not bear on the
+    claim; a ``resourceVersion`` precondition would turn each into a spurious
+    409 and an extra GET + PATCH.
     """
     assert new.acquire_time is not None  # set by protocol.claim
     assert new.holder_identity is not None
@@ -362,17 +249,24 @@ def _utcnow() -> datetime:
 class LeaseStore:
     """Lease operations on JobLease objects, each as one atomic write.
 
+    The operations share their parameters and errors, so they are said once
+    here. ``namespace`` and ``name`` name the JobLease; ``holder`` and
+    ``token`` are the caller's identity and fencing token; ``request_timeout``
+    bounds each request in seconds (``None``: ``request_timeout_seconds``).
+    Every operation may raise :class:`~leasehold.lease.errors.LeaseNotFoundError`
+    (no such lease), :class:`~leasehold.lease.errors.TransientStoreError` (retry
+    later; also after :data:`MAX_CONFLICT_RETRIES` races) or
+    :class:`~leasehold.lease.errors.StoreError` (any other refusal, e.g. RBAC).
+    Thread-safe as far as the ``ApiClient`` is.
+
     Args:
         api_client: a configured ``kubernetes.client.ApiClient``.
         clock: wall clock for the times recorded for people (``renewTime``
             etc.); never used to judge expiry.
         field_manager: the ``fieldManager`` sent with every write.
-        request_timeout_seconds: bound on each request when an operation is
-            not given its own ``request_timeout`` (``None``: wait forever). A
-            half-open connection then fails the request instead of hanging
-            the caller's thread.
-
-    Thread-safe as far as the underlying ``ApiClient`` is.
+        request_timeout_seconds: bound on each request without its own
+            ``request_timeout`` (``None``: wait forever); a half-open connection
+            then fails the request instead of hanging the caller's thread.
     """
 
     def __init__(
@@ -397,70 +291,28 @@ class LeaseStore:
     def get(
         self, namespace: str, name: str, *, request_timeout: float | None = None
     ) -> StoredLease:
-        """Read a lease.
-
-        Args:
-            namespace: the lease's namespace.
-            name: the lease's name.
-            request_timeout: give up after this many seconds (``None``: wait).
-
-        Returns:
-            The lease.
-
-        Raises:
-            LeaseNotFoundError: no such lease.
-            InvalidLeaseError: the object does not parse.
-            TransientStoreError: retry later.
-            StoreError: any other refusal.
-        """
-        try:
-            body = cast(
-                "dict[str, Any]",
-                self._api.get_namespaced_custom_object(
-                    names.GROUP,
-                    names.VERSION,
-                    namespace,
-                    PLURAL,
-                    name,
-                    **self._timeout(request_timeout),
-                ),
+        """Read a lease; :class:`~leasehold.lease.errors.InvalidLeaseError` if it does not parse."""
+        with api_errors("get", namespace, name):
+            body = self._api.get_namespaced_custom_object(
+                names.GROUP,
+                names.VERSION,
+                namespace,
+                PLURAL,
+                name,
+                **self._timeout(request_timeout),
             )
-        except ApiException as exc:
-            raise _convert(exc, namespace, name, "get") from exc
-        except urllib3.exceptions.HTTPError as exc:
-            raise TransientStoreError(f"get {namespace}/{name}: {exc}") from exc
-        return to_stored(body)
+        return to_stored(cast("dict[str, Any]", body))
 
     def list_leases(
         self, namespace: str, *, label_selector: str | None = None
     ) -> list[StoredLease]:
-        """Read all leases of a namespace.
-
-        Args:
-            namespace: where to look.
-            label_selector: only leases matching it (e.g. ``pool=gpu``).
-
-        Returns:
-            The leases, in the API server's order.
-
-        Raises:
-            InvalidLeaseError: an object does not parse.
-            TransientStoreError: retry later.
-            StoreError: any other refusal.
-        """
+        """Read all leases of a namespace, optionally matching ``label_selector``."""
         kwargs: dict[str, Any] = {"label_selector": label_selector} if label_selector else {}
-        try:
-            body = cast(
-                "dict[str, Any]",
-                self._api.list_namespaced_custom_object(
-                    names.GROUP, names.VERSION, namespace, PLURAL, **kwargs
-                ),
+        with api_errors("list", namespace):
+            body = self._api.list_namespaced_custom_object(
+                names.GROUP, names.VERSION, namespace, PLURAL, **kwargs
             )
-        except ApiException as exc:
-            raise api_error(exc, f"list {namespace}") from exc
-        except urllib3.exceptions.HTTPError as exc:
-            raise TransientStoreError(f"list {namespace}: {exc}") from exc
-        return [to_stored(item) for item in body.get("items", [])]
+        return [to_stored(item) for item in cast("dict[str, Any]", body).get("items", [])]
 
     def create(
         self,
@@ -474,25 +326,14 @@ class LeaseStore:
         owner_references: list[dict[str, Any]] | None = None,
         labels: dict[str, str] | None = None,
     ) -> StoredLease:
-        """Create an unheld lease (token 0 unless told otherwise).
+        """Create an unheld lease of the LeasedJob ``job_name``.
 
-        Args:
-            namespace: where.
-            name: the lease's name.
-            job_name: the LeasedJob it belongs to.
-            lease_duration_seconds: the lease duration.
-            max_fencing_token: the attempt limit (no claim past this token).
-            initial_fencing_token: the token to start from; above 0 only when
-                a lost lease is recreated, so tokens never go back.
-            owner_references: ``metadata.ownerReferences`` (the LeasedJob).
-            labels: extra labels.
-
-        Returns:
-            The created lease.
+        ``max_fencing_token`` is the attempt limit (no claim past it);
+        ``initial_fencing_token`` is above 0 only when a lost lease is recreated, so
+        tokens never go back; ``owner_references`` names the LeasedJob.
 
         Raises:
-            StoreError: the API server refused (409 if it exists: status 409).
-            TransientStoreError: retry later.
+            WriteRefusedError: it exists already (status 409), or the schema refused it.
         """
         metadata: dict[str, Any] = {"name": name, "namespace": namespace}
         if owner_references:
@@ -508,30 +349,27 @@ class LeaseStore:
                 fencing_token=initial_fencing_token,
             ),
         )
-        try:
-            body = cast(
-                "dict[str, Any]",
-                self._api.create_namespaced_custom_object(
-                    names.GROUP,
-                    names.VERSION,
-                    namespace,
-                    PLURAL,
-                    lease.to_api(),
-                    field_manager=self._field_manager,
-                ),
+        with api_errors("create", namespace, name):
+            body = self._api.create_namespaced_custom_object(
+                names.GROUP,
+                names.VERSION,
+                namespace,
+                PLURAL,
+                lease.to_api(),
+                field_manager=self._field_manager,
             )
-        except ApiException as exc:
-            raise _convert(exc, namespace, name, "create") from exc
-        return to_stored(body)
+        return to_stored(cast("dict[str, Any]", body))
 
     def _patch(
         self,
+        action: str,
         namespace: str,
         name: str,
         ops: list[dict[str, Any]],
         request_timeout: float | None = None,
     ) -> dict[str, Any]:
-        try:
+        """Send one JSON patch; a refusal raises :class:`WriteRefusedError`."""
+        with api_errors(action, namespace, name):
             result = self._api.patch_namespaced_custom_object(
                 names.GROUP,
                 names.VERSION,
@@ -543,10 +381,6 @@ class LeaseStore:
                 _content_type=_JSON_PATCH,
                 **self._timeout(request_timeout),
             )
-        except urllib3.exceptions.HTTPError as exc:
-            # Timeouts and dropped connections: no answer, so the write may
-            # or may not have landed. The caller retries or re-reads.
-            raise TransientStoreError(f"patch {namespace}/{name}: {exc}") from exc
         return cast("dict[str, Any]", result)
 
     # -- the protocol -------------------------------------------------------
@@ -559,71 +393,31 @@ class LeaseStore:
         *,
         observed: StoredLease | None = None,
     ) -> Result:
-        """Claim an unheld lease: holder := claimant, token := token + 1.
+        """Claim an unheld lease: holder := ``claimant``, token := token + 1.
 
-        The write is one JSON patch: ``test`` that ``spec.fencingToken`` is
-        still the token the claim was judged on, then set the holder, the
-        token + 1 and the times. It carries no ``resourceVersion``
-        precondition: the ``test`` and the CRD's CEL rules
-        (``models._LEASE_RULES`` and ``_LEASE_CREATE_RULES``), both evaluated
-        by the API server on the version it writes over, refuse every claim
-        :func:`leasehold.lease.protocol.claim` refuses: a held lease (rule "a
-        fencing token bump is a claim"), a completed one ("a completed lease
-        can never be claimed"), a token past ``maxFencingToken`` (the cap
-        rule); the rules were checked to be complete for this, see
-        :func:`_claim_ops`. So unrelated writes in between (the operator's
-        status, labels) cost no retry.
-
-        Without ``observed``, reads the lease, lets the protocol decide and
-        writes. With ``observed``, the first attempt skips the read: the
-        protocol decides on ``observed.record`` and, if it allows the claim,
-        the patch is sent at once; the server then is the judge of whether
-        ``observed`` was still current. If the server refuses (409/422), or
-        the protocol refuses on ``observed`` (which may be stale: a held
-        lease may have been released since), it falls back to reading.
-        After every refusal it re-reads: if the lease is now held, completed
-        or exhausted the claim is rejected; if it is still claimable (the
-        token moved on: someone claimed and released meanwhile), it tries
-        again on the fresh read.
-
-        Requests: with ``observed`` and no race, exactly one PATCH and no
-        GET. Otherwise one GET, then one PATCH if the protocol allows the
-        claim, and one more GET (and maybe PATCH) per refused write.
-
-        Args:
-            namespace: the lease's namespace.
-            name: the lease's name.
-            claimant: the new holder's identity.
-            observed: the lease as the caller last saw it (from a list, a
-                watch or a recent read), or ``None`` to read it first. Only
-                its ``record`` is used (no ``resourceVersion`` is needed);
-                a stale one costs a read, never a wrong result.
+        With ``observed`` (the lease as the caller last saw it, from a list, a watch
+        or a read) the rules judge it and, if they allow the claim, the patch is
+        sent at once: one PATCH, no GET. Without it, or when the server or the
+        rules refuse on ``observed`` (which may be stale), it reads, judges and
+        writes, re-reading after each refused write. A rejection therefore always
+        comes from a fresh read.
 
         Returns:
-            :class:`Accepted` (``.token`` is the new fencing token, ``.lease``
-            the server's answer) or :class:`Rejected` with ``LOST_RACE``,
-            ``COMPLETED`` or ``EXHAUSTED`` (``.lease`` as read when judging;
-            a rejection always comes from a fresh read, never from
-            ``observed`` alone).
+            :class:`Accepted` (``.token`` is the new token) or :class:`Rejected`
+            with ``LOST_RACE``, ``COMPLETED`` or ``EXHAUSTED``.
 
         Raises:
-            LeaseNotFoundError: no such lease.
-            InvalidLeaseError: the stored object does not parse.
-            TransientStoreError: retry later (also after too many conflicts).
-            StoreError: any other refusal, including a write the server
-                refuses (422) twice on a lease nobody changed in between (not
-                a race: e.g. a holder name the schema does not allow).
+            WriteRefusedError: the server refused the write twice on a lease nobody
+                changed in between: not a race (e.g. a holder name the schema refuses).
         """
         holder = HolderIdentity(claimant)
         if observed is not None:
             decision = protocol.claim(observed.record, holder, self._clock())
-            if isinstance(decision, protocol.Accepted):
+            if isinstance(decision, protocol.Allowed):
                 ops = _claim_ops(observed.record.fencing_token, decision.record)
                 try:
-                    return Accepted(to_stored(self._patch(namespace, name, ops)))
-                except ApiException as exc:
-                    if exc.status not in (409, 422):
-                        raise _convert(exc, namespace, name, "claim") from exc
+                    return Accepted(to_stored(self._patch("claim", namespace, name, ops)))
+                except WriteRefusedError as exc:
                     log.debug(
                         "claim %s/%s by %s on observed token %d: HTTP %s, reading",
                         namespace,
@@ -632,34 +426,29 @@ class LeaseStore:
                         observed.record.fencing_token,
                         exc.status,
                     )
-            # Refused on `observed`, or the server refused: `observed` may be
+            # Denied on `observed`, or the server refused: `observed` may be
             # stale either way, so judge again on a fresh read.
-        refused: tuple[str, ApiException] | None = None  # (resourceVersion, 422)
+        refused: WriteRefusedError | None = None  # the last 422 ...
+        refused_version = ""  # ... on this resourceVersion
         for _ in range(MAX_CONFLICT_RETRIES):
             lease = self.get(namespace, name)
             decision = protocol.claim(lease.record, holder, self._clock())
-            if isinstance(decision, protocol.Refused):
+            if isinstance(decision, protocol.Denied):
                 return Rejected(decision.rejection, lease)
-            if refused is not None and refused[0] == lease.resource_version:
+            if refused is not None and refused_version == lease.resource_version:
                 # Refused on a lease nobody changed since: not a race but a
                 # write the server will never take (e.g. an invalid holder name).
-                raise _convert(refused[1], namespace, name, "claim") from refused[1]
+                raise refused
+            ops = _claim_ops(lease.record.fencing_token, decision.record)
             try:
-                body = self._patch(
-                    namespace, name, _claim_ops(lease.record.fencing_token, decision.record)
+                body = self._patch("claim", namespace, name, ops)
+            except WriteRefusedError as exc:
+                refused = exc if exc.status == 422 else None
+                refused_version = lease.resource_version
+                log.debug(
+                    "claim %s/%s by %s: HTTP %s, re-reading", namespace, name, claimant, exc.status
                 )
-            except ApiException as exc:
-                refused = (lease.resource_version, exc) if exc.status == 422 else None
-                if exc.status in (409, 422):
-                    log.debug(
-                        "claim %s/%s by %s: HTTP %s, re-reading",
-                        namespace,
-                        name,
-                        claimant,
-                        exc.status,
-                    )
-                    continue
-                raise _convert(exc, namespace, name, "claim") from exc
+                continue
             return Accepted(to_stored(body))
         raise TransientStoreError(
             f"claim {namespace}/{name}: still conflicting after {MAX_CONFLICT_RETRIES} tries"
@@ -676,18 +465,16 @@ class LeaseStore:
         decide: Callable[[LeaseRecord], protocol.Decision],
         request_timeout: float | None = None,
     ) -> Result:
-        """Write ``ops`` guarded by holder + token tests; classify a refusal."""
+        """Write ``ops`` under holder + token tests; after a refusal, re-read and ``decide``."""
         for _ in range(MAX_CONFLICT_RETRIES):
             try:
                 body = self._patch(
-                    namespace, name, _holder_tests(holder, token) + ops, request_timeout
+                    action, namespace, name, _holder_tests(holder, token) + ops, request_timeout
                 )
-            except ApiException as exc:
-                if exc.status not in (409, 422):
-                    raise _convert(exc, namespace, name, action) from exc
+            except WriteRefusedError as exc:
                 lease = self.get(namespace, name, request_timeout=request_timeout)
                 decision = decide(lease.record)
-                if isinstance(decision, protocol.Refused):
+                if isinstance(decision, protocol.Denied):
                     return Rejected(decision.rejection, lease)
                 # The protocol allows it on a fresh read: the failure was a
                 # race with a write that is gone now. Try again.
@@ -713,25 +500,13 @@ class LeaseStore:
         *,
         request_timeout: float | None = None,
     ) -> Result:
-        """Renew: the holder is alive. Exactly one API write, no read before.
+        """Renew: the holder is alive. Exactly one write, no read before it.
 
-        Args:
-            namespace: the lease's namespace.
-            name: the lease's name.
-            holder: the caller's identity.
-            token: the caller's fencing token.
-            request_timeout: give up on each request after this many seconds
-                (``None``: wait); a holder passes the time left before its
-                local deadline.
+        A holder passes as ``request_timeout`` the time left before its own deadline.
 
         Returns:
             :class:`Accepted`, or :class:`Rejected` with ``NOT_HOLDER``,
             ``STALE_TOKEN`` or ``COMPLETED``.
-
-        Raises:
-            LeaseNotFoundError: no such lease.
-            TransientStoreError: retry later.
-            StoreError: any other refusal.
         """
         h, t = HolderIdentity(holder), FencingToken(token)
         now = self._clock()
@@ -761,26 +536,11 @@ class LeaseStore:
         exit_code: int | None = None,
         request_timeout: float | None = None,
     ) -> Result:
-        """Complete: record ``{token, outcome}`` once; the job is done.
-
-        Args:
-            namespace: the lease's namespace.
-            name: the lease's name.
-            holder: the caller's identity.
-            token: the caller's fencing token.
-            outcome: succeeded or failed.
-            message: free text recorded with the completion.
-            exit_code: the worker's exit code, if any.
-            request_timeout: give up on each request after this many seconds.
+        """Complete: record ``{token, outcome}`` once, with ``message`` and ``exit_code``.
 
         Returns:
             :class:`Accepted`, or :class:`Rejected` with ``NOT_HOLDER``,
             ``STALE_TOKEN`` or ``COMPLETED``.
-
-        Raises:
-            LeaseNotFoundError: no such lease.
-            TransientStoreError: retry later.
-            StoreError: any other refusal.
         """
         h, t = HolderIdentity(holder), FencingToken(token)
         now = self._clock()
@@ -815,21 +575,9 @@ class LeaseStore:
     ) -> Result:
         """Release: the holder gives the lease up; the token is kept.
 
-        Args:
-            namespace: the lease's namespace.
-            name: the lease's name.
-            holder: the caller's identity.
-            token: the caller's fencing token.
-            request_timeout: give up on each request after this many seconds.
-
         Returns:
             :class:`Accepted`, or :class:`Rejected` with ``NOT_HOLDER``,
             ``STALE_TOKEN`` or ``COMPLETED``.
-
-        Raises:
-            LeaseNotFoundError: no such lease.
-            TransientStoreError: retry later.
-            StoreError: any other refusal.
         """
         h, t = HolderIdentity(holder), FencingToken(token)
         ops = [{"op": "remove", "path": "/spec/holderIdentity"}]
@@ -845,26 +593,17 @@ class LeaseStore:
         )
 
     def reclaim(self, judged: StoredLease) -> Result:
-        """Reclaim an expired lease: unheld, token kept. The operator's write.
+        """Reclaim a lease the operator judged expired: unheld, token kept.
 
-        The write carries the ``resourceVersion`` that was judged expired: if
-        anything changed since (a renewal), the API server answers 409 and
-        nothing is reclaimed.
-
-        Args:
-            judged: the exact lease version the caller judged expired.
+        The write carries ``judged.resource_version``: if the lease changed since (a
+        renewal), the server answers 409 and nothing is reclaimed.
 
         Returns:
-            :class:`Accepted`, or :class:`Rejected` with ``NOT_EXPIRED`` (it
-            changed since it was judged, or it is unheld) or ``COMPLETED``.
-
-        Raises:
-            LeaseNotFoundError: no such lease.
-            TransientStoreError: retry later.
-            StoreError: any other refusal.
+            :class:`Accepted`, or :class:`Rejected` with ``NOT_EXPIRED`` (changed
+            since, or unheld) or ``COMPLETED``.
         """
         decision = protocol.reclaim(judged.record, expired=True)
-        if isinstance(decision, protocol.Refused):
+        if isinstance(decision, protocol.Denied):
             return Rejected(decision.rejection, judged)
         assert judged.record.holder_identity is not None
         ops = [
@@ -879,26 +618,16 @@ class LeaseStore:
         return self._conditional(judged, ops, "reclaim")
 
     def stop(self, judged: StoredLease) -> Result:
-        """Take a lease back for good: unheld, and no claim past its token.
+        """Take a lease back for good: unheld, and no claim past its current token.
 
-        The operator's write when a job ends without a completion (deadline
-        passed, attempts used up): it removes the holder and lowers
-        ``spec.maxFencingToken`` to the current token, so no worker can claim
-        the lease again (the API server enforces the cap, too).
-
-        Args:
-            judged: the lease version the decision was made on; the write is
-                conditioned on its ``resourceVersion``.
+        The operator's write when a job ends without a completion (deadline passed,
+        attempts used up); it lowers ``spec.maxFencingToken`` to the current token
+        (the API server enforces the cap). Conditioned on ``judged.resource_version``.
 
         Returns:
-            :class:`Accepted`, or :class:`Rejected` with ``COMPLETED`` (a
-            worker completed first: that completion stands) or ``NOT_EXPIRED``
-            (it changed since it was judged: re-read and decide again).
-
-        Raises:
-            LeaseNotFoundError: no such lease.
-            TransientStoreError: retry later.
-            StoreError: any other refusal.
+            :class:`Accepted`, or :class:`Rejected` with ``COMPLETED`` (a worker
+            completed first: that stands) or ``NOT_EXPIRED`` (it changed since:
+            re-read and decide again).
         """
         if judged.record.completion is not None:
             return Rejected(Rejection.COMPLETED, judged)
@@ -917,15 +646,13 @@ class LeaseStore:
     def _conditional(self, judged: StoredLease, ops: list[dict[str, Any]], action: str) -> Result:
         """Write ``ops`` only if the lease is still at ``judged``'s version."""
         try:
-            body = self._patch(judged.namespace, judged.name, ops)
-        except ApiException as exc:
-            if exc.status in (409, 422):
-                current = self.get(judged.namespace, judged.name)
-                rejection = (
-                    Rejection.COMPLETED
-                    if current.record.completion is not None
-                    else Rejection.NOT_EXPIRED
-                )
-                return Rejected(rejection, current)
-            raise _convert(exc, judged.namespace, judged.name, action) from exc
+            body = self._patch(action, judged.namespace, judged.name, ops)
+        except WriteRefusedError:
+            current = self.get(judged.namespace, judged.name)
+            rejection = (
+                Rejection.COMPLETED
+                if current.record.completion is not None
+                else Rejection.NOT_EXPIRED
+            )
+            return Rejected(rejection, current)
         return Accepted(to_stored(body))

@@ -1,8 +1,8 @@
 """The worker SDK: hold a lease, renew it in the background, stop when it is lost.
 
 Why this module exists: a worker must stop producing effects *before* the
-operator may hand its job to someone else (``DESIGN.md``: "A worker that
-cannot renew stops producing effects before its deadline"). The operator
+operator may hand its job to someone else (``docs/architecture.md``, "How
+expiry is judged"). The operator
 calls a lease expired when it saw no change for ``duration + margin`` on its
 own monotonic clock, counted from when it *saw* the change. A worker's
 renewal request starts before the operator can see its result, so a worker
@@ -58,6 +58,7 @@ from types import TracebackType
 from typing import Any, Final, Protocol, TypeVar
 
 from leasehold import fencing
+from leasehold.lease.errors import LeaseNotFoundError, TransientStoreError
 from leasehold.lease.kubeclient import new_api_client
 from leasehold.lease.protocol import (
     FencingToken,
@@ -66,15 +67,7 @@ from leasehold.lease.protocol import (
     Outcome,
     Rejection,
 )
-from leasehold.lease.store import (
-    Accepted,
-    LeaseNotFoundError,
-    LeaseStore,
-    Rejected,
-    Result,
-    StoredLease,
-    TransientStoreError,
-)
+from leasehold.lease.store import Accepted, LeaseStore, Rejected, Result, StoredLease
 from leasehold.lease.waits import join_thread, wait_for_event
 from leasehold.names import (
     ENV_FENCING_TOKEN,

@@ -41,8 +41,9 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import Any, Final
 
+from leasehold.lease.errors import StoreError
 from leasehold.lease.protocol import Outcome
-from leasehold.lease.store import Rejected, StoreError
+from leasehold.lease.store import Rejected
 from leasehold.lease.waits import wait_for_event
 from leasehold.names import ENV_FENCING_TOKEN
 from leasehold.worker.holder import (

@@ -1,0 +1,65 @@
+"""What one JobLease watch event changed, as the operator sees it.
+
+Why this module exists: the expiry engine decides from it whether a job needs
+a reconcile, and the metrics count claims, renewals and held leases from it;
+both read the same few spec fields, named here once. Built from the raw watch
+body (no pydantic parse per event: there may be a thousand a second).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class LeaseSignature:
+    """The spec fields whose change a job's reconcile must see.
+
+    Attributes:
+        holder_identity: ``spec.holderIdentity``, ``None`` when unheld.
+        fencing_token: ``spec.fencingToken`` (``0`` before the first claim).
+        completed: ``spec.completion`` is set (it is written once, never changed).
+        max_fencing_token: ``spec.maxFencingToken``, ``None`` for no cap.
+    """
+
+    holder_identity: str | None
+    fencing_token: int
+    completed: bool
+    max_fencing_token: int | None
+
+    @classmethod
+    def of(cls, spec: dict[str, Any]) -> LeaseSignature:
+        """The signature of a raw JobLease ``spec`` dict."""
+        cap = spec.get("maxFencingToken")
+        return cls(
+            holder_identity=spec.get("holderIdentity"),
+            fencing_token=int(spec.get("fencingToken") or 0),
+            completed=spec.get("completion") is not None,
+            max_fencing_token=None if cap is None else int(cap),
+        )
+
+    @property
+    def held(self) -> bool:
+        """Someone holds the lease and its job is not completed."""
+        return self.holder_identity is not None and not self.completed
+
+
+@dataclass(frozen=True)
+class LeaseChange:
+    """What one JobLease watch event changed.
+
+    Attributes:
+        before: the signature seen last, ``None`` at first sight.
+        after: the signature now, ``None`` when the lease was deleted.
+        generation_changed: the spec changed since the last event.
+    """
+
+    before: LeaseSignature | None
+    after: LeaseSignature | None
+    generation_changed: bool
+
+    @property
+    def needs_reconcile(self) -> bool:
+        """Holder, token, completion or cap changed (or first sight, or gone)."""
+        return self.before != self.after

@@ -1,0 +1,123 @@
+"""API errors, by what the caller should do.
+
+Why this module exists: callers of the store (the worker SDK, the operator)
+decide on these types, never on the client's ``ApiException`` or urllib3's
+transport errors. :func:`api_errors` is the one edge where those are
+converted; the store wraps every API call in it, and the operator's own pod
+and LeasedJob calls use :func:`api_error`. The cause is always chained
+(``raise ... from``).
+
+* :class:`TransientStoreError` — no answer, 429 or 5xx: retry later.
+* :class:`LeaseNotFoundError` — the JobLease does not exist: create it or
+  give up.
+* :class:`WriteRefusedError` — 409 or 422: the write does not fit the
+  object as it is now; re-read and judge again.
+* :class:`InvalidLeaseError` — the stored object does not parse.
+* :class:`StoreError` — the base; as itself, a bug or a permission problem.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+
+import urllib3
+from kubernetes.client.exceptions import ApiException
+
+
+class StoreError(Exception):
+    """The API server refused or failed a request in a way retrying won't fix.
+
+    Attributes:
+        status: the HTTP status, or ``None`` if no response was received.
+    """
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class TransientStoreError(StoreError):
+    """The API server was unreachable, overloaded or timed out: retry later.
+
+    After a write, the write may or may not have landed.
+    """
+
+
+class LeaseNotFoundError(StoreError):
+    """The JobLease ``namespace``/``name`` does not exist (HTTP 404)."""
+
+    def __init__(self, namespace: str, name: str) -> None:
+        super().__init__(f"JobLease {namespace}/{name} not found", status=404)
+        self.namespace = namespace
+        self.name = name
+
+
+class WriteRefusedError(StoreError):
+    """A write that does not fit the stored object (HTTP 409 or 422).
+
+    A ``resourceVersion`` precondition or a JSON-patch ``test`` op failed, a
+    CEL rule or the schema refused, or the object already exists. The store
+    re-reads and lets :mod:`leasehold.lease.protocol` say why; it escapes
+    only when re-reading cannot help (e.g. a holder name the schema refuses).
+    """
+
+
+class InvalidLeaseError(StoreError):
+    """The stored JobLease body does not parse as a lease (a bad object)."""
+
+
+def api_message(exc: ApiException) -> str:
+    """The ``message`` of a Kubernetes Status body, else the HTTP reason."""
+    try:
+        body = json.loads(exc.body or "{}")
+    except (TypeError, ValueError):
+        return str(exc.reason)
+    return str(body.get("message") or exc.reason)
+
+
+def api_error(exc: ApiException, action: str) -> StoreError:
+    """Map a client exception to the error type that says what to do.
+
+    Args:
+        exc: the client exception.
+        action: what was attempted, for the message, e.g. ``"create pod ns/name"``.
+
+    Returns:
+        :class:`TransientStoreError` for no response, 429 and 5xx;
+        :class:`WriteRefusedError` for 409 and 422; else :class:`StoreError`.
+    """
+    status = exc.status
+    if not status or status == 429 or status >= 500:  # 0/None: no response (e.g. TLS error)
+        return TransientStoreError(f"{action}: {api_message(exc)}", status)
+    message = f"{action}: HTTP {status}: {api_message(exc)}"
+    if status in (409, 422):
+        return WriteRefusedError(message, status)
+    return StoreError(message, status)
+
+
+@contextlib.contextmanager
+def api_errors(action: str, namespace: str, name: str | None = None) -> Iterator[None]:
+    """Convert the API and transport errors raised inside the block.
+
+    Args:
+        action: what was attempted (``"get"``, ``"claim"``, ...).
+        namespace: the object's namespace.
+        name: the JobLease's name; ``None`` for a list. With a name, a 404
+            becomes :class:`LeaseNotFoundError`.
+
+    Raises:
+        StoreError: a subclass as :func:`api_error` maps it; urllib3 errors and
+            ``OSError`` (timeouts, dropped connections) as
+            :class:`TransientStoreError`.
+    """
+    target = namespace if name is None else f"{namespace}/{name}"
+    try:
+        yield
+    except ApiException as exc:
+        if exc.status == 404 and name is not None:
+            raise LeaseNotFoundError(namespace, name) from exc
+        raise api_error(exc, f"{action} {target}") from exc
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        raise TransientStoreError(f"{action} {target}: {exc}") from exc
