@@ -37,6 +37,7 @@ from leasehold.fencing.http import (
     Send,
     fenced_request,
     fencing_headers,
+    mark_applied,
 )
 from leasehold.lease.protocol import Outcome, Rejection
 from leasehold.lease.store import Accepted, LeaseStore, Rejected
@@ -63,6 +64,13 @@ def _build_app(target: Target) -> ASGIApp:
         body = (await request.body()).decode()
         if body == "fail":
             return JSONResponse({"error": "the effect failed"}, status_code=500)
+        if body in ("apply-then-fail", "mark-then-fail"):
+            # The effect lands, then something after it fails.
+            target.values[request.path_params["key"]] = body
+            target.history.append((fenced.resource, fenced.token))
+            if body == "mark-then-fail":
+                mark_applied(request.scope)
+            return JSONResponse({"error": "failed after the effect"}, status_code=500)
         # The effect takes a moment: a window in which a later check could
         # overtake it if check and effect were not under one lock.
         await asyncio.sleep(random.uniform(0, 0.004))
@@ -269,18 +277,50 @@ def test_duplicate_idempotency_key_is_applied_once(target: Target) -> None:
     assert target.values["pay"] == "told"
 
 
-def test_a_failed_effect_records_neither_token_nor_key(target: Target) -> None:
+def test_a_failed_effect_raises_the_bar_but_keeps_its_key(target: Target) -> None:
+    """A 500 before the effect: token 9 reached the target, its key is not used up."""
     key = idempotency_key("default/job", 9, "write")
     with httpx.Client(base_url=target.url, timeout=10) as http:
         failed = http.put("/values/x", content="fail", headers=fencing_headers(9, "x", key))
         assert failed.status_code == 500
-        assert target.fence.highest("x") is None
-        # Token 9 was not recorded, so a lower token still gets through ...
-        assert http.put("/values/x", content="v5", headers=fencing_headers(5, "x")).is_success
+        assert target.fence.highest("x") == 9
+        # Token 9 reached the target: a lower token is stale now ...
+        stale = http.put("/values/x", content="v5", headers=fencing_headers(5, "x"))
+        assert stale.status_code == 409, stale.text
+        assert stale.json()["current"] == 9
         # ... and the retry of the failed effect is not a duplicate.
         retried = http.put("/values/x", content="v9", headers=fencing_headers(9, "x", key))
         assert retried.status_code == 200, retried.text
-    assert target.history == [("x", 5), ("x", 9)]
+    assert target.history == [("x", 9)]
+
+
+def test_an_effect_applied_before_a_5xx_raises_the_bar(target: Target) -> None:
+    """The app applies the effect, then answers 500: older tokens and the key are refused."""
+    with httpx.Client(base_url=target.url, timeout=10) as http:
+        applied = http.put("/values/y", content="apply-then-fail", headers=fencing_headers(8, "y"))
+        assert applied.status_code == 500
+        assert target.values["y"] == "apply-then-fail"
+        late = http.put("/values/y", content="late v7", headers=fencing_headers(7, "y"))
+        assert late.status_code == 409, late.text
+        assert late.json() == {
+            "error": "stale fencing token",
+            "resource": "y",
+            "token": 7,
+            "current": 8,
+        }
+        # An app that marks the effect applied before failing uses up its key.
+        key = idempotency_key("default/job", 8, "mark")
+        marked = http.put(
+            "/values/y", content="mark-then-fail", headers=fencing_headers(8, "y", key)
+        )
+        assert marked.status_code == 500
+        retried = http.put(
+            "/values/y", content="mark-then-fail", headers=fencing_headers(8, "y", key)
+        )
+        assert retried.status_code == 409, retried.text
+        assert retried.json() == {"error": "duplicate effect", "idempotencyKey": key}
+    assert target.values["y"] == "mark-then-fail"
+    assert target.history == [("y", 8), ("y", 8)]
 
 
 def test_missing_or_invalid_token_is_428_and_reads_pass(target: Target) -> None:

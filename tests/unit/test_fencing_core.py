@@ -17,6 +17,7 @@ from leasehold.fencing import (
     admits,
     idempotency_key,
 )
+from leasehold.fencing.revocation import revocation
 
 
 @pytest.mark.parametrize(
@@ -130,3 +131,12 @@ def test_memory_fence_threads_admit_a_non_decreasing_chain() -> None:
     tokens = Counter(a.token for a in admitted)
     tokens[highest] -= 1
     assert previous == +tokens
+
+
+def test_revocation_refuses_what_is_not_a_token_or_a_lease() -> None:
+    with pytest.raises(ValueError, match="non-negative int"):
+        revocation({"spec": {"fencingToken": 1}}, -1)
+    with pytest.raises(ValueError, match="no spec"):
+        revocation({"kind": "ConfigMap"}, 1)
+    with pytest.raises(ValueError, match="not an integer"):
+        revocation({"spec": {"fencingToken": "7"}}, 1)

@@ -14,12 +14,15 @@ The rule, for one resource key:
 * an idempotency key seen before → rejected (:class:`DuplicateEffect`).
 
 Here: the rule as pure functions and an in-memory :class:`MemoryFence` (for
-single-process targets and tests). Ready targets: :mod:`.postgres` (the fence
+single-process targets and tests; it forgets on restart). Ready targets: :mod:`.postgres` (the fence
 in the same transaction as the effect), :mod:`.http` (ASGI middleware), and
 ``deploy/fencing/`` (a ValidatingAdmissionPolicy for Kubernetes objects).
 
 A fence gives ordering, not exactly-once: a lower-token effect that reached
-the target *before* the higher token did was accepted, as it should be.
+the target *before* the higher token did was accepted, as it should be. And
+it refuses an old token only once a newer one has reached it: after a job's
+last attempt no newer token comes. A target that can read the lease learns
+of that end from :mod:`.revocation`.
 """
 
 from __future__ import annotations
@@ -117,6 +120,12 @@ class MemoryFence:
 
     Thread-safe. :meth:`admit` checks and records in one step, so two
     concurrent effects on one resource are ordered by the fence.
+
+    It forgets everything when its process ends: a restarted target accepts
+    any token again (a stale one included) and re-applies any key until a
+    newer token reaches it. A target whose effects outlive its process needs
+    a durable fence, kept with the effects (the PostgreSQL target), or must
+    start from the bars it saved.
     """
 
     def __init__(self) -> None:

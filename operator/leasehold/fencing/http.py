@@ -11,7 +11,10 @@ ASGI callable) and, for each mutating request, per resource key:
 2. checks the token against the highest accepted one and the idempotency key
    against the applied ones (the rule of :mod:`leasehold.fencing`);
 3. calls the app, which performs the effect;
-4. records the token (and key) only if the app answered 2xx;
+4. raises the resource's bar to the token whatever the app answered (the
+   effect may have been applied before a 5xx or an exception, and a token
+   that reached the target has made every lower one stale); uses up the
+   idempotency key when the app answered 2xx or called :func:`mark_applied`;
 5. releases the lock.
 
 Holding the lock across check, effect and record is what makes effects on one
@@ -52,6 +55,7 @@ import contextlib
 import json
 import logging
 import re
+import threading
 from asyncio import Lock
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass, field
@@ -139,7 +143,7 @@ class TwoPhaseFence(Protocol):
     """A fence whose check and record are separate steps.
 
     The middleware calls :meth:`check` before the effect and :meth:`record`
-    after it succeeded, both under the resource's lock.
+    after the app answered (or failed), both under the resource's lock.
     """
 
     def check(self, resource: str, token: int, idempotency_key: str | None = None) -> int | None:
@@ -160,12 +164,13 @@ class TwoPhaseFence(Protocol):
         ...
 
     def record(self, resource: str, token: int, idempotency_key: str | None = None) -> Admitted:
-        """Record an effect that was applied.
+        """Raise the resource's bar to ``token``; with a key, mark it applied.
 
         Args:
             resource: the resource key.
-            token: the effect's fencing token.
-            idempotency_key: the effect's key, if any.
+            token: the fencing token that reached the effect.
+            idempotency_key: the key of an effect that was applied; ``None``
+                when it was not (or may not have been) applied.
 
         Returns:
             What was admitted.
@@ -227,12 +232,35 @@ class FencedRequest:
         token: the request's fencing token.
         previous: the highest token accepted before, ``None`` if none.
         idempotency_key: the request's idempotency key, if any.
+        applied: set by :func:`mark_applied` once the effect took place.
     """
 
     resource: str
     token: int
     previous: int | None
     idempotency_key: str | None
+    applied: threading.Event = field(default_factory=threading.Event, compare=False)
+
+
+def mark_applied(scope: Scope) -> None:
+    """Tell the middleware that this request's effect was applied.
+
+    Call it as soon as the effect is durable, before anything that may still
+    fail: the idempotency key is then used up even if the app answers 5xx
+    or raises afterwards, so a retry is refused as a duplicate instead of
+    applied twice. (A 2xx answer counts as applied without it.)
+
+    Args:
+        scope: the request's ASGI scope.
+
+    Raises:
+        LookupError: the request was not fenced (a read, or no token with
+            ``require_token=False``).
+    """
+    fenced = fenced_request(scope)
+    if fenced is None:
+        raise LookupError("this request was not fenced: nothing to mark")
+    fenced.applied.set()
 
 
 def fenced_request(scope: Scope) -> FencedRequest | None:
@@ -256,9 +284,12 @@ class FencingMiddleware:
 
     The check, the app's effect and the recording of the token happen under
     one lock per resource, so accepted effects on a resource apply in
-    non-decreasing token order. The token is recorded only when the app
-    answers 2xx: a failed effect neither raises the bar nor uses up its
-    idempotency key, so it can be retried.
+    non-decreasing token order. The bar (the highest token) is raised for
+    every request the app saw, whatever it answered: the middleware cannot
+    tell an effect applied before a 5xx from one that never happened, and
+    a lower token is stale either way. The idempotency key is used up only
+    when the effect was applied (2xx, or :func:`mark_applied`), so a failed
+    effect can be retried under its key.
 
     Source: Kleppmann, "How to do distributed locking" (2016), fencing tokens.
 
@@ -371,23 +402,26 @@ class FencingMiddleware:
             await send(message)
 
         inner = dict(scope)
-        inner[SCOPE_KEY] = FencedRequest(resource, token, previous, key)
+        fenced = FencedRequest(resource, token, previous, key)
+        inner[SCOPE_KEY] = fenced
         try:
             await self.app(inner, receive, send_noting_status)
         finally:
-            # A 2xx that was sent counts even if the app failed afterwards:
-            # the client was told the effect happened.
-            if status is not None and 200 <= status < 300:
-                try:
-                    self.fence.record(resource, token, key)
-                except FenceError:
-                    log.error(
-                        "fence refused to record token %d for %r after the effect: "
-                        "something writes to this fence outside the middleware's lock",
-                        token,
-                        resource,
-                        exc_info=True,
-                    )
+            # The effect may have landed whatever the answer: the bar goes up
+            # always. The key is used up when the effect is known applied (a
+            # 2xx that was sent counts even if the app failed afterwards: the
+            # client was told the effect happened).
+            applied = fenced.applied.is_set() or (status is not None and 200 <= status < 300)
+            try:
+                self.fence.record(resource, token, key if applied else None)
+            except FenceError:
+                log.error(
+                    "fence refused to record token %d for %r after the effect: "
+                    "something writes to this fence outside the middleware's lock",
+                    token,
+                    resource,
+                    exc_info=True,
+                )
 
 
 def _headers(scope: Scope) -> dict[str, list[str]]:
