@@ -13,9 +13,13 @@ Threads:
 - ``stop-<ns>/<name>``: on a ``deletionTimestamp``, SIGTERM, SIGKILL after
   the grace period, then the final delete with grace period 0.
 
-Every pod process runs in its own session and process group; signals go to
-the whole group. When the main process exits, what is left of its group is
-killed, as a container runtime tears down a container's cgroup.
+Every pod's main process starts its own session, and every process of the
+pod carries ``PODRUNNER_POD_UID=<uid>`` in its environment. Signals go to the
+whole pod: each process of its session or with its marker (found in
+``/proc``), so processes in other process groups — a ``leasehold run`` child,
+a ``setsid`` daemon — get them too. When the main process exits, what is left
+of the pod is killed, as a container runtime tears down a container's
+cgroup.
 """
 
 from __future__ import annotations
@@ -67,6 +71,77 @@ _TOKEN_REFRESH_AT = 0.8
 """Refresh a pod's token after this fraction of its lifetime, as the kubelet does."""
 _STATUS_ATTEMPTS = 5
 _PR_SET_PDEATHSIG = 1
+POD_UID_ENV = "PODRUNNER_POD_UID"
+"""Set to the pod's uid in every pod process: how the runner finds all of them."""
+_KILL_PASSES = 200
+"""SIGKILL passes over a pod's processes before giving up on stragglers."""
+
+
+def pod_processes(uid: str, session: int) -> list[int]:
+    """Every live process of a pod, read from ``/proc``.
+
+    A process belongs to the pod when it is in the session its main process
+    started, or carries ``PODRUNNER_POD_UID=<uid>`` in its environment (a
+    process that left the session with ``setsid``). Zombies are left out.
+
+    Args:
+        uid: The pod's uid.
+        session: The pod's session id (its main process's pid).
+
+    Returns:
+        The pids, without this process.
+    """
+    marker = f"{POD_UID_ENV}={uid}".encode()
+    found: list[int] = []
+    me = os.getpid()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+            if fields[0] == b"Z":
+                continue
+            if int(fields[3]) == session:
+                found.append(int(entry))
+                continue
+            with open(f"/proc/{entry}/environ", "rb") as environ:
+                if marker in environ.read().split(b"\0"):
+                    found.append(int(entry))
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile, or not ours to read
+    return found
+
+
+def signal_pod(uid: str, session: int, signum: int) -> None:
+    """Send ``signum`` to every process of a pod.
+
+    ``SIGKILL`` and ``SIGSTOP`` go out again until no process is left
+    unsignalled, so one forked meanwhile gets it too.
+
+    Args:
+        uid: The pod's uid.
+        session: The pod's session id.
+        signum: The signal.
+    """
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(session, signum)
+    done: set[int] = set()
+    for _ in range(_KILL_PASSES):
+        targets = [pid for pid in pod_processes(uid, session) if pid not in done]
+        if signum == signal.SIGKILL:
+            done.clear()  # a killed process may take a moment to die: skip it once only
+        for pid in targets:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signum)
+            done.add(pid)
+        if not targets or signum not in (signal.SIGKILL, signal.SIGSTOP):
+            return
+        time.sleep(0.001)
 
 
 class PodNotRunningError(LookupError):
@@ -102,16 +177,15 @@ class _Pod:
         return self.popen is not None and not self.exited.is_set()
 
     def signal(self, signum: int) -> bool:
-        """Signal the process group; False when no process runs.
+        """Signal every process of the pod; False when no process runs.
 
-        The group leader is not reaped before `exited` is set (under the
-        lock), so the group id cannot belong to another process here.
+        The main process is not reaped before `exited` is set (under the
+        lock), so its session id cannot belong to another process here.
         """
         with self.lock:
             if self.popen is None or self.exited.is_set():
                 return False
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.popen.pid, signum)
+            signal_pod(self.uid, self.popen.pid, signum)
             return True
 
     def finish(self) -> None:
@@ -199,8 +273,8 @@ class PodRunner:
     pod's env, a service-account token bound to the pod, and its output in
     ``<workdir>/pods/<namespace>_<name>_<uid>/log``. The pod status follows
     the process: Running, then Succeeded (exit 0) or Failed. Every restart
-    policy is treated as ``Never``. Deleting the pod sends SIGTERM to the
-    process group, SIGKILL after the grace period (at most 30 s), and then
+    policy is treated as ``Never``. Deleting the pod sends SIGTERM to all its
+    processes, SIGKILL after the grace period (at most 30 s), and then
     completes the deletion as a kubelet does.
 
     Use as a context manager or call `start` / `stop`::
@@ -467,7 +541,7 @@ class PodRunner:
         return "it was already finished when the runner saw it"
 
     def pause(self, namespace: str, name: str) -> None:
-        """Freeze a pod's processes (SIGSTOP to its process group).
+        """Freeze a pod's processes (SIGSTOP to all of them).
 
         Args:
             namespace: The pod's namespace.
@@ -479,7 +553,7 @@ class PodRunner:
         self.kill(namespace, name, signal.SIGSTOP)
 
     def resume(self, namespace: str, name: str) -> None:
-        """Let a paused pod go on (SIGCONT to its process group).
+        """Let a paused pod go on (SIGCONT to all of them).
 
         Args:
             namespace: The pod's namespace.
@@ -491,7 +565,7 @@ class PodRunner:
         self.kill(namespace, name, signal.SIGCONT)
 
     def kill(self, namespace: str, name: str, sig: int = signal.SIGKILL) -> None:
-        """Send a signal to a pod's process group.
+        """Send a signal to every process of a pod (see `signal_pod`).
 
         Killing the process ends the pod (restart policy Never): it turns
         Failed with exit code 128 + the signal number.
@@ -798,6 +872,7 @@ class PodRunner:
             "KUBERNETES_SERVICE_PORT_HTTPS": port,
             "KUBERNETES_PORT": f"tcp://{host}:{port}",
             "HOSTNAME": handle.name,
+            POD_UID_ENV: handle.uid,
         }
         if identity:
             env["KUBECONFIG"] = str(handle.directory / "kubeconfig")
@@ -822,6 +897,7 @@ class PodRunner:
         env.update(self.extra_env)
         env.update(service_env)
         env.update(launch.env)
+        env[POD_UID_ENV] = service_env[POD_UID_ENV]
         return env
 
     def _prepare(self, handle: _Pod, pod: dict[str, Any]) -> tuple[Launch, dict[str, str], Path]:
@@ -933,7 +1009,7 @@ class PodRunner:
 
     @staticmethod
     def _wait(handle: _Pod, popen: subprocess.Popen[bytes]) -> None:
-        """Wait for the main process, kill the rest of its group, then reap it."""
+        """Wait for the main process, kill the rest of the pod, then reap it."""
         while True:
             try:
                 # WNOWAIT leaves the leader a zombie, so its group id stays
@@ -945,8 +1021,7 @@ class PodRunner:
             except ChildProcessError:
                 break
         with handle.lock:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(popen.pid, signal.SIGKILL)
+            signal_pod(handle.uid, popen.pid, signal.SIGKILL)
             handle.exited.set()
         handle.returncode = popen.wait()
 

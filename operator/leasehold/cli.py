@@ -8,15 +8,15 @@ arguments and calls into the package; no logic lives here.
 
 from __future__ import annotations
 
+# Only the standard library at import time: ``leasehold run`` installs its
+# signal handlers before the heavy imports (see :func:`main`).
 import argparse
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
-
-from pydantic import ValidationError
-
-from leasehold.lease import crds
-from leasehold.worker.run import add_run_parser
+from types import FrameType
 
 DESCRIPTION = """\
 leasehold runs Kubernetes jobs under expiring leases with fencing tokens.
@@ -26,7 +26,19 @@ fenced targets.
 """
 
 
+EARLY_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+"""Signals ``leasehold run`` records from its first instruction on."""
+_received: list[int] = []
+"""Signals that arrived before ``leasehold run`` installed its own handlers."""
+
+
+def _record(signum: int, frame: FrameType | None) -> None:
+    _received.append(signum)
+
+
 def _cmd_crds(args: argparse.Namespace) -> int:
+    from leasehold.lease import crds
+
     if args.check:
         stale = [
             name
@@ -48,6 +60,8 @@ def _cmd_crds(args: argparse.Namespace) -> int:
 
 
 def _cmd_operator(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
     from leasehold.controller.main import run_operator
     from leasehold.controller.settings import OperatorSettings
 
@@ -157,6 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_op.add_argument("--log-level", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
     p_op.set_defaults(func=_cmd_operator)
 
+    from leasehold.worker.run import add_run_parser
+
     add_run_parser(sub)
     return parser
 
@@ -167,10 +183,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     Args:
         argv: arguments without the program name (default: ``sys.argv[1:]``).
 
+    ``leasehold run`` records ``SIGTERM``/``SIGINT`` before anything else
+    (the imports, the lease's start): as a container's PID 1 a signal without
+    a handler would be dropped, and the pod's stop lost. The run command
+    then handles what arrived (:func:`leasehold.worker.run.run_command`).
+
     Returns:
         The process exit code.
     """
-    args = build_parser().parse_args(argv)
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["run"] and threading.current_thread() is threading.main_thread():
+        for signum in EARLY_SIGNALS:
+            signal.signal(signum, _record)
+    args = build_parser().parse_args(args_list)
+    args.early_signals = _received
     code: int = args.func(args)
     return code
 

@@ -222,6 +222,50 @@ def test_pause_freezes_the_process_and_resume_lets_it_go_on(
 
 
 @pytest.mark.cluster
+def test_pause_and_kill_reach_every_process_of_the_pod(
+    kubectl: Kubectl, namespace: str, local_pod_runner: PodRunner, tmp_path: Path
+) -> None:
+    """A process that left the pod's process group and session is still the pod's."""
+    ticks, pids = tmp_path / "ticks", tmp_path / "pids"
+    loop = 'while true; do echo {who} >> "$TICKS"; sleep 0.05; done'
+    daemon = tmp_path / "daemon.sh"
+    daemon.write_text(f'echo $$ >> "$PIDS"\n{loop.format(who="daemon")}\n')
+    # "$$$$": the API server turns "$$" into "$".
+    script = f'setsid sh "{daemon}" & echo $$$$ >> "$PIDS"; {loop.format(who="main")}'
+    env = [{"name": "TICKS", "value": str(ticks)}, {"name": "PIDS", "value": str(pids)}]
+    create(kubectl, namespace, make_pod("spread", ["sh", "-c", script], env=env))
+    local_pod_runner.wait_for_pid(namespace, "spread", timeout=20)
+    found = eventually(
+        lambda: (
+            [int(p) for p in pids.read_text().split()]
+            if pids.exists() and len(pids.read_text().split()) == 2
+            else None
+        ),
+        "both processes",
+        10,
+    )
+    try:
+        eventually(lambda: True if count_lines(ticks) >= 6 else None, "the first ticks", 10)
+        local_pod_runner.pause(namespace, "spread")
+        time.sleep(0.3)
+        assert [process_state(pid) for pid in found] == ["T", "T"]
+        paused = count_lines(ticks)
+        time.sleep(0.5)
+        assert count_lines(ticks) == paused, "a process of the pod kept running while paused"
+        local_pod_runner.resume(namespace, "spread")
+        local_pod_runner.kill(namespace, "spread", signal.SIGKILL)
+        eventually(
+            lambda: True if not any(alive(pid) for pid in found) else None,
+            "every process of the pod to end",
+            5,
+        )
+    finally:
+        for pid in found:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.cluster
 @pytest.mark.parametrize(
     ("script", "grace", "exit_code"),
     [

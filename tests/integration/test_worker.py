@@ -415,3 +415,227 @@ def test_run_forwards_sigterm_and_releases_the_lease(
     assert _gone(pid)
     lease = store.get(namespace, "job").record
     assert (lease.holder_identity, lease.fencing_token, lease.completion) == (None, 1, None)
+
+
+def _wait_gone(pids: list[int], timeout: float) -> float | None:
+    """Seconds until every pid is gone (or a zombie), ``None`` if not within ``timeout``."""
+    start = time.monotonic()
+    while not all(_gone(pid) for pid in pids):
+        if time.monotonic() - start > timeout:
+            return None
+        time.sleep(0.005)
+    return time.monotonic() - start
+
+
+def _pids(path: Path, count: int, proc: subprocess.Popen[str]) -> list[int]:
+    end = time.monotonic() + 20
+    while time.monotonic() < end:
+        lines = path.read_text().split() if path.exists() else []
+        if len(lines) >= count:
+            return [int(line) for line in lines[:count]]
+        if proc.poll() is not None:
+            raise AssertionError(f"wrapper exited {proc.returncode}: {proc.communicate()[1]}")
+        time.sleep(0.02)
+    raise AssertionError("the command never started its processes")
+
+
+KILL_BOUND_SECONDS = 1.0
+"""The command and its descendants are gone this soon after the wrapper is SIGKILLed."""
+
+
+def test_a_sigkilled_wrapper_takes_the_command_and_its_grandchild_with_it(
+    store: LeaseStore,
+    crds_installed: Path,
+    namespace: str,
+    tmp_path: Path,
+    wrapper_procs: list[subprocess.Popen[str]],
+) -> None:
+    """The pod runner SIGKILLs the wrapper: its child and a setsid grandchild die too.
+
+    Both write to a target (one line per write, with the token); after the
+    wrapper is killed and the next holder writes under token 2, no write
+    under token 1 comes any more.
+    """
+    token = push_claim(store, namespace, 10)
+    target, pids = tmp_path / "target", tmp_path / "pids"
+    script, daemon = tmp_path / "work.sh", tmp_path / "daemon.sh"
+    loop = 'while :; do echo "$LEASEHOLD_FENCING_TOKEN {who}" >> "{target}"; sleep 0.01; done'
+    daemon.write_text(f'echo $$ >> "{pids}"\n{loop.format(who="gc", target=target)}\n')
+    script.write_text(
+        f'setsid sh "{daemon}" &\necho $$ >> "{pids}"\n{loop.format(who="child", target=target)}\n'
+    )
+    proc = subprocess.Popen(
+        [*RUN, "--", "sh", str(script)],
+        env=run_env(crds_installed, namespace, token, 10),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wrapper_procs.append(proc)
+    command_pids = _pids(pids, 2, proc)
+    time.sleep(0.2)
+    proc.kill()
+    proc.wait()
+    took = _wait_gone(command_pids, 5.0)
+    left = [pid for pid in command_pids if not _gone(pid)]
+    for pid in left:  # do not leak them into the next tests
+        os.kill(pid, signal.SIGKILL)
+    assert took is not None, f"still running after the wrapper was SIGKILLed: {left}"
+    assert took <= KILL_BOUND_SECONDS, took
+    # The next attempt: reclaimed, claimed under token 2, which writes.
+    take_away(store, namespace, "job", "next-pod")
+    with target.open("a") as out:
+        out.write("2 next\n")
+    time.sleep(0.5)
+    lines = target.read_text().splitlines()
+    after = lines[lines.index("2 next") + 1 :]
+    assert after == [], f"writes under token 1 after token 2 reached the target: {after}"
+    assert {line.split()[1] for line in lines[:-1]} == {"child", "gc"}
+    print(f"\n[measure] wrapper SIGKILLed -> command and grandchild gone in {took:.3f} s")
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def test_a_sigterm_racing_a_successful_exit_records_the_success(
+    store: LeaseStore,
+    crds_installed: Path,
+    namespace: str,
+    tmp_path: Path,
+    wrapper_procs: list[subprocess.Popen[str]],
+) -> None:
+    """The command exits 0; SIGTERM reaches the wrapper before it saw the exit.
+
+    The wrapper is frozen while the command ends, then gets SIGTERM and
+    SIGCONT: it must record the success, not release the lease.
+    """
+    token = push_claim(store, namespace, 10)
+    pidfile, go = tmp_path / "pid", tmp_path / "go"
+    proc = subprocess.Popen(
+        [
+            *RUN,
+            "--",
+            "sh",
+            "-c",
+            f'echo $$ > "{pidfile}"; while [ ! -e "{go}" ]; do sleep 0.01; done; exit 0',
+        ],
+        env=run_env(crds_installed, namespace, token, 10),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wrapper_procs.append(proc)
+    pid = _wait_for_pid(pidfile, proc)
+    proc.send_signal(signal.SIGSTOP)
+    try:
+        go.touch()
+        assert _wait_gone([pid], 5.0) is not None
+        children = _children(proc.pid)
+        assert children, "the wrapper has no child"
+        # Everything below the wrapper has ended; it has not looked yet.
+        assert _wait_gone(children, 5.0) is not None
+        proc.send_signal(signal.SIGTERM)
+    finally:
+        proc.send_signal(signal.SIGCONT)
+    _, stderr = proc.communicate(timeout=15)
+    assert proc.returncode == 0, stderr
+    lease = store.get(namespace, "job").record
+    assert lease.completion is not None, stderr
+    assert (lease.completion.outcome, lease.completion.exit_code) == (Outcome.SUCCEEDED, 0)
+    assert "SIGTERM arrived after the command ended" in stderr, stderr
+
+
+def test_the_commands_own_exit_75_is_not_a_lost_lease(
+    store: LeaseStore, crds_installed: Path, namespace: str
+) -> None:
+    token = push_claim(store, namespace, 5)
+    done = subprocess.run(
+        [*RUN, "--", "sh", "-c", "exit 75"],
+        env=run_env(crds_installed, namespace, token, 5),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    lease = store.get(namespace, "job").record
+    assert lease.completion is not None, done.stderr
+    assert (lease.completion.outcome, lease.completion.exit_code) == (Outcome.FAILED, 75)
+    assert done.returncode == 1, done.stderr  # 75 would read as "lease lost"
+    assert "lease lost" not in done.stderr, done.stderr
+
+
+def _caught_signals(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return int(line.split()[1], 16)
+    raise AssertionError(f"no SigCgt for {pid}")
+
+
+def test_as_pid_1_a_sigterm_during_start_up_stops_the_wrapper(
+    store: LeaseStore,
+    crds_installed: Path,
+    namespace: str,
+    tmp_path: Path,
+    wrapper_procs: list[subprocess.Popen[str]],
+) -> None:
+    """PID 1 of a PID namespace drops signals it has no handler for.
+
+    The wrapper runs as PID 1 (``unshare --pid``) and its start is held up
+    (the API server's traffic is held): SIGTERM must already be handled, and
+    stop it without starting the command; the lease is given back.
+    """
+    server = urlsplit(
+        yaml.safe_load(crds_installed.read_text())["clusters"][0]["cluster"]["server"]
+    )
+    assert server.hostname is not None and server.port is not None
+    token = push_claim(store, namespace, 10)
+    started = tmp_path / "started"
+    with TcpProxy(server.hostname, server.port) as proxy:
+        kubeconfig = _proxied_kubeconfig(crds_installed, proxy, tmp_path / "kubeconfig")
+        proxy.hold()
+        proc = subprocess.Popen(
+            [
+                "unshare",
+                "--pid",
+                "--fork",
+                "--kill-child",
+                *RUN,
+                "--",
+                "sh",
+                "-c",
+                f'touch "{started}"',
+            ],
+            env=run_env(kubeconfig, namespace, token, 10),
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        wrapper_procs.append(proc)
+        deadline = time.monotonic() + 10
+        wrapper: int | None = None
+        while time.monotonic() < deadline:
+            children = _children(proc.pid)
+            if children and "leasehold.cli" in Path(f"/proc/{children[0]}/cmdline").read_text():
+                wrapper = children[0]
+                # Handlers in place while the start is still held up.
+                if _caught_signals(wrapper) & (1 << (signal.SIGTERM - 1)):
+                    break
+            time.sleep(0.01)
+        else:
+            raise AssertionError(f"no SIGTERM handler during start-up (wrapper pid {wrapper})")
+        assert wrapper is not None
+        time.sleep(0.3)  # well into the imports or the held first renewal
+        os.kill(wrapper, signal.SIGTERM)
+        time.sleep(0.2)
+        proxy.release()
+        _, stderr = proc.communicate(timeout=20)
+    assert proc.returncode == 128 + signal.SIGTERM, stderr
+    assert not started.exists(), "the command was started after SIGTERM"
+    lease = store.get(namespace, "job").record
+    assert (lease.holder_identity, lease.fencing_token, lease.completion) == (None, 1, None)

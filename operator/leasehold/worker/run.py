@@ -3,27 +3,38 @@
 Why this module exists: workers written in any language get the lease's
 guarantees without an SDK. The wrapper holds the lease the operator claimed
 for the pod (:meth:`LeaseHolder.from_env`), renews it, runs the command as a
-child in its own process group, and:
+child, and:
 
 * when the lease is lost (a renewal is refused, or the local deadline comes
   close without a successful renewal) it stops the child **before** the
-  local deadline: ``SIGTERM`` to the process group, then ``SIGKILL`` after
-  the grace period, never later than just before the deadline; then exits with
+  local deadline: ``SIGTERM`` to the command's process group, then
+  ``SIGKILL`` to the command and all its descendants after the grace period,
+  never later than just before the deadline; then exits with
   :data:`EXIT_LEASE_LOST` (75, ``EX_TEMPFAIL``) after a ``lease lost: ...``
   line on stderr;
 * when the child exits on its own it records the completion (``Succeeded``
   for exit code 0, else ``Failed`` with ``exit code N``) and exits with the
-  child's code; a refused completion (the lease was taken meanwhile) exits 75;
+  child's code; a refused completion (the lease was taken meanwhile) exits 75.
+  75 is the wrapper's own verdict: a command that exits 75 itself while the
+  lease was held is recorded as ``Failed`` with exit code 75, and the wrapper
+  exits 1;
 * ``SIGTERM``/``SIGINT`` sent to the wrapper are forwarded to the child's
   process group; a child that then exits is not the job's outcome (the pod
   is being stopped), so the lease is released for the next attempt instead
-  of completed.
+  of completed. A signal that arrives after the child exited does not
+  change its outcome (a success racing a stop is recorded), and one that
+  arrives before the child started stops the wrapper without starting it.
+
+The command and everything it starts die with the wrapper, even when the
+wrapper is ``SIGKILL``ed: a small process between them (:mod:`.shim`, a child
+subreaper) kills the whole tree when the wrapper's pipe to it closes, which
+the kernel does when the wrapper dies. Processes the command leaves behind
+are killed when it ends: the lease ends with the command, as a container's
+processes end with its main process.
 
 The child gets the wrapper's environment, including
 ``LEASEHOLD_FENCING_TOKEN``, which it must send with every effect so fenced
-targets can reject it once a newer holder exists. Processes the command
-leaves behind in its process group are killed when it ends: the lease ends
-with the command, as a container's processes end with its main process.
+targets can reject it once a newer holder exists.
 """
 
 from __future__ import annotations
@@ -38,6 +49,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from types import FrameType
 from typing import Any, Final
 
@@ -46,6 +58,7 @@ from leasehold.lease.protocol import Outcome
 from leasehold.lease.store import Rejected
 from leasehold.lease.waits import wait_for_event
 from leasehold.names import ENV_FENCING_TOKEN
+from leasehold.worker import shim
 from leasehold.worker.holder import (
     LeaseEnvironmentError,
     LeaseHolder,
@@ -59,8 +72,14 @@ EXIT_LEASE_LOST: Final = 75
 """Exit code when the lease was lost or the completion refused (``EX_TEMPFAIL``)."""
 EXIT_USAGE: Final = 2
 """Exit code for a bad command line or lease environment."""
-EXIT_NOT_EXECUTABLE: Final = 126
-EXIT_NOT_FOUND: Final = 127
+EXIT_COMMAND_FAILED: Final = 1
+"""Exit code when the command itself exited 75 (recorded as such) but the lease was held."""
+EXIT_NOT_EXECUTABLE: Final = shim.EXIT_NOT_EXECUTABLE
+EXIT_NOT_FOUND: Final = shim.EXIT_NOT_FOUND
+SHIM_PATH: Final = Path(shim.__file__)
+"""The shim script, run by path so that it imports nothing of the package."""
+SHIM_EXIT_SECONDS: Final = 1.0
+"""How long the shim gets to kill the tree before its group gets ``SIGKILL``."""
 
 DEFAULT_GRACE_SECONDS: Final = 5.0
 POLL_SECONDS: Final = 0.05
@@ -109,14 +128,71 @@ def _describe(returncode: int) -> str:
 
 
 class _Child:
-    """The command, in its own process group; signals go to the whole group."""
+    """The command under the shim; signals go to the shim's process group.
+
+    The shim (:mod:`.shim`) leads the group, the command runs in it. The
+    wrapper holds the only write end of the shim's watch pipe: closing it
+    (:meth:`kill_tree`, or the kernel when the wrapper dies) makes the shim
+    ``SIGKILL`` the command and all its descendants.
+
+    Attributes:
+        pid: the shim's pid (and process group id).
+        command_pid: the command's pid, ``None`` when it could not start.
+        start_error: ``(exit code, message)`` when the command could not start.
+    """
 
     def __init__(self, command: Sequence[str], env: dict[str, str]) -> None:
-        self.process = subprocess.Popen(list(command), env=env, process_group=0)
+        watch_read, watch_write = os.pipe()
+        self._watch: int | None = watch_write
+        report_read, report_write = os.pipe()
+        try:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-I",
+                    "-S",
+                    str(SHIM_PATH),
+                    str(watch_read),
+                    str(report_write),
+                    "--",
+                    *command,
+                ],
+                env=env,
+                process_group=0,
+                pass_fds=(watch_read, report_write),
+            )
+        except BaseException:
+            os.close(report_read)
+            self._close_watch()
+            raise
+        finally:
+            os.close(watch_read)
+            os.close(report_write)
         self.pid = self.process.pid
+        self._reaped = False
+        with os.fdopen(report_read, "rb") as reader:
+            report = reader.read().decode("utf-8", "replace")
+        self.command_pid: int | None = None
+        self.start_error: tuple[int, str] | None = None
+        kind, _, rest = report.partition(" ")
+        if kind == "ok" and rest.strip().isdigit():
+            self.command_pid = int(rest)
+        elif kind == "error":
+            code, _, message = rest.partition(" ")
+            self.start_error = (int(code) if code.isdigit() else EXIT_NOT_EXECUTABLE, message)
+        else:
+            self.start_error = (EXIT_NOT_EXECUTABLE, f"the shim failed ({report!r})")
+
+    def _close_watch(self) -> None:
+        if self._watch is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._watch)
+            self._watch = None
 
     def exited(self) -> bool:
-        """Whether the child exited, without reaping it (its group id stays valid)."""
+        """Whether the shim exited, without reaping it (its group id stays valid)."""
+        if self._reaped:
+            return True
         try:
             info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         except ChildProcessError:
@@ -124,63 +200,112 @@ class _Child:
         return info is not None
 
     def signal_group(self, signum: int) -> None:
-        """Send ``signum`` to the child's process group (gone already: nothing)."""
+        """Send ``signum`` to the command's process group (gone already: nothing)."""
+        if self._reaped:
+            return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, signum)
 
+    def kill_tree(self) -> None:
+        """Have the shim ``SIGKILL`` the command and all its descendants; wait for it.
+
+        The group gets ``SIGKILL`` if the shim does not exit within
+        :data:`SHIM_EXIT_SECONDS` (it is stopped, or was killed itself).
+        """
+        self._close_watch()
+        deadline = time.monotonic() + SHIM_EXIT_SECONDS
+        while not self.exited() and time.monotonic() < deadline:
+            time.sleep(0.002)
+        if not self.exited():
+            self.signal_group(signal.SIGKILL)
+
     def reap(self) -> int:
-        """Kill what is left of the group, reap the child, return its returncode."""
-        self.signal_group(signal.SIGKILL)
-        return self.process.wait()
+        """Kill what is left of the command's tree, reap the shim, return its returncode.
+
+        The returncode is the command's: the shim exits as the command did.
+        """
+        self.kill_tree()
+        returncode = self.process.wait()
+        self._reaped = True
+        return returncode
 
 
 class _Runner:
     """One ``leasehold run``: the holder, the child, and the signal forwarding."""
 
-    def __init__(self, holder: LeaseHolder, grace_seconds: float) -> None:
+    def __init__(
+        self, holder: LeaseHolder, grace_seconds: float, received: Sequence[int] = ()
+    ) -> None:
         self.holder = holder
         self.grace = max(0.0, grace_seconds)
         self.lead = term_lead_seconds(holder.timing, self.grace)
+        self.received = received
         self.forwarded: int | None = None
+        self.after_exit: int | None = None
         self.child: _Child | None = None
+        self._completed = False
 
     def _forward(self, signum: int, frame: FrameType | None) -> None:
+        child = self.child
+        if child is not None and child.exited():
+            # The child ended on its own first: its outcome stands.
+            self.after_exit = signum
+            return
         self.forwarded = signum
-        if self.child is not None:
+        if child is not None:
             log.info("forwarding %s to the command", signal.Signals(signum).name)
-            self.child.signal_group(signum)
+            child.signal_group(signum)
 
     def run(self, command: Sequence[str]) -> int:
-        try:
-            self.holder.start()
-        except LeaseLost as loss:
-            log.error("lease lost: %s (the command was not started)", loss)
-            return EXIT_LEASE_LOST
-        env = dict(os.environ)
-        env[ENV_FENCING_TOKEN] = str(self.holder.token)
         previous: dict[int, Any] = {}
         if threading.current_thread() is threading.main_thread():  # else: cannot forward
             for signum in FORWARDED_SIGNALS:
                 previous[signum] = signal.signal(signum, self._forward)
+        if self.received and self.forwarded is None:
+            self.forwarded = self.received[0]  # arrived before the handlers above
         try:
+            if self.forwarded is not None:
+                return self._stopped_before_start()
             try:
-                self.child = _Child(command, env)
-            except OSError as exc:
-                code = EXIT_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_NOT_EXECUTABLE
-                log.error("cannot start %s: %s", command[0], exc)
-                return self._complete(code, f"exit code {code}: cannot start {command[0]}: {exc}")
+                self.holder.start()
+            except LeaseLost as loss:
+                log.error("lease lost: %s (the command was not started)", loss)
+                return EXIT_LEASE_LOST
+            if self.forwarded is not None:
+                return self._stopped_before_start()
+            env = dict(os.environ)
+            env[ENV_FENCING_TOKEN] = str(self.holder.token)
+            self.child = _Child(command, env)
+            if self.child.start_error is not None:
+                code, error = self.child.start_error
+                self.child.reap()
+                log.error("cannot start %s: %s", command[0], error)
+                return self._complete(code, f"exit code {code}: cannot start {command[0]}: {error}")
             log.info(
-                "started %s as pid %d (fencing token %s)",
+                "started %s as pid %s (fencing token %s)",
                 command,
-                self.child.pid,
+                self.child.command_pid,
                 self.holder.token,
             )
             if self.forwarded is not None:  # arrived while the child was starting
                 self.child.signal_group(self.forwarded)
             return self._supervise(self.child)
         finally:
+            if self.child is not None and not self.child.exited():
+                self.child.reap()  # an error above: the command must not outlive us
             for forwarded, handler in previous.items():
                 signal.signal(forwarded, handler)
+
+    def _stopped_before_start(self) -> int:
+        """A stop signal came before the command started: give the lease back."""
+        assert self.forwarded is not None
+        name = signal.Signals(self.forwarded).name
+        log.info("%s before the command started; not starting it, releasing the lease", name)
+        try:
+            self.holder.release()
+        except StoreError as exc:
+            log.error("releasing the lease failed: %s", exc)
+        return 128 + self.forwarded
 
     def _supervise(self, child: _Child) -> int:
         holder = self.holder
@@ -234,6 +359,12 @@ class _Runner:
 
     def _child_exited(self, returncode: int) -> int:
         code = _exit_code(returncode)
+        if self.after_exit is not None:
+            log.info(
+                "%s arrived after the command ended (%s): recording its outcome",
+                signal.Signals(self.after_exit).name,
+                _describe(returncode),
+            )
         if self.forwarded is not None:
             name = signal.Signals(self.forwarded).name
             log.info(
@@ -244,7 +375,17 @@ class _Runner:
             except StoreError as exc:
                 log.error("releasing the lease failed: %s", exc)
             return code
-        return self._complete(code, _describe(returncode))
+        result = self._complete(code, _describe(returncode))
+        if code == EXIT_LEASE_LOST and self._completed:
+            # The command's own 75, recorded under a lease we held: 75 from
+            # the wrapper means a lost lease, and this one was not lost.
+            log.info(
+                "the command exited %d itself (recorded); exiting %d since the lease was held",
+                code,
+                EXIT_COMMAND_FAILED,
+            )
+            return EXIT_COMMAND_FAILED
+        return result
 
     def _complete(self, code: int, message: str) -> int:
         outcome = Outcome.SUCCEEDED if code == 0 else Outcome.FAILED
@@ -262,6 +403,7 @@ class _Runner:
                 record.fencing_token,
             )
             return EXIT_LEASE_LOST
+        self._completed = True
         log.info(
             "completed lease %s: %s (%s) under fencing token %s",
             self.holder.key,
@@ -277,6 +419,7 @@ def run_command(
     *,
     grace_seconds: float = DEFAULT_GRACE_SECONDS,
     holder: LeaseHolder | None = None,
+    received: Sequence[int] = (),
 ) -> int:
     """Run ``command`` under the pod's lease; see the module docstring.
 
@@ -286,12 +429,17 @@ def run_command(
             is lost (seconds); never past the local deadline.
         holder: the lease holder, not started (default
             :meth:`LeaseHolder.from_env`); closed at the end.
+        received: stop signals that arrived before this call (the command
+            line records them from its first instruction): the command is
+            then not started and the lease is released.
 
     Returns:
-        The exit code: the child's (``128 + N`` if killed by signal N),
+        The exit code: the child's (``128 + N`` if killed by signal N;
+        :data:`EXIT_COMMAND_FAILED` for the child's own 75),
         :data:`EXIT_LEASE_LOST` when the lease was lost or the completion
-        refused, :data:`EXIT_USAGE` for a bad lease environment, 126/127
-        when the command cannot be started.
+        refused, ``128 + N`` when stopped by signal N before the start,
+        :data:`EXIT_USAGE` for a bad lease environment, 126/127 when the
+        command cannot be started.
     """
     if not command:
         log.error("no command given: leasehold run -- CMD ARGS...")
@@ -303,7 +451,7 @@ def run_command(
             log.error("bad lease environment: %s", exc)
             return EXIT_USAGE
     try:
-        return _Runner(holder, grace_seconds).run(command)
+        return _Runner(holder, grace_seconds, received).run(command)
     finally:
         holder.close()
 
@@ -346,16 +494,23 @@ leasehold exits with CMD's code (75 if the lease was taken meanwhile).
 def _cmd_run(args: argparse.Namespace) -> int:
     """Run, then leave the process at once with the exit code.
 
+    The process is a child subreaper (Linux): should the shim be killed on
+    its own, the command's orphans come here, and everything still below
+    this process is killed before it exits (it starts no other processes).
+
     ``os._exit`` (after flushing): a renew request may still be in flight in
     a daemon thread (the API server is unreachable, or the lease was just
     lost); the interpreter's shutdown must neither wait for it nor let it
     wake inside the TLS library mid-shutdown, which aborts the process.
     """
     _configure_logging()
+    shim.become_subreaper()
     argv = list(args.run_argv)
     if argv and argv[0] == "--":
         argv = argv[1:]
-    code = run_command(argv, grace_seconds=args.grace_seconds)
+    received: Sequence[int] = getattr(args, "early_signals", ())
+    code = run_command(argv, grace_seconds=args.grace_seconds, received=received)
+    shim.kill_tree(os.getpid())
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
