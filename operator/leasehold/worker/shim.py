@@ -24,7 +24,8 @@ REPORT_FD -- CMD ARGS...``, no package imports, a few ms); it:
   the command's own status.
 
 ``SIGTERM``/``SIGINT``/``SIGHUP`` that reach the shim (the wrapper forwards
-them to the group) are left to the command.
+them to the group) are left to the command. Off Linux (no subreaper, no
+``/proc``) only the command itself is killed with the wrapper.
 """
 
 from __future__ import annotations
@@ -103,26 +104,31 @@ def descendants(root: int) -> list[int]:
     return found
 
 
-def kill_tree(root: int) -> None:
+def kill_tree(root: int, known: Sequence[int] = ()) -> None:
     """``SIGKILL`` every descendant of ``root`` (this process), reaping until none is left.
 
     ``root`` must be a subreaper, so that every process of the tree ends up
     its child and is reaped here; a process forked while the tree is being
-    killed is found at the next pass.
+    killed is found at the next pass. Without ``/proc`` (not Linux) only
+    ``known`` (its own children) are killed.
 
     Args:
         root: this process's pid.
+        known: children of this process to kill even if ``/proc`` does not
+            list them.
     """
+    unreaped = set(known)
     while True:
-        for pid in descendants(root):
+        for pid in {*descendants(root), *unreaped}:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         try:
-            os.waitpid(-1, 0)
+            reaped, _ = os.waitpid(-1, 0)
         except ChildProcessError:
             return
         except InterruptedError:
             continue
+        unreaped.discard(reaped)
 
 
 def _child_setup() -> None:
@@ -191,7 +197,7 @@ def run(watch_fd: int, report_fd: int, command: Sequence[str]) -> None:
         except ChildProcessError:
             pid, status = 0, 0
         if pid == process.pid:
-            kill_tree(me)  # what the command left behind ends with it
+            kill_tree(me)  # what the command left behind ends with it (reaped: not known)
             _exit_like(os.waitstatus_to_exitcode(status))
         if pid != 0:
             continue  # an orphan re-parented here; reaped
@@ -208,7 +214,7 @@ def run(watch_fd: int, report_fd: int, command: Sequence[str]) -> None:
             except InterruptedError:
                 continue
             if not data:  # the wrapper is gone, or asks for the end
-                kill_tree(me)
+                kill_tree(me, [process.pid])
                 _exit_like(-signal.SIGKILL)
 
 
