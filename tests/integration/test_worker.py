@@ -25,10 +25,10 @@ import yaml
 from kubernetes import client
 
 from faultproxy import TcpProxy
+from leasehold import worker
 from leasehold.lease.protocol import Outcome, Rejection
 from leasehold.lease.store import Accepted, LeaseStore
-from leasehold.worker import holder as worker
-from leasehold.worker.holder import LeaseLost
+from leasehold.worker import LeaseLost
 from tests.integration.leases import count_requests
 
 RUN = [sys.executable, "-m", "leasehold.cli", "run"]

@@ -14,10 +14,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
-from typing import Any, cast
 
 import pytest
 
+from leasehold import worker
 from leasehold.lease.protocol import (
     Completion,
     FencingToken,
@@ -27,14 +27,14 @@ from leasehold.lease.protocol import (
     Rejection,
 )
 from leasehold.lease.store import Accepted, Rejected, Result, StoredLease, TransientStoreError
-from leasehold.worker import holder as worker
-from leasehold.worker.holder import (
+from leasehold.worker import (
     LeaseEnvironmentError,
     LeaseHolder,
     LeaseLost,
     LeaseTiming,
     LossReason,
 )
+from leasehold.worker import holder as holder_module
 from leasehold.worker.run import add_run_parser, term_lead_seconds
 
 EPSILON = 0.1
@@ -384,7 +384,7 @@ def test_a_refused_completion_marks_the_lease_lost() -> None:
 def test_a_completion_whose_reply_was_lost_is_accepted_on_retry(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(worker, "FINAL_WRITE_DELAYS", (0.01,))
+    monkeypatch.setattr(holder_module, "FINAL_WRITE_DELAYS", (0.01,))
     store = FakeStore()
     calls = iter(["lost reply", "completed"])
     mine = Completion(FencingToken(1), HolderIdentity("w"), Outcome.SUCCEEDED, datetime.now(UTC))
@@ -579,17 +579,9 @@ def test_claim_any_judges_each_claim_on_the_listed_lease() -> None:
         holder.close()
 
 
-class PreObservedStore(FakeStore):
-    """A store written before ``observed`` existed: ``claim`` has no such keyword."""
-
-    def claim(self, namespace: str, name: str, claimant: str) -> Result:  # type: ignore[override]
-        self.claims.append((name, None))
-        return Accepted(stored(claimant))
-
-
-def test_claim_without_observed_works_with_a_store_that_predates_it() -> None:
-    store = PreObservedStore()
-    holder = worker.claim("ns", "job", "pool-1", store=cast(Any, store))
+def test_claim_without_observed_lets_the_store_read_the_lease() -> None:
+    store = FakeStore()
+    holder = worker.claim("ns", "job", "pool-1", store=store)
     assert holder is not None
     try:
         assert store.claims == [("job", None)]
