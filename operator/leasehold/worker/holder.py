@@ -577,18 +577,11 @@ class LeaseHolder:
             self.close()
 
     def run(self, fn: Callable[[LeaseHolder], T]) -> T:
-        """Run ``fn(holder)`` under the lease and record how it ended.
+        """Run ``fn(holder)`` under the lease, complete with how it ended, return its value.
 
-        Starts renewing, calls ``fn``, completes with ``Succeeded`` when it
-        returns or ``Failed`` (message: the exception) when it raises
-        anything but :class:`LeaseLost`. ``fn`` must call :meth:`check`
-        before each effect: sync code is not interrupted.
-
-        Args:
-            fn: the work; takes the holder, returns anything.
-
-        Returns:
-            What ``fn`` returned.
+        ``Succeeded`` when ``fn`` returns, ``Failed`` (message: the exception)
+        when it raises anything but :class:`LeaseLost`. ``fn`` must call
+        :meth:`check` before each effect: sync code is not interrupted.
 
         Raises:
             LeaseLost: the lease was lost (during ``fn`` or at completion).
@@ -626,9 +619,6 @@ class LeaseHolder:
         ``CancelledError`` is turned into :class:`LeaseLost` at the block's
         end (the task's cancellation is undone, so the task itself goes on).
         A block that finished before the cancellation ran is not disturbed.
-
-        Yields:
-            The holder.
 
         Raises:
             LeaseLost: the lease was lost before or during the block.

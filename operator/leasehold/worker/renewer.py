@@ -1,10 +1,13 @@
 """The renewal engine of one held lease: renew on schedule, declare the loss at the deadline.
 
-Why a thread per request: a renew request that hangs must not stop the
-deadline from being enforced, so each request runs in its own daemon thread
-and the renewer thread only waits for its answer until the deadline. The
-request's timeout also ends at the deadline (an answer after it would be
-worthless). See :mod:`leasehold.worker.timing` for how the deadline is counted.
+Why a thread per request, each with its own timeout: one request that hangs
+(a half-open connection while the API server restarts) must neither stop
+the deadline from being enforced nor block the next try. Each request runs
+in its own daemon thread with a timeout well inside the window
+(:attr:`~leasehold.worker.timing.LeaseTiming.request_timeout_seconds`, never
+past the deadline); the renewer thread waits for its answer only that long,
+then gives it up and tries again, until the deadline. See
+:mod:`leasehold.worker.timing` for how the deadline is counted.
 """
 
 from __future__ import annotations
@@ -106,9 +109,10 @@ class Renewer:
             attempt.done.set()
             self._wake.set()
 
-    def _launch(self, answer_by: float) -> Attempt:
+    def _launch(self, deadline: float) -> Attempt:
         """Start one renew request in its own daemon thread; the clock is read first."""
-        attempt = Attempt(started_at=self._monotonic(), answer_by=answer_by)
+        started_at = self._monotonic()
+        attempt = Attempt(started_at, self.timing.answer_by(started_at, deadline))
         with self._lock:
             self._in_flight.add(attempt)
         threading.Thread(
@@ -152,7 +156,9 @@ class Renewer:
                 return None
             self._failures += 1
             failures = self._failures
-            self._retry_at = now + self.timing.retry_interval_seconds
+            # Tries start at most every retry interval: a quick refusal waits,
+            # a try that used up its timeout is followed at once.
+            self._retry_at = max(now, attempt.started_at + self.timing.retry_interval_seconds)
             deadline = self._deadline_locked()
         left = "unknown" if deadline is None else f"{deadline - now:.2f} s"
         log.warning(
@@ -160,7 +166,9 @@ class Renewer:
             self.key,
             failures,
             left,
-            error if error is not None else "no answer",
+            error
+            if error is not None
+            else f"no answer within {attempt.answer_by - attempt.started_at:.3g} s",
         )
         return None
 
@@ -168,8 +176,9 @@ class Renewer:
         """Renew now in this thread; return the finished attempt (its state already applied)."""
         deadline = self.deadline
         now = self._monotonic()
-        answer_by = now + self.timing.window_seconds if deadline is None else deadline
-        attempt = Attempt(started_at=now, answer_by=answer_by)
+        if deadline is None:
+            deadline = now + self.timing.window_seconds
+        attempt = Attempt(started_at=now, answer_by=self.timing.answer_by(now, deadline))
         with self._lock:
             self._in_flight.add(attempt)
         self._send(attempt)
@@ -196,9 +205,12 @@ class Renewer:
                     f" (last error: {last_error})",
                 )
             attempt = self._launch(give_up_at)
-            wait_for_event(attempt.done, give_up_at - self._monotonic())
+            wait_for_event(attempt.done, attempt.answer_by - self._monotonic())
             if not attempt.done.is_set():
-                continue  # the loop gives up at give_up_at
+                last_error = TimeoutError(
+                    f"no answer within {self.timing.request_timeout_seconds:.3g} s"
+                )
+                continue  # given up: try again at once (the loop ends at give_up_at)
             loss = self._apply(attempt)
             if loss is not None:
                 raise loss.again()
@@ -229,6 +241,11 @@ class Renewer:
                 if self._apply(attempt) is not None:
                     return
                 continue
+            if attempt is not None and self._monotonic() >= attempt.answer_by:
+                with self._lock:  # hung past its timeout: give it up, try again
+                    self._attempt = None
+                self._apply(attempt)  # counted as a failure ("no answer")
+                continue
             with self._lock:
                 deadline = self._deadline_locked()
                 next_renew = self._next_renew_locked()
@@ -249,7 +266,7 @@ class Renewer:
                 with self._lock:
                     self._attempt = new_attempt
                 continue
-            wake_at = deadline if in_flight else min(deadline, next_renew)
+            wake_at = min(deadline, attempt.answer_by if attempt is not None else next_renew)
             wait_for_event(self._wake, wake_at - now)
             self._wake.clear()
 

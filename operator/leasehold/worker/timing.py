@@ -22,6 +22,10 @@ from typing import Final
 DEFAULT_RENEW_FRACTION: Final = 1 / 3
 """Renew every third of the lease duration: two renewals can fail in a row."""
 
+MIN_REQUEST_TIMEOUT_SECONDS: Final = 1.0
+"""No renew request is given less than this (unless the deadline is nearer): a
+slow but healthy API server must still be able to answer."""
+
 
 def default_margin_seconds(duration_seconds: float) -> float:
     """Return the default safety margin (seconds) for a lease of ``duration_seconds``.
@@ -87,8 +91,27 @@ class LeaseTiming:
 
     @property
     def retry_interval_seconds(self) -> float:
-        """Pause after a failed renewal before the next try."""
+        """Least time between the starts of two tries after a failed renewal."""
         return min(1.0, self.renew_interval_seconds / 4)
+
+    @property
+    def request_timeout_seconds(self) -> float:
+        """How long one renew request may take before it is given up and tried again.
+
+        Half the renew interval (at least :data:`MIN_REQUEST_TIMEOUT_SECONDS`),
+        so one request hung on a half-open connection (an API server that
+        went away without closing it) leaves time for more tries, on a new
+        connection, before the deadline. No request outlives the deadline.
+        """
+        return max(MIN_REQUEST_TIMEOUT_SECONDS, self.renew_interval_seconds / 2)
+
+    def answer_by(self, request_start: float, deadline: float) -> float:
+        """Return when a renew request started at ``request_start`` is given up.
+
+        ``deadline`` is the current local deadline (monotonic): an answer
+        after it would be worthless.
+        """
+        return min(request_start + self.request_timeout_seconds, deadline)
 
     def deadline_after(self, request_start: float) -> float:
         """Return the local deadline earned by a successful renewal.
