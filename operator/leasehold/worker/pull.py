@@ -57,10 +57,10 @@ def claim(
             margin_seconds=margin_seconds,
             on_lost=on_lost,
         )
-    if holder is None:
-        scope.close()
-        return None
-    return holder.start()
+        if holder is not None:
+            return holder.start()
+    scope.close()
+    return None
 
 
 def claim_any(
