@@ -13,7 +13,9 @@ directory overwrites them.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -223,6 +225,57 @@ class LocalCluster:
         self._run(
             self._used_bin_dir, component, builders[component], probes[component], time.monotonic()
         )
+
+    def add_apiserver(self, name: str = f"{APISERVER}-2") -> int:
+        """Start one more kube-apiserver on the same etcd and PKI, as in an HA control plane.
+
+        Clients that reach the API servers through one address (a TCP proxy
+        standing in for a load balancer) can then live through a rolling
+        restart. The new server stops with the cluster, or with
+        :meth:`stop_component`.
+
+        Args:
+            name: the process name; must start with ``kube-apiserver-``.
+
+        Returns:
+            The new server's loopback port (same CA, same certificate names).
+
+        Raises:
+            StateError: the cluster is not started, or ``name`` is taken or malformed.
+            ComponentError: it is not healthy within ``timeout``.
+        """
+        if not self._processes:
+            raise StateError("the cluster has not been started")
+        if not name.startswith(f"{APISERVER}-") or name in self._processes:
+            raise StateError(f"cannot add an API server named {name!r}")
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((LOOPBACK, 0))
+            port = int(sock.getsockname()[1])
+        ports = dataclasses.replace(self.ports, apiserver=port)
+        process = spawn(
+            name,
+            self._used_bin_dir / APISERVER,
+            apiserver_args(self.layout, ports),
+            self.layout.log(name),
+            cwd=self.layout.workdir,
+            stop_with_parent=self.stop_with_parent,
+        )
+        self._processes[name] = process
+        save_state(self.layout, self._state())
+        self._wait(process, component_probes(self.layout, ports)[APISERVER], time.monotonic())
+        return port
+
+    def stop_component(self, name: str, grace: float = 10.0) -> None:
+        """Stop one component for good (e.g. an API server from :meth:`add_apiserver`).
+
+        Raises:
+            StateError: no such running component.
+        """
+        process = self._processes.pop(name, None)
+        if process is None:
+            raise StateError(f"no running component {name!r}")
+        stop_all([[process]], grace)
+        save_state(self.layout, self._state())
 
     def stop(self, grace: float = 10.0) -> None:
         """Stop every started component: SIGTERM, then SIGKILL after ``grace`` s.

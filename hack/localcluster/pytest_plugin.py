@@ -8,6 +8,9 @@ Register with ``pytest_plugins = ["localcluster.pytest_plugin"]`` or
   a cluster from ``python -m localcluster up``, ...); otherwise a
   `LocalCluster` started for the session in a temp folder and stopped at its
   end. A cluster that cannot start fails the tests; it never skips them.
+- ``local_cluster`` (session): that `LocalCluster` itself, for tests that
+  change the control plane (e.g. add a second API server); such a test fails
+  against a ``LEASEHOLD_TEST_KUBECONFIG`` cluster.
 - ``kubectl`` (session): a `Kubectl` bound to that kubeconfig.
 - ``namespace`` (function): a fresh namespace named after the test, deleted
   afterwards without waiting.
@@ -56,22 +59,10 @@ def namespace_name(test_name: str, suffix: str = "") -> str:
 
 
 @pytest.fixture(scope="session")
-def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """Give the kubeconfig of the cluster under test, starting one if needed.
-
-    Args:
-        tmp_path_factory: Pytest's temp folders; the local cluster's work
-            directory (logs included) stays there after the run.
-
-    Yields:
-        Path of an admin kubeconfig.
-    """
-    given = os.environ.get(KUBECONFIG_ENV)
-    if given:
-        path = Path(given).expanduser()
-        if not path.is_file():
-            pytest.fail(f"{KUBECONFIG_ENV}={given} does not name a kubeconfig file", pytrace=False)
-        yield path
+def _session_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster | None]:
+    """The session's `LocalCluster`, or None when ``LEASEHOLD_TEST_KUBECONFIG`` names a cluster."""
+    if os.environ.get(KUBECONFIG_ENV):
+        yield None
         return
     cluster = LocalCluster(tmp_path_factory.mktemp("localcluster"), stop_with_parent=True)
     try:
@@ -79,9 +70,48 @@ def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     except (LocalClusterError, OSError) as exc:
         pytest.fail(f"the local control plane did not start: {exc}", pytrace=False)
     try:
-        yield cluster.kubeconfig
+        yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def kubeconfig(_session_cluster: LocalCluster | None) -> Path:
+    """Give the kubeconfig of the cluster under test, starting one if needed.
+
+    The local cluster's work directory (logs included) stays in pytest's
+    temp folders after the run.
+
+    Returns:
+        Path of an admin kubeconfig.
+    """
+    if _session_cluster is not None:
+        return _session_cluster.kubeconfig
+    given = os.environ[KUBECONFIG_ENV]
+    path = Path(given).expanduser()
+    if not path.is_file():
+        pytest.fail(f"{KUBECONFIG_ENV}={given} does not name a kubeconfig file", pytrace=False)
+    return path
+
+
+@pytest.fixture(scope="session")
+def local_cluster(_session_cluster: LocalCluster | None) -> LocalCluster:
+    """Give the session's `LocalCluster`, for tests that change the control plane itself.
+
+    Such a test fails (it does not skip) against a cluster named by
+    ``LEASEHOLD_TEST_KUBECONFIG``: it cannot add or stop that cluster's
+    components.
+
+    Returns:
+        The running local cluster.
+    """
+    if _session_cluster is None:
+        pytest.fail(
+            f"this test changes the control plane; it needs the local one"
+            f" ({KUBECONFIG_ENV} is set)",
+            pytrace=False,
+        )
+    return _session_cluster
 
 
 @pytest.fixture(scope="session")

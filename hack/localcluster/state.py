@@ -56,7 +56,10 @@ class ClusterState:
         """
         by_name = {process.name: process for process in self.processes}
         order = [[SCHEDULER, CONTROLLER_MANAGER], [APISERVER], [ETCD]]
-        return [[by_name[name] for name in wave if name in by_name] for wave in order]
+        waves = [[by_name[name] for name in wave if name in by_name] for wave in order]
+        # Extra API servers (`LocalCluster.add_apiserver`) stop with the first one.
+        waves[1] += [p for p in self.processes if p.name.startswith(f"{APISERVER}-")]
+        return waves
 
     def to_json(self) -> dict[str, Any]:
         """Return the state as a JSON-ready mapping.

@@ -59,11 +59,25 @@ def _cmd_crds(args: argparse.Namespace) -> int:
     return 0
 
 
+OPERATOR_EXTRA_MODULES = frozenset({"kopf", "prometheus_client", "pydantic_settings"})
+"""What ``leasehold[operator]`` installs beyond the core (``pip install leasehold``)."""
+
+
 def _cmd_operator(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from leasehold.controller.main import run_operator
-    from leasehold.controller.settings import OperatorSettings
+    try:
+        from leasehold.controller.main import run_operator
+        from leasehold.controller.settings import OperatorSettings
+    except ModuleNotFoundError as exc:
+        if exc.name not in OPERATOR_EXTRA_MODULES:
+            raise
+        print(
+            f"leasehold operator: {exc.name} is not installed; the operator needs its extra:"
+            " pip install 'leasehold[operator]'",
+            file=sys.stderr,
+        )
+        return 2
 
     overrides: dict[str, object] = {}
     if args.namespaces:

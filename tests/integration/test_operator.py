@@ -16,10 +16,9 @@ from typing import Any, TypeVar, cast
 import pytest
 from kubernetes import client, watch
 
-from leasehold import names
+from leasehold import names, worker
 from leasehold.lease.protocol import Outcome, Rejection
 from leasehold.lease.store import LeaseStore, Rejected
-from leasehold.worker import holder as worker
 from operatorproc import OperatorProcess
 from podrunner import PodRunner
 

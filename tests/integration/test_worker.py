@@ -22,13 +22,14 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import yaml
-from kubernetes import client
+from kubernetes import client, config
 
 from faultproxy import TcpProxy
+from leasehold import worker
 from leasehold.lease.protocol import Outcome, Rejection
 from leasehold.lease.store import Accepted, LeaseStore
-from leasehold.worker import holder as worker
-from leasehold.worker.holder import LeaseLost
+from leasehold.worker import LeaseLost, LossReason
+from localcluster.cluster import LocalCluster
 from tests.integration.leases import count_requests
 
 RUN = [sys.executable, "-m", "leasehold.cli", "run"]
@@ -640,3 +641,103 @@ def test_as_pid_1_a_sigterm_during_start_up_stops_the_wrapper(
     assert not started.exists(), "the command was started after SIGTERM"
     lease = store.get(namespace, "job").record
     assert (lease.holder_identity, lease.fencing_token, lease.completion) == (None, 1, None)
+    assert (lease.holder_identity, lease.fencing_token, lease.completion) == (None, 1, None)
+
+
+# -- a hung request is not a lost lease ----------------------------------------
+
+
+def _server_of(kubeconfig: Path) -> tuple[str, int]:
+    server = urlsplit(yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"])
+    assert server.hostname is not None and server.port is not None
+    return server.hostname, server.port
+
+
+def test_a_holder_whose_every_request_hangs_loses_the_lease_at_its_local_deadline(
+    store: LeaseStore, crds_installed: Path, namespace: str, tmp_path: Path
+) -> None:
+    """Requests are retried on new connections while they hang, and the deadline still holds."""
+    store.create(namespace, "job", job_name="job", lease_duration_seconds=6)
+    with TcpProxy(*_server_of(crds_installed)) as proxy:
+        kubeconfig = _proxied_kubeconfig(crds_installed, proxy, tmp_path / "kubeconfig")
+        proxied = config.new_client_from_config(config_file=str(kubeconfig))
+        noticed = Noticed()
+        holder = worker.claim(
+            namespace, "job", "worker-a", store=LeaseStore(proxied), on_lost=noticed
+        )
+        assert holder is not None
+        try:
+            # window 4.8 s, renew every 2 s, each request given up after 1 s
+            assert holder.timing.request_timeout_seconds == pytest.approx(1.0)
+            time.sleep(0.2)
+            proxy.blackhole()
+            blackholed_at, accepted = time.monotonic(), proxy.accepted
+            deadline = holder.deadline
+            assert deadline is not None
+            assert noticed.called.wait(10)
+            assert noticed.at is not None and noticed.loss is not None
+            assert noticed.loss.reason is LossReason.DEADLINE_PASSED
+            late = noticed.at - deadline
+            assert 0 <= late < 0.25, late
+            # The first renewal (2 s after the claim, on the pooled connection)
+            # hung, was given up after 1 s and tried again on a new connection,
+            # and so on until the deadline.
+            tries = proxy.accepted - accepted
+            assert tries >= 2, tries
+            print(
+                f"\n[measure] every request hangs: lease lost {late * 1000:.1f} ms after the"
+                f" local deadline ({noticed.at - blackholed_at:.2f} s after the blackhole,"
+                f" {tries} new connections tried)"
+            )
+        finally:
+            holder.close()
+            proxied.close()
+    lease = store.get(namespace, "job").record
+    assert lease.holder_identity == "worker-a"  # nothing else was written
+
+
+def test_run_keeps_a_10s_lease_through_a_rolling_api_server_restart(
+    store: LeaseStore,
+    crds_installed: Path,
+    local_cluster: LocalCluster,
+    namespace: str,
+    tmp_path: Path,
+    wrapper_procs: list[subprocess.Popen[str]],
+) -> None:
+    """Two API servers on one etcd behind a proxy (the load balancer); each restarts in turn.
+
+    A restart leaves the clients' open connections half-open (the worst
+    case: no FIN, no RST), so the renewal in flight hangs; new connections
+    go to the other server. The child must not be killed, and its exit is
+    recorded under the original token.
+    """
+    first = _server_of(crds_installed)
+    second = ("127.0.0.1", local_cluster.add_apiserver())
+    try:
+        duration = 10  # renew every 3.33 s, window 8 s, each request given up after 1.67 s
+        token = push_claim(store, namespace, duration)
+        with TcpProxy(*first) as proxy:
+            kubeconfig = _proxied_kubeconfig(crds_installed, proxy, tmp_path / "kubeconfig")
+            proc = subprocess.Popen(
+                [*RUN, "--", "sh", "-c", "sleep 24"],
+                env=run_env(kubeconfig, namespace, token, duration),
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            wrapper_procs.append(proc)
+            for server in (second, first, second):  # a restart every 7 s
+                time.sleep(7)
+                assert proc.poll() is None
+                proxy.strand()
+                proxy.retarget(*server)
+            _, stderr = proc.communicate(timeout=30)
+    finally:
+        local_cluster.stop_component("kube-apiserver-2")
+    assert proc.returncode == 0, stderr
+    assert "lease lost" not in stderr, stderr
+    hung = stderr.count("renewed again after")
+    assert hung >= 1, stderr  # at least one renewal hung and was tried again
+    lease = store.get(namespace, "job").record
+    assert lease.completion is not None, stderr
+    assert (lease.completion.outcome, lease.completion.fencing_token) == (Outcome.SUCCEEDED, token)
+    print(f"\n[measure] rolling restart: {hung} renewal(s) hung and were retried, child kept")

@@ -61,3 +61,62 @@ def test_delay_and_drop(echo_port: int) -> None:
         time.sleep(0.1)
         assert conn.recv(16) == b""
         conn.close()
+
+
+def test_blackhole_swallows_bytes_and_keeps_connections_open(echo_port: int) -> None:
+    with TcpProxy("127.0.0.1", echo_port) as proxy:
+        old = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
+        old.sendall(b"one")
+        assert old.recv(16) == b"one"
+        proxy.blackhole()
+        time.sleep(0.1)
+        new = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
+        for conn in (old, new):
+            conn.sendall(b"lost")
+            conn.settimeout(0.5)
+            with pytest.raises(TimeoutError):  # no answer, and no EOF either
+                conn.recv(16)
+        old.close()  # the echo server serves one connection at a time
+        new.close()
+        proxy.restore()
+        time.sleep(0.1)
+        fresh = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
+        fresh.sendall(b"back")
+        assert fresh.recv(16) == b"back"
+        fresh.close()
+
+
+def test_retarget_and_strand_model_a_rolling_restart(echo_port: int) -> None:
+    other = socket.create_server(("127.0.0.1", 0))
+    other_port = other.getsockname()[1]
+
+    def shout() -> None:  # a second server that answers in upper case
+        while True:
+            try:
+                conn, _ = other.accept()
+            except OSError:
+                return
+            with conn:
+                while data := conn.recv(1024):
+                    conn.sendall(data.upper())
+
+    threading.Thread(target=shout, daemon=True).start()
+    try:
+        with TcpProxy("127.0.0.1", echo_port) as proxy:
+            old = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
+            old.sendall(b"a")
+            assert old.recv(16) == b"a"
+            proxy.strand()
+            proxy.retarget("127.0.0.1", other_port)
+            time.sleep(0.1)
+            old.sendall(b"b")
+            old.settimeout(0.5)
+            with pytest.raises(TimeoutError):  # half-open: neither answer nor EOF
+                old.recv(16)
+            new = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
+            new.sendall(b"c")
+            assert new.recv(16) == b"C"
+            old.close()
+            new.close()
+    finally:
+        other.close()

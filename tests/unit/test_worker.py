@@ -14,10 +14,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
-from typing import Any, cast
 
 import pytest
 
+from leasehold import worker
 from leasehold.lease.errors import TransientStoreError
 from leasehold.lease.protocol import (
     Completion,
@@ -28,14 +28,15 @@ from leasehold.lease.protocol import (
     Rejection,
 )
 from leasehold.lease.store import Accepted, Rejected, Result, StoredLease
-from leasehold.worker import holder as worker
-from leasehold.worker.holder import (
+from leasehold.worker import (
     LeaseEnvironmentError,
     LeaseHolder,
     LeaseLost,
     LeaseTiming,
     LossReason,
 )
+from leasehold.worker import holder as holder_module
+from leasehold.worker import timing as timing_module
 from leasehold.worker.run import add_run_parser, term_lead_seconds
 
 EPSILON = 0.1
@@ -228,18 +229,21 @@ def test_deadline_runs_from_the_start_of_the_request_not_its_end() -> None:
     assert holder.remaining_seconds() == pytest.approx(8.0 - 0.7)
 
 
-def test_request_timeout_never_reaches_past_the_deadline() -> None:
+def test_request_timeout_is_well_inside_the_window_and_never_past_the_deadline() -> None:
     clock = FakeClock(100.0)
     store = FakeStore()
     holder = make_holder(store, 30, clock=clock, acquired_at=100.0)  # deadline 124
+    assert holder.timing.request_timeout_seconds == pytest.approx(5.0)  # half of 10 s
     clock.now = 110.0
     holder.renew_now()  # deadline 134
     clock.now = 131.5
     holder.renew_now()
     (at1, timeout1), (_, timeout2) = store.renews
     assert at1 == 110.0
-    assert timeout1 == pytest.approx(124.0 - 110.0)
-    assert timeout2 == pytest.approx(134.0 - 131.5)
+    assert timeout1 == pytest.approx(5.0)  # 14 s were left: bounded by the request timeout
+    assert timeout2 == pytest.approx(134.0 - 131.5)  # bounded by the deadline
+    # Short leases: at least 1 s per request, unless the deadline is nearer.
+    assert LeaseTiming.for_duration(3).request_timeout_seconds == pytest.approx(1.0)
 
 
 def test_check_fails_exactly_at_the_deadline() -> None:
@@ -294,6 +298,32 @@ def test_a_renew_that_hangs_loses_the_lease_at_the_deadline(hang: threading.Even
     # (The fake store reads the clock a few microseconds after the holder
     # computed the timeout, hence the 5 ms allowance.)
     assert timeout is not None and sent_at + timeout <= deadline + 0.005
+
+
+def test_a_hung_renew_is_given_up_at_its_timeout_and_tried_again(
+    hang: threading.Event, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(timing_module, "MIN_REQUEST_TIMEOUT_SECONDS", 0.1)
+    answers = iter(["hang"])
+    store = FakeStore()
+    store.on_renew = lambda: (
+        (hang.wait(), Accepted(stored()))[1]
+        if next(answers, "ok") == "hang"
+        else Accepted(stored())
+    )
+    start = time.monotonic()
+    # window 1.2 s, renew every 0.5 s, each request gets 0.25 s
+    holder = make_holder(store, 1.5, margin=0.3, acquired_at=start).start()
+    assert holder.timing.request_timeout_seconds == pytest.approx(0.25)
+    try:
+        time.sleep(1.4)  # past the first deadline (start + 1.2)
+        holder.check()  # the retry after the hung request renewed the lease
+        (first, timeout1), (second, timeout2) = store.renews[:2]
+        assert timeout1 is not None and timeout1 <= 0.25
+        assert timeout2 is not None and timeout2 <= 0.25
+        assert second - first == pytest.approx(0.25, abs=EPSILON)  # at once, not at the deadline
+    finally:
+        holder.release()
 
 
 def test_a_rejected_renew_loses_the_lease_at_once_with_its_reason() -> None:
@@ -385,7 +415,7 @@ def test_a_refused_completion_marks_the_lease_lost() -> None:
 def test_a_completion_whose_reply_was_lost_is_accepted_on_retry(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(worker, "FINAL_WRITE_DELAYS", (0.01,))
+    monkeypatch.setattr(holder_module, "FINAL_WRITE_DELAYS", (0.01,))
     store = FakeStore()
     calls = iter(["lost reply", "completed"])
     mine = Completion(FencingToken(1), HolderIdentity("w"), Outcome.SUCCEEDED, datetime.now(UTC))
@@ -580,17 +610,9 @@ def test_claim_any_judges_each_claim_on_the_listed_lease() -> None:
         holder.close()
 
 
-class PreObservedStore(FakeStore):
-    """A store written before ``observed`` existed: ``claim`` has no such keyword."""
-
-    def claim(self, namespace: str, name: str, claimant: str) -> Result:  # type: ignore[override]
-        self.claims.append((name, None))
-        return Accepted(stored(claimant))
-
-
-def test_claim_without_observed_works_with_a_store_that_predates_it() -> None:
-    store = PreObservedStore()
-    holder = worker.claim("ns", "job", "pool-1", store=cast(Any, store))
+def test_claim_without_observed_lets_the_store_read_the_lease() -> None:
+    store = FakeStore()
+    holder = worker.claim("ns", "job", "pool-1", store=store)
     assert holder is not None
     try:
         assert store.claims == [("job", None)]

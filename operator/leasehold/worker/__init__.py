@@ -19,18 +19,22 @@ Push mode (the operator claimed the lease for this pod)::
 Pull mode (a pool claims leases of LeasedJobs without a pod template):
 :func:`claim` and :func:`claim_any`. Any language: ``leasehold run -- CMD``
 (:mod:`leasehold.worker.run`).
+
+Inside: :mod:`~leasehold.worker.holder` (the holder API),
+:mod:`~leasehold.worker.renewer` (the renewal engine),
+:mod:`~leasehold.worker.timing` (deadline arithmetic),
+:mod:`~leasehold.worker.pull` (claims), :mod:`~leasehold.worker.connection`
+(the store and its API client).
 """
 
+from leasehold.lease.errors import LeaseNotFoundError, StoreError, TransientStoreError
 from leasehold.lease.protocol import FencingToken, HolderIdentity, Outcome, Rejection
 from leasehold.lease.store import Accepted, Rejected, Result, StoredLease
-from leasehold.worker.holder import (
-    LeaseEnvironmentError,
-    LeaseHolder,
-    LeaseLost,
-    LossReason,
-    claim,
-    claim_any,
-)
+from leasehold.worker.connection import LeaseOperations
+from leasehold.worker.errors import LeaseEnvironmentError, LeaseLost, LossReason
+from leasehold.worker.holder import LeaseHolder, LossCallback
+from leasehold.worker.pull import claim, claim_any
+from leasehold.worker.timing import LeaseTiming
 
 __all__ = [
     "Accepted",
@@ -39,12 +43,18 @@ __all__ = [
     "LeaseEnvironmentError",
     "LeaseHolder",
     "LeaseLost",
+    "LeaseNotFoundError",
+    "LeaseOperations",
+    "LeaseTiming",
+    "LossCallback",
     "LossReason",
     "Outcome",
     "Rejected",
     "Rejection",
     "Result",
+    "StoreError",
     "StoredLease",
+    "TransientStoreError",
     "claim",
     "claim_any",
 ]

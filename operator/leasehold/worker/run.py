@@ -59,12 +59,9 @@ from leasehold.lease.store import Rejected
 from leasehold.lease.waits import wait_for_event
 from leasehold.names import ENV_FENCING_TOKEN
 from leasehold.worker import shim
-from leasehold.worker.holder import (
-    LeaseEnvironmentError,
-    LeaseHolder,
-    LeaseLost,
-    LeaseTiming,
-)
+from leasehold.worker.errors import LeaseEnvironmentError, LeaseLost
+from leasehold.worker.holder import LeaseHolder
+from leasehold.worker.timing import LeaseTiming
 
 log = logging.getLogger("leasehold.worker.run")
 

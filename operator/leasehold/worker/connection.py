@@ -1,0 +1,126 @@
+"""The lease store as a worker reaches it, and the one owner of the API client behind it.
+
+Why this module exists: a holder built from the environment, a pull-mode
+claim and a pool's ``claim_any`` all may build their own Kubernetes API
+client, and whoever ends up holding the lease must close it; a failed or
+refused claim must close it at once. :class:`StoreScope` is that ownership,
+in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Protocol
+
+from leasehold.lease.kubeclient import new_api_client
+from leasehold.lease.protocol import Outcome
+from leasehold.lease.store import LeaseStore, Result, StoredLease
+
+
+class LeaseOperations(Protocol):
+    """The lease operations a worker needs; :class:`~leasehold.lease.store.LeaseStore` has them.
+
+    Each method is the :class:`~leasehold.lease.store.LeaseStore` method of
+    the same name. ``request_timeout`` (seconds) bounds one API request, so
+    a renewal that hangs cannot run past the holder's deadline; ``observed``
+    (the lease as the caller last saw it) only saves a read.
+    """
+
+    def claim(
+        self,
+        namespace: str,
+        name: str,
+        claimant: str,
+        *,
+        observed: StoredLease | None = None,
+    ) -> Result:
+        """Claim an unheld lease."""
+        ...
+
+    def renew(
+        self,
+        namespace: str,
+        name: str,
+        holder: str,
+        token: int,
+        *,
+        request_timeout: float | None = None,
+    ) -> Result:
+        """Renew a held lease."""
+        ...
+
+    def complete(
+        self,
+        namespace: str,
+        name: str,
+        holder: str,
+        token: int,
+        outcome: Outcome,
+        *,
+        message: str = "",
+        exit_code: int | None = None,
+        request_timeout: float | None = None,
+    ) -> Result:
+        """Record the job's completion."""
+        ...
+
+    def release(
+        self,
+        namespace: str,
+        name: str,
+        holder: str,
+        token: int,
+        *,
+        request_timeout: float | None = None,
+    ) -> Result:
+        """Give a held lease back."""
+        ...
+
+    def list_leases(
+        self, namespace: str, *, label_selector: str | None = None
+    ) -> list[StoredLease]:
+        """List the leases of a namespace."""
+        ...
+
+
+class StoreScope:
+    """A lease store and, when it was built here, the API client it runs on.
+
+    ``StoreScope(store)`` wraps a caller's store (never closed here);
+    :meth:`open` builds a :class:`~leasehold.lease.store.LeaseStore` on
+    :func:`~leasehold.lease.kubeclient.new_api_client` (``$KUBECONFIG`` or
+    in-cluster) when given ``None``. :meth:`close` closes only a client built
+    here, once.
+    """
+
+    def __init__(self, store: LeaseOperations, api_client: Any = None) -> None:
+        self.store = store
+        self._api_client = api_client
+
+    @classmethod
+    def open(cls, store: LeaseOperations | None = None) -> StoreScope:
+        """Wrap ``store``, or build a store on a new API client when it is ``None``.
+
+        Raises:
+            kubernetes.config.ConfigException: no cluster configuration found.
+        """
+        if store is not None:
+            return cls(store)
+        api_client = new_api_client()
+        return cls(LeaseStore(api_client), api_client)
+
+    def close(self) -> None:
+        """Close the API client built here, if any (idempotent)."""
+        api_client, self._api_client = self._api_client, None
+        if api_client is not None:
+            api_client.close()
+
+    @contextmanager
+    def closed_on_error(self) -> Iterator[LeaseOperations]:
+        """Yield the store; close the scope if the block raises (nobody took it over)."""
+        try:
+            yield self.store
+        except BaseException:
+            self.close()
+            raise

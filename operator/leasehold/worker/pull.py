@@ -1,0 +1,156 @@
+"""Pull mode: a worker pool claims the leases of LeasedJobs that have no pod template.
+
+Why a claim may pass ``observed``: a claim judged on the lease as the
+worker last saw it (from a LIST or a watch) is one PATCH while that copy is
+current; a stale copy costs a read, never a wrong result (see
+:meth:`leasehold.lease.store.LeaseStore.claim`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from leasehold.lease.errors import LeaseNotFoundError
+from leasehold.lease.store import Rejected, StoredLease
+from leasehold.worker.connection import LeaseOperations, StoreScope
+from leasehold.worker.holder import LeaseHolder, LossCallback
+from leasehold.worker.timing import DEFAULT_RENEW_FRACTION
+
+log = logging.getLogger(__name__)
+
+
+def claim(
+    namespace: str,
+    lease_name: str,
+    holder_identity: str,
+    *,
+    store: LeaseOperations | None = None,
+    renew_fraction: float = DEFAULT_RENEW_FRACTION,
+    margin_seconds: float | None = None,
+    on_lost: LossCallback | None = None,
+    observed: StoredLease | None = None,
+) -> LeaseHolder | None:
+    """Claim one lease as ``holder_identity`` (e.g. ``host:pid``) and start renewing it.
+
+    Without ``store`` one is built on a new API client, closed with the
+    holder. The other keywords are :class:`LeaseHolder`'s.
+
+    Returns:
+        A started :class:`LeaseHolder` whose first deadline counts from the
+        start of the claim request, or ``None`` when someone else holds the
+        lease or its job is completed.
+
+    Raises:
+        LeaseNotFoundError: no such lease.
+        TransientStoreError: retry later.
+        StoreError: any other refusal.
+    """
+    scope = StoreScope.open(store)
+    with scope.closed_on_error():
+        holder = _claim(
+            scope,
+            namespace,
+            lease_name,
+            holder_identity,
+            observed=observed,
+            renew_fraction=renew_fraction,
+            margin_seconds=margin_seconds,
+            on_lost=on_lost,
+        )
+        if holder is not None:
+            return holder.start()
+    scope.close()
+    return None
+
+
+def claim_any(
+    namespace: str,
+    holder_identity: str,
+    label_selector: str | None = None,
+    *,
+    store: LeaseOperations | None = None,
+    renew_fraction: float = DEFAULT_RENEW_FRACTION,
+    margin_seconds: float | None = None,
+    on_lost: LossCallback | None = None,
+) -> LeaseHolder | None:
+    """Claim the oldest free lease of a namespace (matching ``label_selector``, e.g. ``pool=gpu``).
+
+    Held, completed and exhausted leases are skipped, and so is a lease
+    taken (or deleted) by someone else between the LIST and the claim.
+    Requests: one LIST, then one PATCH per lease tried. Arguments as :func:`claim`.
+
+    Returns:
+        A started :class:`LeaseHolder`, or ``None`` when no lease was free.
+
+    Raises:
+        TransientStoreError: retry later.
+        StoreError: any other refusal.
+    """
+    scope = StoreScope.open(store)
+    with scope.closed_on_error():
+        for lease in _oldest_first(
+            scope.store.list_leases(namespace, label_selector=label_selector)
+        ):
+            record = lease.record
+            cap = record.max_fencing_token
+            exhausted = cap is not None and record.fencing_token >= cap
+            if record.held or record.completion is not None or exhausted:
+                continue
+            try:
+                holder = _claim(
+                    scope,
+                    namespace,
+                    lease.name,
+                    holder_identity,
+                    observed=lease,
+                    renew_fraction=renew_fraction,
+                    margin_seconds=margin_seconds,
+                    on_lost=on_lost,
+                )
+            except LeaseNotFoundError:
+                continue
+            if holder is not None:
+                return holder.start()
+    scope.close()
+    return None
+
+
+def _claim(
+    scope: StoreScope,
+    namespace: str,
+    lease_name: str,
+    holder_identity: str,
+    *,
+    observed: StoredLease | None,
+    renew_fraction: float,
+    margin_seconds: float | None,
+    on_lost: LossCallback | None,
+) -> LeaseHolder | None:
+    """One claim request; the holder it returns (not started) owns ``scope``."""
+    started = time.monotonic()
+    result = scope.store.claim(namespace, lease_name, holder_identity, observed=observed)
+    if isinstance(result, Rejected):
+        log.info("lease %s/%s not claimed: %s", namespace, lease_name, result.rejection)
+        return None
+    return LeaseHolder(
+        scope,
+        namespace,
+        lease_name,
+        holder_identity,
+        result.token,
+        result.lease.record.lease_duration_seconds,
+        job_name=result.lease.record.job_name,
+        renew_fraction=renew_fraction,
+        margin_seconds=margin_seconds,
+        acquired_at=started,
+        on_lost=on_lost,
+    )
+
+
+def _oldest_first(leases: list[StoredLease]) -> list[StoredLease]:
+    def age(lease: StoredLease) -> tuple[str, str]:
+        meta = lease.body.get("metadata", {})
+        return (str(meta.get("creationTimestamp", "")), lease.name)
+
+    return sorted(leases, key=age)

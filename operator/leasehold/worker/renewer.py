@@ -1,0 +1,300 @@
+"""The renewal engine of one held lease: renew on schedule, declare the loss at the deadline.
+
+Why a thread per request, each with its own timeout: one request that hangs
+(a half-open connection while the API server restarts) must neither stop
+the deadline from being enforced nor block the next try. Each request runs
+in its own daemon thread with a timeout well inside the window
+(:attr:`~leasehold.worker.timing.LeaseTiming.request_timeout_seconds`, never
+past the deadline); the renewer thread waits for its answer only that long,
+then gives it up and tries again, until the deadline. See
+:mod:`leasehold.worker.timing` for how the deadline is counted.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from leasehold.lease.errors import LeaseNotFoundError
+from leasehold.lease.protocol import MonotonicClock
+from leasehold.lease.store import Accepted, Rejected, Result
+from leasehold.lease.waits import join_thread, wait_for_event
+from leasehold.worker.errors import LeaseLost, LossReason
+from leasehold.worker.timing import LeaseTiming
+
+log = logging.getLogger(__name__)
+
+RenewRequest = Callable[[float], Result]
+"""Sends one renew request bounded by the given timeout (seconds) and returns the store's result."""
+
+
+@dataclass(eq=False)
+class Attempt:
+    """One renew request: when it started, when its answer is due, how it ended."""
+
+    started_at: float
+    answer_by: float
+    done: threading.Event = field(default_factory=threading.Event)
+    result: Result | None = None
+    error: BaseException | None = None
+
+
+class Renewer:
+    """Keeps one lease renewed and reports its loss once, through ``on_loss``.
+
+    ``acquired_at`` is the monotonic time taken right before the claim
+    request, if this process made it (the first deadline counts from it);
+    ``None`` means no deadline is known until :meth:`confirm` renews once.
+    After :meth:`halt` (the holder ended or lost the lease) answers still in
+    flight are ignored.
+    """
+
+    def __init__(
+        self,
+        renew: RenewRequest,
+        timing: LeaseTiming,
+        *,
+        key: str,
+        acquired_at: float | None,
+        on_loss: Callable[[LeaseLost], None],
+        monotonic: MonotonicClock = time.monotonic,
+    ) -> None:
+        self.timing = timing
+        self.key = key
+        self._renew = renew
+        self._on_loss = on_loss
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._last_ok_start: float | None = acquired_at
+        self._retry_at: float | None = None
+        self._failures = 0
+        self._attempt: Attempt | None = None
+        self._in_flight: set[Attempt] = set()
+        self._halted = False
+        self._thread: threading.Thread | None = None
+
+    # -- state -----------------------------------------------------------
+
+    @property
+    def deadline(self) -> float | None:
+        """The local deadline (monotonic), ``None`` before the first successful renewal."""
+        with self._lock:
+            return self._deadline_locked()
+
+    def _deadline_locked(self) -> float | None:
+        if self._last_ok_start is None:
+            return None
+        return self.timing.deadline_after(self._last_ok_start)
+
+    def _next_renew_locked(self) -> float:
+        if self._retry_at is not None:
+            return self._retry_at
+        assert self._last_ok_start is not None
+        return self._last_ok_start + self.timing.renew_interval_seconds
+
+    # -- one request -----------------------------------------------------
+
+    def _send(self, attempt: Attempt) -> None:
+        """Send one renew request; the timeout is computed last, so it ends by ``answer_by``."""
+        try:
+            attempt.result = self._renew(max(attempt.answer_by - self._monotonic(), 0.001))
+        except BaseException as exc:  # reported to the renewer, never lost
+            attempt.error = exc
+        finally:
+            with self._lock:
+                self._in_flight.discard(attempt)
+            attempt.done.set()
+            self._wake.set()
+
+    def _launch(self, deadline: float) -> Attempt:
+        """Start one renew request in its own daemon thread; the clock is read first."""
+        started_at = self._monotonic()
+        attempt = Attempt(started_at, self.timing.answer_by(started_at, deadline))
+        with self._lock:
+            self._in_flight.add(attempt)
+        threading.Thread(
+            target=self._send, args=(attempt,), name=f"leasehold-renew-{self.key}", daemon=True
+        ).start()
+        return attempt
+
+    def _apply(self, attempt: Attempt) -> LeaseLost | None:
+        """Take a finished attempt's outcome into the state; return the loss it reported."""
+        result, error = attempt.result, attempt.error
+        if isinstance(result, Accepted):
+            with self._lock:
+                if self._halted:
+                    return None
+                if self._last_ok_start is None or attempt.started_at > self._last_ok_start:
+                    self._last_ok_start = attempt.started_at
+                self._retry_at = None
+                if self._failures:
+                    log.info(
+                        "lease %s renewed again after %d failed tries", self.key, self._failures
+                    )
+                self._failures = 0
+            log.debug("lease %s renewed", self.key)
+            return None
+        loss: LeaseLost | None = None
+        if isinstance(result, Rejected):
+            lease = result.lease.record
+            loss = LeaseLost(
+                result.rejection,
+                f"renewal refused; lease now held by {lease.holder_identity or 'nobody'}"
+                f" with token {lease.fencing_token}",
+            )
+        elif isinstance(error, LeaseNotFoundError):
+            loss = LeaseLost(LossReason.LEASE_DELETED, str(error))
+        if loss is not None:
+            self._on_loss(loss)
+            return loss
+        now = self._monotonic()
+        with self._lock:
+            if self._halted:
+                return None
+            self._failures += 1
+            failures = self._failures
+            # Tries start at most every retry interval: a quick refusal waits,
+            # a try that used up its timeout is followed at once.
+            self._retry_at = max(now, attempt.started_at + self.timing.retry_interval_seconds)
+            deadline = self._deadline_locked()
+        left = "unknown" if deadline is None else f"{deadline - now:.2f} s"
+        log.warning(
+            "renewing lease %s failed (try %d, local deadline in %s): %s",
+            self.key,
+            failures,
+            left,
+            error
+            if error is not None
+            else f"no answer within {attempt.answer_by - attempt.started_at:.3g} s",
+        )
+        return None
+
+    def renew_once(self) -> Attempt:
+        """Renew now in this thread; return the finished attempt (its state already applied)."""
+        deadline = self.deadline
+        now = self._monotonic()
+        if deadline is None:
+            deadline = now + self.timing.window_seconds
+        attempt = Attempt(started_at=now, answer_by=self.timing.answer_by(now, deadline))
+        with self._lock:
+            self._in_flight.add(attempt)
+        self._send(attempt)
+        self._apply(attempt)
+        return attempt
+
+    # -- the loop --------------------------------------------------------
+
+    def confirm(self) -> None:
+        """Renew until one renewal succeeds, retrying for at most one window.
+
+        Raises:
+            LeaseLost: a renewal was refused, the lease is gone, or no
+                renewal succeeded within ``duration - margin``.
+        """
+        give_up_at = self._monotonic() + self.timing.window_seconds
+        last_error: BaseException | None = None
+        while True:
+            now = self._monotonic()
+            if now >= give_up_at:
+                raise LeaseLost(
+                    LossReason.DEADLINE_PASSED,
+                    f"could not renew {self.key} within {self.timing.window_seconds:.3g} s"
+                    f" (last error: {last_error})",
+                )
+            attempt = self._launch(give_up_at)
+            wait_for_event(attempt.done, attempt.answer_by - self._monotonic())
+            if not attempt.done.is_set():
+                last_error = TimeoutError(
+                    f"no answer within {self.timing.request_timeout_seconds:.3g} s"
+                )
+                continue  # given up: try again at once (the loop ends at give_up_at)
+            loss = self._apply(attempt)
+            if loss is not None:
+                raise loss.again()
+            if isinstance(attempt.result, Accepted):
+                return
+            last_error = attempt.error
+            time.sleep(
+                min(self.timing.retry_interval_seconds, max(0.0, give_up_at - self._monotonic()))
+            )
+
+    def start(self) -> None:
+        """Start the renewer thread (a deadline must be known: see :meth:`confirm`)."""
+        self._thread = threading.Thread(
+            target=self._loop, name=f"leasehold-renewer-{self.key}", daemon=True
+        )
+        self._thread.start()
+
+    def _loop(self) -> None:
+        """The renewer thread: renew on schedule; declare loss at the deadline."""
+        while True:
+            with self._lock:
+                if self._halted:
+                    return
+                attempt = self._attempt
+                if attempt is not None and attempt.done.is_set():
+                    self._attempt = None
+            if attempt is not None and attempt.done.is_set():
+                if self._apply(attempt) is not None:
+                    return
+                continue
+            if attempt is not None and self._monotonic() >= attempt.answer_by:
+                with self._lock:  # hung past its timeout: give it up, try again
+                    self._attempt = None
+                self._apply(attempt)  # counted as a failure ("no answer")
+                continue
+            with self._lock:
+                deadline = self._deadline_locked()
+                next_renew = self._next_renew_locked()
+                in_flight = self._attempt is not None
+            assert deadline is not None
+            now = self._monotonic()
+            if now >= deadline:
+                self._on_loss(
+                    LeaseLost(
+                        LossReason.DEADLINE_PASSED,
+                        "no successful renewal in time"
+                        + (" (a renew request is still in flight)" if in_flight else ""),
+                    )
+                )
+                return
+            if not in_flight and now >= next_renew:
+                new_attempt = self._launch(deadline)
+                with self._lock:
+                    self._attempt = new_attempt
+                continue
+            wake_at = min(deadline, attempt.answer_by if attempt is not None else next_renew)
+            wait_for_event(self._wake, wake_at - now)
+            self._wake.clear()
+
+    # -- stopping --------------------------------------------------------
+
+    def halt(self) -> None:
+        """Stop renewing without waiting; later answers are ignored (idempotent)."""
+        with self._lock:
+            self._halted = True
+        self._wake.set()
+
+    def stop(self) -> None:
+        """Halt, and wait (at most 1 s) for the renewer thread unless called from it."""
+        self.halt()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            join_thread(thread, 1.0)
+
+    def wait_in_flight(self, wait_seconds: float) -> None:
+        """Wait for requests in flight: a little past their timeout, at most ``wait_seconds``.
+
+        Lets a process exit without a daemon thread waking inside the TLS
+        library while the interpreter shuts down (which can abort the process).
+        """
+        give_up_at = self._monotonic() + wait_seconds
+        with self._lock:
+            in_flight = list(self._in_flight)
+        for attempt in in_flight:
+            until = min(give_up_at, attempt.answer_by + 0.05)
+            wait_for_event(attempt.done, until - self._monotonic())
