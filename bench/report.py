@@ -677,11 +677,12 @@ def report(r: Results, facts: dict[str, str], quick: bool, started: float) -> st
             "## Operator vs its floors (same leases, same load generator)",
             "",
             "After the last tier the operator is stopped and two stand-ins watch the same"
-            " JobLeases under the same renewals: *Kopf alone* (`kopf run` with the"
-            " operator's settings and one empty `@kopf.on.event` handler for JobLeases) and"
-            " *plain watch* (the official client's watch in a loop, one dict update per"
-            " event). Their CPU per renewal is what Kopf itself costs, and what any"
-            " watch-based design must pay.",
+            " JobLeases under the same renewals: *Kopf alone* (`bench/floors/kopf_floor.py`:"
+            " Kopf tuned by the operator's own startup handler, one empty `@kopf.on.event`"
+            " handler for JobLeases) and *plain watch* (`bench/floors/plain_watch.py`:"
+            " the official client's watch in a loop, one dict update per event). Their CPU"
+            " per renewal is what Kopf itself costs, and what any watch-based design must"
+            " pay.",
             "",
             floors_table(r.scale.rows[-1], r.scale.floors),
             "",

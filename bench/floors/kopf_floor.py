@@ -54,7 +54,8 @@ def main(argv: Sequence[str]) -> int:
     kubeconfig, namespace = argv[1:3]
     os.environ["KUBECONFIG"] = kubeconfig  # Kopf's login reads it
     settings = OperatorSettings(namespaces=[namespace], metrics_port=0, liveness_endpoint="")
-    registry = kopf.OperatorRegistry()
+    registry = kopf.OperatorRegistry()  # Kopf's default one also holds the operator's handlers
+    kopf.on.login(registry=registry)(kopf.login_via_client)  # as the default one does
     kopf.on.startup(registry=registry)(handlers.configure)
     kopf.on.event(names.GROUP, names.VERSION, names.PLURAL_JOB_LEASES, registry=registry)(
         job_lease_event
