@@ -110,4 +110,4 @@ chaos: syspkgs-chaos venv controlplane tools ## Jepsen-style run: 200 jobs under
 .PHONY: bench
 bench: venv controlplane tools ## Benchmarks vs a raw compare-and-swap baseline; writes bench/results.md (~9 min; QUICK=1: ~2 min).
 	@test -x $(VENV)/bin/py-spy || $(VENV)/bin/pip install --quiet py-spy
-	PYTHONPATH=hack $(PY) bench/bench.py $(if $(QUICK),--quick)
+	$(PY) -m bench $(if $(QUICK),--quick)

@@ -408,12 +408,63 @@ def top_frames(
     )
 
 
-def stack_share(collapsed: str, needle: str) -> float:
-    """Share of profile samples whose stack has a frame containing ``needle``.
+_FRAME = re.compile(r"^(?P<function>.*) \((?P<path>[^()]*?)(?::\d+)?\)$")
+
+
+def frame_location(frame: str) -> tuple[str, tuple[str, ...]]:
+    """The function and the module path of a py-spy frame.
+
+    Args:
+        frame: e.g. ``"ListWatch._watch_from (leasehold/controller/watching.py:12)"``.
+
+    Returns:
+        ``(function, module parts)``, e.g. ``("ListWatch._watch_from",
+        ("leasehold", "controller", "watching"))``: the file path without
+        ``.py`` (a package's ``__init__`` left out), split at ``/``; however
+        much of the path py-spy kept (it shortens paths on ``sys.path``), the
+        module's dotted name is its tail. ``("", ())`` when the text is not a frame.
+    """
+    match = _FRAME.match(frame)
+    if match is None:
+        return "", ()
+    path = match["path"].removesuffix(".py")
+    parts = tuple(p for p in path.split("/") if p)
+    if parts and parts[-1] == "__init__":
+        parts = parts[:-1]
+    return match["function"], parts
+
+
+@dataclass(frozen=True)
+class FrameGroup:
+    """Frames of one part of a program, by module (or package) and function, not by file.
+
+    Attributes:
+        module: dotted name, e.g. ``"leasehold.controller.watching"``.
+        function: qualified name in ``module`` (``"ListWatch._watch_from"``;
+            a bare method name such as ``"select"`` matches it in any class),
+            or ``None`` for every frame of ``module`` and its submodules.
+    """
+
+    module: str
+    function: str | None = None
+
+    def matches(self, frame: str) -> bool:
+        """Whether the py-spy ``frame`` (see :func:`frame_location`) belongs to the group."""
+        function, parts = frame_location(frame)
+        want = tuple(self.module.split("."))
+        if self.function is None:
+            return any(parts[i : i + len(want)] == want for i in range(len(parts)))
+        return parts[-len(want) :] == want and (
+            function == self.function or function.endswith("." + self.function)
+        )
+
+
+def stack_share(collapsed: str, group: FrameGroup) -> float:
+    """Share of profile samples whose stack has a frame of ``group``.
 
     Args:
         collapsed: py-spy ``--format raw`` text.
-        needle: e.g. ``"job_lease_event (leasehold/controller.py"``.
+        group: the frames to look for.
 
     Returns:
         The share in 0..1 (``nan`` for an empty profile).
@@ -424,7 +475,7 @@ def stack_share(collapsed: str, needle: str) -> float:
         if not stack or not count_text.isdigit():
             continue
         total += int(count_text)
-        if needle in stack:
+        if any(group.matches(frame) for frame in stack.split(";")):
             hit += int(count_text)
     return hit / total if total else math.nan
 

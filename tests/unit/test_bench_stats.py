@@ -6,6 +6,7 @@ import math
 
 import pytest
 from bench.stats import (
+    FrameGroup,
     Sample,
     bucket_delta,
     counter_delta,
@@ -13,6 +14,7 @@ from bench.stats import (
     flat_to_samples,
     fmt,
     fraction_above,
+    frame_location,
     histogram_buckets,
     histogram_quantile,
     markdown_table,
@@ -204,11 +206,59 @@ def test_markdown_table_rejects_ragged_rows() -> None:
         markdown_table(["a", "b"], [["1"]])
 
 
-def test_stack_share() -> None:
-    collapsed = "main (a.py:1);handler (b.py:9) 3\nmain (a.py:1);idle (c.py:2) 1\n"
-    assert stack_share(collapsed, "handler (b.py") == 0.75
-    assert stack_share(collapsed, "main") == 1.0
-    assert math.isnan(stack_share("", "x"))
+def test_stack_share_counts_stacks_with_a_frame_of_the_group() -> None:
+    collapsed = (
+        "main (a.py:1);handler (pkg/b.py:9) 3\n"
+        "main (a.py:1);idle (c.py:2) 1\n"
+        "main (a.py:1);handler (other/b.py:9) 1\n"
+    )
+    assert stack_share(collapsed, FrameGroup("pkg.b", "handler")) == 0.6
+    assert stack_share(collapsed, FrameGroup("a", "main")) == 1.0
+    assert stack_share(collapsed, FrameGroup("b")) == 0.8
+    assert math.isnan(stack_share("", FrameGroup("x")))
+
+
+def test_frame_location_gives_function_and_module_parts() -> None:
+    assert frame_location("ListWatch._watch_from (leasehold/controller/watching.py:12)") == (
+        "ListWatch._watch_from",
+        ("leasehold", "controller", "watching"),
+    )
+    assert frame_location("<module> (leasehold/__init__.py)") == ("<module>", ("leasehold",))
+    assert frame_location("select (/usr/lib/python3.11/selectors.py:468)")[1][-1] == "selectors"
+    assert frame_location("not a frame") == ("", ())
+
+
+def test_frame_group_matches_by_module_not_by_file_path() -> None:
+    watch = FrameGroup("leasehold.controller.watching", "ListWatch._watch_from")
+    # py-spy keeps more or less of the path; the module's dotted name is its tail.
+    assert watch.matches("ListWatch._watch_from (leasehold/controller/watching.py:12)")
+    assert watch.matches(
+        "ListWatch._watch_from (/work/x/operator/leasehold/controller/watching.py:12)"
+    )
+    # The old flat layout's file, another module or another function: not the group.
+    assert not watch.matches("ListWatch._watch_from (leasehold/watching.py:12)")
+    assert not watch.matches("ListWatch._watch_from (other/controller/watching.py:12)")
+    assert not watch.matches("ListWatch._run (leasehold/controller/watching.py:12)")
+    # A bare method name matches it in any class of the module.
+    select = FrameGroup("selectors", "select")
+    assert select.matches("EpollSelector.select (selectors.py:468)")
+    assert not select.matches("EpollSelector.unselect (selectors.py:468)")
+    # A package without a function: every frame of it and its submodules.
+    prom = FrameGroup("prometheus_client")
+    assert prom.matches("MutexValue.inc (prometheus_client/values.py:20)")
+    assert not prom.matches("inc (my_prometheus_client/values.py:20)")
+
+
+def test_profile_groups_name_the_operator_code_where_it_is() -> None:
+    from bench.profile import PROFILE_GROUPS
+
+    from leasehold.controller.runtime import Runtime
+
+    group = PROFILE_GROUPS["lease events on the loop (Runtime.on_lease_event)"]
+    assert group == FrameGroup("leasehold.controller.runtime", "Runtime.on_lease_event")
+    assert Runtime.on_lease_event.__qualname__ == group.function
+    for g in PROFILE_GROUPS.values():
+        __import__(g.module)  # every group names a module that exists
 
 
 def test_schedstat() -> None:

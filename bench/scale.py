@@ -1,0 +1,355 @@
+"""Operator scale: 1k/5k/10k JobLeases renewed every 10 s; what the operator costs.
+
+Why this module exists: every renewal is a watch event the operator must
+handle, so its CPU per renewal, memory, watch lag and API writes per
+renewal decide how many leases one operator can carry. After the last
+tier the operator is profiled (:mod:`bench.profile`) and replaced by two
+floors (:mod:`bench.floors`) watching the same leases under the same load:
+what Kopf alone costs, and what any watch-based design must pay.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from bench import profile
+from bench.harness import (
+    CLK_TCK,
+    PLURAL,
+    REPO,
+    WRITE_VERBS,
+    CpuMeter,
+    Harness,
+    Scrape,
+    all_requests,
+    apiserver_samples,
+    create_objects,
+    jobleases_requests,
+    lease_body,
+    log,
+    operator_samples,
+    read_proc,
+    rss_mb,
+    sched_seconds,
+)
+from bench.loadgen import LoadGenerator
+from bench.stats import (
+    bucket_delta,
+    counter_delta,
+    cpu_ticks,
+    fraction_above,
+    histogram_buckets,
+    histogram_quantile,
+    ratio,
+    sum_samples,
+    summarize,
+)
+from operatorproc import OperatorProcess
+
+RENEW_PERIOD: Final = 10.0
+"""Seconds between two renewals of one lease."""
+FLOORS: Final = {
+    "kopf": REPO / "bench" / "floors" / "kopf_floor.py",
+    "watch": REPO / "bench" / "floors" / "plain_watch.py",
+}
+"""The floors, by kind: scripts run as their own process."""
+
+
+@dataclass
+class ScaleResults:
+    """What :func:`run` measured.
+
+    Attributes:
+        rows: one per tier (see :func:`window`).
+        floors: one per floor (see :func:`floor`), after the last tier.
+        profile: the operator's profile (see :func:`bench.profile.record`),
+            empty when not taken.
+    """
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    floors: list[dict[str, Any]] = field(default_factory=list)
+    profile: dict[str, Any] = field(default_factory=dict)
+
+
+def run(h: Harness) -> ScaleResults:
+    """Measure every tier of ``scale_tiers``, then the profile and the floors.
+
+    Tiers are cumulative in one namespace. Each tier's new leases are
+    created while nothing else runs (generator paused, operator stopped),
+    then a fresh operator starts on all of them, the generator renews
+    them for one period, and a window is measured. A restarted operator
+    starts every expiry window afresh, so the pause never expires a lease.
+    """
+    ns = h.namespace("scale")
+    sizes = h.sizes
+    out = ScaleResults()
+    gen = LoadGenerator(h.kubeconfig, ns, RENEW_PERIOD, sizes.scale_threads)
+    gen.pause()
+    gen.start()
+    op: OperatorProcess | None = None
+    try:
+        created = 0
+        for tier in sizes.scale_tiers:
+            gen.pause()
+            if op is not None:
+                op.stop()
+            log(f"scale: creating leases {created}..{tier}")
+            h.note_load(f"scale {tier}: create")
+            names = [f"s{i}" for i in range(created, tier)]
+            took = create_objects(
+                h.kubeconfig,
+                ns,
+                PLURAL,
+                [lease_body(x, holder=f"g-{x}", duration=60) for x in names],
+                threads=16,
+            )
+            for name in names:
+                gen.add(name)
+            created = tier
+            log(f"scale: created {len(names)} in {took:.1f}s; starting the operator")
+            op = OperatorProcess(h.kubeconfig, ns, h.workdir / f"operator-scale-{tier}.log", 1.0)
+            began = time.monotonic()
+            op.start()
+            assert op.proc is not None
+            h.meter.pids["operator"] = op.proc.pid
+            # Until it has seen every lease: its first LIST, one event each.
+            deadline = time.monotonic() + 120
+            while True:
+                seen = sum_samples(operator_samples(op).samples, "leasehold_leases_held")
+                if seen >= tier or time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
+            startup = time.monotonic() - began
+            # Its start-up work (a reconcile per first-seen lease) must be
+            # over before the window: wait until it idles (generator paused).
+            idle_deadline = time.monotonic() + 180
+            while time.monotonic() < idle_deadline:
+                before = h.meter.snapshot()
+                time.sleep(2.0)
+                if CpuMeter.cores(before, h.meter.snapshot())["operator"] < 0.03:
+                    break
+            settled = time.monotonic() - began
+            gen.resume()
+            time.sleep(RENEW_PERIOD)  # one full period: the load is steady
+            h.note_load(f"scale {tier}: window")
+            row = window(h, op, op.proc.pid, gen, tier)
+            row["create_seconds"] = took
+            row["startup_seconds"] = startup
+            row["settled_seconds"] = settled
+            out.rows.append(row)
+            h.notes.append(
+                f"scale {tier}: created {len(names)} leases in {took:.0f} s; a fresh operator"
+                f" saw all {tier} in {startup:.1f} s and was idle after {settled:.1f} s;"
+                " in the window: renewals sent"
+                f" {row['sent']:.0f}, accepted {row['accepted']:.0f}, operator observed"
+                f" {row['observed']:.0f} (lag histogram count {row['lag_count']:.0f}); API"
+                f" server JobLease requests: {dict(row['requests'])}; all API requests"
+                f" (top): {row['all_requests']}"
+            )
+            log(
+                f"scale {tier}: {row['rate']:.0f} renewals/s, operator"
+                f" {row['op_cpu_per_event'] * 1000:.2f} ms CPU per renewal,"
+                f" {row['rss']:.0f} MB"
+            )
+        if sizes.profile_seconds > 0 and op is not None and op.proc is not None:
+            out.profile = profile.record(op.proc.pid, sizes.profile_seconds, h.workdir)
+        if sizes.floors and op is not None:
+            op.stop()
+            for kind in FLOORS:
+                out.floors.append(floor(h, kind, ns, gen, created))
+    finally:
+        gen.stop()
+        if op is not None:
+            op.stop()
+        h.meter.pids.pop("operator", None)
+    return out
+
+
+def floor(h: Harness, kind: str, ns: str, gen: LoadGenerator, leases: int) -> dict[str, Any]:
+    """CPU per renewal of a stand-in (``kind`` of :data:`FLOORS`) watching the same JobLeases.
+
+    ``kopf``: Kopf, tuned by the operator's own startup handler, with one
+    empty ``@kopf.on.event`` handler for JobLeases (Kopf's own per-event
+    cost). ``watch``: the official client's watch in a loop, remembering
+    each lease's generation (what any watch-based design must pay); it also
+    measures the watch lag.
+
+    Returns:
+        ``kind``, ``leases``, ``rate`` (renewals/s), ``cpu`` (cores by
+        process, the stand-in as ``floor``), ``per_event`` (CPU seconds per
+        renewal), ``rss`` (MiB, peak), ``settled_seconds``, ``lag``
+        (:class:`~bench.stats.Summary` or ``None``).
+
+    Raises:
+        RuntimeError: the stand-in exited before its window.
+    """
+    gen.pause()
+    lag_file = h.workdir / "floor_watch_lags.json"
+    cmd = [sys.executable, str(FLOORS[kind]), str(h.kubeconfig), ns]
+    if kind == "watch":
+        cmd.append(str(lag_file))
+    log(f"scale: floor {kind} at {leases} leases")
+    with (h.workdir / f"floor_{kind}.log").open("ab") as out:
+        proc = subprocess.Popen(
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "KUBECONFIG": str(h.kubeconfig)},
+        )
+    h.meter.pids["floor"] = proc.pid
+    try:
+        began = time.monotonic()
+        time.sleep(3.0)
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline:  # its first LIST and one event per lease
+            before = h.meter.snapshot()
+            time.sleep(2.0)
+            if CpuMeter.cores(before, h.meter.snapshot())["floor"] < 0.03:
+                break
+        settled = time.monotonic() - began
+        if proc.poll() is not None:
+            raise RuntimeError(f"floor {kind} exited with {proc.returncode}")
+        gen.resume()
+        time.sleep(RENEW_PERIOD)
+        gen.pause()
+        sent_before = gen.totals()["sent"]
+        cpu_before = h.meter.snapshot()
+        if kind == "watch":
+            proc.send_signal(signal.SIGUSR1)  # its lag window starts
+        gen.resume()
+        rss_peak = 0.0
+        end = time.monotonic() + h.sizes.scale_window
+        while time.monotonic() < end:
+            rss_peak = max(rss_peak, rss_mb(proc.pid))
+            time.sleep(min(1.0, max(0.0, end - time.monotonic())))
+        gen.pause()
+        cpu_after = h.meter.snapshot()
+        sent = gen.totals()["sent"] - sent_before
+        gen.resume()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        h.meter.pids.pop("floor", None)
+    cpu = CpuMeter.cores(cpu_before, cpu_after)
+    seconds = cpu_after.at - cpu_before.at
+    lag = None
+    if kind == "watch":
+        with contextlib.suppress(OSError, ValueError):
+            lag = summarize(json.loads(lag_file.read_text()))
+    return {
+        "lag": lag,
+        "kind": kind,
+        "leases": leases,
+        "rate": sent / seconds,
+        "cpu": cpu,
+        "per_event": ratio(cpu["floor"], sent / seconds),
+        "rss": rss_peak,
+        "settled_seconds": settled,
+    }
+
+
+def window(
+    h: Harness, op: OperatorProcess, pid: int, gen: LoadGenerator, tier: int
+) -> dict[str, Any]:
+    """Measure one window of ``scale_window`` seconds, bracketed by pauses of ``gen``.
+
+    With the generator paused and drained, the counts at both ends are
+    exact: renewals sent, JobLease writes the API server served, and
+    renewals the operator observed cover the same renewals.
+
+    Returns:
+        The tier's row (keys as read by :func:`bench.report.scale_table`).
+    """
+    length = h.sizes.scale_window
+
+    def quiesce() -> tuple[Counter[str], Scrape, Scrape]:
+        gen.pause()
+        totals = gen.totals()
+        # Let the operator see the last renewals (its watch lags a little).
+        deadline = time.monotonic() + 15
+        last = -1.0
+        while True:
+            scrape = operator_samples(op)
+            seen = sum_samples(scrape.samples, "leasehold_renewals_observed_total")
+            if seen == last or time.monotonic() > deadline:
+                break
+            last = seen
+            time.sleep(0.5)
+        return totals, apiserver_samples(h.admin), scrape
+
+    gen_before, server_before, op_before = quiesce()
+    cpu_before = h.meter.snapshot()
+    sched_before = sched_seconds(pid)
+    gen.recording = True
+    gen.resume()
+    rss_peak = 0.0
+    end = time.monotonic() + length
+    while time.monotonic() < end:
+        rss_peak = max(rss_peak, rss_mb(pid))
+        time.sleep(min(1.0, max(0.0, end - time.monotonic())))
+    gen.pause()
+    cpu_after = h.meter.snapshot()
+    gen.recording = False
+    gen_after, server_after, op_after = quiesce()
+    # The operator's CPU is counted until it has seen the window's last
+    # renewal (a backlog it works off after the window is its cost too).
+    op_cpu = (cpu_ticks(read_proc(f"/proc/{pid}/stat")) - cpu_before.ticks["operator"]) / CLK_TCK
+    sched_after = sched_seconds(pid)
+    gen.resume()
+    latencies, lateness = gen.take_latencies()
+    cpu = CpuMeter.cores(cpu_before, cpu_after)
+    seconds = cpu_after.at - cpu_before.at
+    sent = gen_after["sent"] - gen_before["sent"]
+    accepted = gen_after["accepted"] - gen_before["accepted"]
+    lag = bucket_delta(
+        histogram_buckets(op_before.samples, "leasehold_watch_lag_seconds"),
+        histogram_buckets(op_after.samples, "leasehold_watch_lag_seconds"),
+    )
+    requests = jobleases_requests(server_before, server_after)
+    writes = sum(v for k, v in requests.items() if k in WRITE_VERBS)
+    every = all_requests(server_before, server_after)
+    observed = counter_delta(
+        op_before.samples, op_after.samples, "leasehold_renewals_observed_total"
+    )
+    run_s = sched_after[0] - sched_before[0]
+    return {
+        "leases": tier,
+        "seconds": seconds,
+        "op_cpu_per_event": op_cpu / observed if observed else math.nan,
+        "op_wait_per_run": (sched_after[1] - sched_before[1]) / run_s if run_s else math.nan,
+        "target_rate": tier / RENEW_PERIOD,
+        "rate": sent / seconds,
+        "sent": sent,
+        "accepted": accepted,
+        "rejected": gen_after["rejected"] - gen_before["rejected"],
+        "errors": gen_after["errors"] - gen_before["errors"],
+        "renew_latency": summarize(latencies),
+        "lateness": summarize(lateness),
+        "reclaimed": gen_after["reclaimed"] - gen_before["reclaimed"],
+        "cpu": cpu,
+        "rss": rss_peak,
+        "lag_p50": histogram_quantile(0.5, lag),
+        "lag_p99": histogram_quantile(0.99, lag),
+        "lag_over_1s": fraction_above(1.0, lag),
+        "lag_count": lag[-1][1] if lag else 0,
+        "observed": observed,
+        "writes": writes,
+        "requests": requests,
+        "all_requests": ", ".join(f"{k} {v}" for k, v in every.most_common(6)),
+        "writes_per_renewal": writes / sent if sent else math.nan,
+        "reclaims": counter_delta(op_before.samples, op_after.samples, "leasehold_reclaims_total"),
+    }
