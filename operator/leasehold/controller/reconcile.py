@@ -219,6 +219,24 @@ def failed_status(
     return _finished(ctx, status, Outcome.FAILED, reason, message)
 
 
+def attempt_limit(job: LeasedJob, lease: LeaseRecord) -> int:
+    """How many claims the job may make: the lower of its spec and its lease's cap.
+
+    The lease's cap (``spec.maxFencingToken``) is what the API server enforces
+    on claims; a spec that says more (an older CRD let ``maxAttempts`` be
+    raised) must not leave the operator retrying a claim the server refuses.
+
+    Args:
+        job: the LeasedJob.
+        lease: its lease record.
+
+    Returns:
+        The attempt limit (>= 1 for a valid job).
+    """
+    cap = lease.max_fencing_token
+    return job.spec.max_attempts if cap is None else min(job.spec.max_attempts, cap)
+
+
 def plan(
     job: LeasedJob,
     lease: LeaseRecord | None,
@@ -311,7 +329,7 @@ def plan(
                 "Ready",
                 true,
                 "Running",
-                f"Attempt {lease.fencing_token} of {job.spec.max_attempts} is running.",
+                f"Attempt {lease.fencing_token} of {attempt_limit(job, lease)} is running.",
             ),
         )
         if (
@@ -323,9 +341,10 @@ def plan(
         return Plan(Action.NONE, status, delete_pods_below_token=stale)
 
     # Unheld and not completed: released, reclaimed, or never claimed.
-    if lease.fencing_token >= job.spec.max_attempts:
+    limit = attempt_limit(job, lease)
+    if lease.fencing_token >= limit:
         message = (
-            f"All {job.spec.max_attempts} attempts were used; the last lease (token"
+            f"All {limit} attempts were used; the last lease (token"
             f" {lease.fencing_token}) ended without a completion."
         )
         status = _finished(ctx, status, Outcome.FAILED, "AttemptsExhausted", message)
@@ -366,6 +385,7 @@ def build_pod(
     holder: str,
     token: int,
     owner_uid: str,
+    lease_duration_seconds: int,
 ) -> dict[str, Any]:
     """Build the pod of one attempt from the job's template.
 
@@ -380,6 +400,8 @@ def build_pod(
         holder: the pod's name, which is also the lease holder identity.
         token: the fencing token the attempt runs under.
         owner_uid: the job's ``metadata.uid``.
+        lease_duration_seconds: the JobLease's duration (never the job's spec:
+            the lease's duration is the one the operator judges expiry by).
 
     Returns:
         The pod body, JSON-ready.
@@ -407,7 +429,7 @@ def build_pod(
         {"name": names.ENV_LEASE, "value": lease_name(job_name)},
         {"name": names.ENV_HOLDER, "value": holder},
         {"name": names.ENV_FENCING_TOKEN, "value": str(token)},
-        {"name": names.ENV_LEASE_DURATION, "value": str(job.spec.lease_duration_seconds)},
+        {"name": names.ENV_LEASE_DURATION, "value": str(lease_duration_seconds)},
     ]
     injected_names = {e["name"] for e in injected}
     for container in spec.get("containers", []):

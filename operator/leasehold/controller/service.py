@@ -313,6 +313,7 @@ class JobService:
             holder=plan.pod_name,
             token=token,
             owner_uid=str(body["metadata"]["uid"]),
+            lease_duration_seconds=lease.record.lease_duration_seconds,
         )
         status = plan.status.model_copy(
             update={

@@ -348,8 +348,31 @@ class PodTemplate(_Model):
     )
 
 
+_JOB_RULES: Final[list[dict[str, str]]] = [
+    {
+        "rule": "self.leaseDurationSeconds == oldSelf.leaseDurationSeconds",
+        "message": "spec.leaseDurationSeconds is immutable: the JobLease and every worker time"
+        " their window from the lease, which cannot change (create a new LeasedJob)",
+        "fieldPath": ".leaseDurationSeconds",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": "self.maxAttempts == oldSelf.maxAttempts",
+        "message": "spec.maxAttempts is immutable: it is the JobLease's attempt cap"
+        " (spec.maxFencingToken), which can never be raised (create a new LeasedJob)",
+        "fieldPath": ".maxAttempts",
+        "reason": "FieldValueForbidden",
+    },
+]
+"""Transition rules of a LeasedJob's spec (docs/architecture.md, "Lifecycle")."""
+
+
 class LeasedJobSpec(_Model):
     """What to run, and how long a worker may stall before it is replaced."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cast("JsonDict", {"x-kubernetes-validations": _JOB_RULES})
+    )
 
     template: PodTemplate | None = Field(
         default=None,
@@ -360,19 +383,22 @@ class LeasedJobSpec(_Model):
         default=30,
         ge=1,
         le=MAX_LEASE_DURATION_SECONDS,
-        description="How long a worker may go without renewing before its lease is reclaimed.",
+        description="How long a worker may go without renewing before its lease is reclaimed."
+        " Immutable: copied to the JobLease, whose duration every worker uses.",
     )
     max_attempts: int = Field(
         default=3,
         ge=1,
         le=MAX_ATTEMPTS,
-        description="Claims allowed before the job fails (each reclaim starts a new attempt).",
+        description="Claims allowed before the job fails (each reclaim starts a new attempt)."
+        " Immutable: copied to the JobLease as spec.maxFencingToken.",
     )
     active_deadline_seconds: int | None = Field(
         default=None,
         ge=1,
         le=MAX_ACTIVE_DEADLINE_SECONDS,
-        description="Fail the job when it has run this long since it started.",
+        description="Fail the job when it has run this long since it was created (API server"
+        " clock). May be changed: the operator's timer follows the new value.",
     )
 
 

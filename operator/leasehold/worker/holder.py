@@ -392,6 +392,7 @@ class LeaseHolder:
         self.timing = LeaseTiming.for_duration(
             lease_duration_seconds, renew_fraction=renew_fraction, margin_seconds=margin_seconds
         )
+        self._timing_args = (renew_fraction, margin_seconds)
         self.lost = threading.Event()
         """Set once the lease is lost (never for this holder's own complete/release)."""
         self._store = store
@@ -862,11 +863,39 @@ class LeaseHolder:
             self._apply(attempt)
             self._raise_if_over()
             if isinstance(attempt.result, Accepted):
+                self._adopt_lease_timing(attempt.result.lease.record.lease_duration_seconds)
                 return
             last_error = attempt.error
             time.sleep(
                 min(self.timing.retry_interval_seconds, max(0.0, give_up_at - self._monotonic()))
             )
+
+    def _adopt_lease_timing(self, lease_duration_seconds: float) -> None:
+        """Time the window by the lease's own duration, whatever the pod was told.
+
+        The operator judges expiry by the JobLease's ``leaseDurationSeconds``
+        (immutable); the duration in the environment is only a first guess.
+        A longer guess would let this worker work on after a reclaim.
+
+        Args:
+            lease_duration_seconds: the duration the lease record carries.
+        """
+        if lease_duration_seconds == self.timing.duration_seconds:
+            return
+        log.warning(
+            "lease %s lasts %g s, not the %g s this worker was given: using the lease's",
+            self.key,
+            lease_duration_seconds,
+            self.timing.duration_seconds,
+        )
+        fraction, margin = self._timing_args
+        if margin is not None and margin >= lease_duration_seconds:
+            margin = None  # a margin meant for a longer lease: the default fits
+        timing = LeaseTiming.for_duration(
+            lease_duration_seconds, renew_fraction=fraction, margin_seconds=margin
+        )
+        with self._lock:
+            self.timing = timing
 
     def _renew_loop(self) -> None:
         """The renewer thread: renew on schedule; declare loss at the deadline."""
