@@ -106,6 +106,7 @@ def rules_of(role: dict[str, Any]) -> set[tuple[str, str, tuple[str, ...], tuple
 OPERATOR_RULES = {
     ("leasehold.dev", "leasedjobs", ("get", "list", "watch"), ()),
     ("leasehold.dev", "leasedjobs/status", ("get", "patch"), ()),
+    ("leasehold.dev", "leasedjobs/finalizers", ("update",), ()),
     ("leasehold.dev", "jobleases", ("create", "get", "list", "patch", "watch"), ()),
     ("", "pods", ("create", "delete", "get", "list", "watch"), ()),
     ("", "events", ("create", "patch"), ()),
