@@ -153,13 +153,34 @@ def test_exhausted_attempts_fail_the_job() -> None:
 
 def test_deadline_fails_the_job() -> None:
     j = job(activeDeadlineSeconds=60)
-    j.status = reconcile.plan(j, lease(1, "hello-1"), now=NOW, pod_created_for_holder=True).status
+    early = reconcile.plan(
+        j, lease(1, "hello-1"), now=NOW, pod_created_for_holder=True, elapsed_seconds=15
+    )
+    assert early.action is Action.NONE
+    assert early.requeue_after_seconds == 45  # the timer: looked at again when it is due
+    j.status = early.status
     later = reconcile.plan(
-        j, lease(1, "hello-1"), now=NOW + timedelta(seconds=61), pod_created_for_holder=True
+        j, lease(1, "hello-1"), now=NOW, pod_created_for_holder=True, elapsed_seconds=60
     )
     assert later.action is Action.STOP
     assert later.status.phase == Phase.FAILED
     assert later.delete_pods_below_token == 2
+    assert later.requeue_after_seconds is None
+
+
+def test_deadline_ignores_the_wall_clock() -> None:
+    # The wall clock a day ahead of the start time says nothing: elapsed does.
+    j = job(activeDeadlineSeconds=3600)
+    j.status = reconcile.plan(j, lease(1, "hello-1"), now=NOW, pod_created_for_holder=True).status
+    tomorrow = reconcile.plan(
+        j,
+        lease(1, "hello-1"),
+        now=NOW + timedelta(days=1),
+        pod_created_for_holder=True,
+        elapsed_seconds=4,
+    )
+    assert tomorrow.action is Action.NONE
+    assert tomorrow.status.phase == Phase.RUNNING
 
 
 def test_completion_finishes_the_job() -> None:
