@@ -108,6 +108,7 @@ OPERATOR_RULES = {
     ("leasehold.dev", "leasedjobs/status", ("get", "patch"), ()),
     ("leasehold.dev", "leasedjobs/finalizers", ("update",), ()),
     ("leasehold.dev", "jobleases", ("create", "get", "list", "patch", "watch"), ()),
+    ("leasehold.dev", "jobleases/status", ("patch",), ()),
     ("", "pods", ("create", "delete", "get", "list", "watch"), ()),
     ("", "events", ("create", "patch"), ()),
 }
