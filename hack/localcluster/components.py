@@ -75,6 +75,10 @@ def apiserver_args(layout: Layout, ports: Ports) -> list[str]:
         f"--tls-private-key-file={layout.apiserver_serving.key}",
         f"--client-ca-file={layout.ca.cert}",
         "--authorization-mode=Node,RBAC",
+        # On top of the default plugins: OpenShift enables this one, and under
+        # it an ownerReference with blockOwnerDeletion needs `update` on the
+        # owner's finalizers subresource (leasedjobs/finalizers).
+        "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
         "--allow-privileged=true",
         f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
         f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",

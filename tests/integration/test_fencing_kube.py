@@ -256,7 +256,7 @@ def test_custom_resources_are_fenced_too(
                 "apiVersion": f"{names.GROUP}/{names.VERSION}",
                 "kind": "LeasedJob",
                 "metadata": {"name": "pulled"},
-                "spec": {"leaseDurationSeconds": 30},
+                "spec": {"activeDeadlineSeconds": 30},
             },
             5,
         )
@@ -272,7 +272,7 @@ def test_custom_resources_are_fenced_too(
             namespace,
             "leasedjobs",
             "pulled",
-            fenced_patch(token, {"spec": {"leaseDurationSeconds": seconds}}),
+            fenced_patch(token, {"spec": {"activeDeadlineSeconds": seconds}}),
             _content_type=MERGE_PATCH,
         )
 
@@ -286,4 +286,4 @@ def test_custom_resources_are_fenced_too(
             names.GROUP, names.VERSION, namespace, "leasedjobs", "pulled"
         ),
     )
-    assert stored["spec"]["leaseDurationSeconds"] == 20 and token_of(stored) == 6
+    assert stored["spec"]["activeDeadlineSeconds"] == 20 and token_of(stored) == 6

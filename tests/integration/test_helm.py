@@ -106,7 +106,9 @@ def rules_of(role: dict[str, Any]) -> set[tuple[str, str, tuple[str, ...], tuple
 OPERATOR_RULES = {
     ("leasehold.dev", "leasedjobs", ("get", "list", "watch"), ()),
     ("leasehold.dev", "leasedjobs/status", ("get", "patch"), ()),
+    ("leasehold.dev", "leasedjobs/finalizers", ("update",), ()),
     ("leasehold.dev", "jobleases", ("create", "get", "list", "patch", "watch"), ()),
+    ("leasehold.dev", "jobleases/status", ("patch",), ()),
     ("", "pods", ("create", "delete", "get", "list", "watch"), ()),
     ("", "events", ("create", "patch"), ()),
 }

@@ -6,7 +6,7 @@ import asyncio
 import time
 from typing import Any
 
-from leasehold.controller.expiry import ExpiryClock, ExpiryWatch
+from leasehold.controller.expiry import ExpiryClock, ExpiryReason, ExpiryWatch
 from leasehold.controller.peering import ActivityGate
 from leasehold.controller.watching import EventType, WatchEvent
 
@@ -42,7 +42,13 @@ class Reclaims:
         self._fail_first = fail_first
 
     async def __call__(
-        self, namespace: str, name: str, job: str, generation: int, body: dict[str, Any]
+        self,
+        namespace: str,
+        name: str,
+        job: str,
+        generation: int,
+        body: dict[str, Any],
+        reason: ExpiryReason,
     ) -> None:
         assert body["metadata"]["name"] == name
         self.running += 1
@@ -185,3 +191,67 @@ def test_a_closed_gate_keeps_the_heap_bounded_while_renewals_pour_in() -> None:
     # Renewals within one lease window (1.1 s / 40 ms ~ 28) plus the stalled
     # lease; a loop blocked on the gate would hold all 80.
     assert asyncio.run(scenario()) <= 32
+
+
+# -- starting is not stalling (no timers run: the injected clock is read) --------
+
+
+class Mono:
+    def __init__(self) -> None:
+        self.now = 50.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def push_lease(generation: int, holder: str | None = "job-1", **spec: Any) -> dict[str, Any]:
+    body = lease("job", generation=generation, holder=holder)
+    body["spec"].update({"leaseDurationSeconds": 3, "startupDeadlineSeconds": 60, **spec})
+    return body
+
+
+def left(watch: ExpiryWatch, name: str) -> tuple[ExpiryReason, float]:
+    found = watch.remaining("ns", name)
+    assert found is not None
+    return found[0], round(found[1], 6)
+
+
+def startup_watch() -> tuple[ExpiryWatch, Mono]:
+    mono = Mono()
+    return ExpiryWatch(ExpiryClock(MARGIN, mono), Reclaims(), monotonic=mono), mono
+
+
+def test_a_claimed_attempt_is_bounded_by_startup_until_its_first_renewal() -> None:
+    watch, mono = startup_watch()
+    watch.observe(push_lease(1, acquireTime="t0", renewTime="t0"))
+    mono.now += 10  # Pending for longer than the lease: not expired
+    assert left(watch, "job") == (ExpiryReason.STARTUP_DEADLINE_EXCEEDED, round(50 + MARGIN, 6))
+    watch.observe(push_lease(2, acquireTime="t0", renewTime="t1"))  # first renewal
+    assert left(watch, "job") == (ExpiryReason.LEASE_EXPIRED, round(3 + MARGIN, 6))
+    mono.now += 1
+    watch.observe(push_lease(2, acquireTime="t0", renewTime="t1"))  # no change
+    assert left(watch, "job") == (ExpiryReason.LEASE_EXPIRED, round(2 + MARGIN, 6))
+
+
+def test_a_running_pod_starts_the_clock_even_without_renewals() -> None:
+    watch, mono = startup_watch()
+    assert not watch.started("ns", "job", "job-1", 1)  # before the claim is seen
+    watch.observe(push_lease(1))
+    assert left(watch, "job") == (ExpiryReason.LEASE_EXPIRED, round(3 + MARGIN, 6))
+    watch.observe(push_lease(2, holder=None))
+    watch.observe(push_lease(3, holder="job-2", fencingToken=2))
+    mono.now += 5
+    assert not watch.started("ns", "job", "job-1", 1)  # an old attempt's pod
+    assert left(watch, "job") == (ExpiryReason.STARTUP_DEADLINE_EXCEEDED, round(55 + MARGIN, 6))
+    assert watch.started("ns", "job", "job-2", 2)
+    assert left(watch, "job") == (ExpiryReason.LEASE_EXPIRED, round(3 + MARGIN, 6))
+
+
+def test_pull_mode_and_renewed_leases_at_first_sight_are_started() -> None:
+    watch, _ = startup_watch()
+    pull = lease("pool", generation=1)
+    pull["spec"]["leaseDurationSeconds"] = 3
+    watch.observe(pull)
+    assert left(watch, "pool") == (ExpiryReason.LEASE_EXPIRED, round(3 + MARGIN, 6))
+    watch.observe(push_lease(5, acquireTime="t0", renewTime="t9"))  # an operator restart
+    assert left(watch, "job") == (ExpiryReason.LEASE_EXPIRED, round(3 + MARGIN, 6))

@@ -55,7 +55,9 @@ def lease(token: int, holder: str | None = None, **kw: Any) -> LeaseRecord:
 
 
 def test_build_pod_matches_golden_file() -> None:
-    pod = reconcile.build_pod(job(), namespace="ns", holder="hello-7", token=7, owner_uid="u-1")
+    pod = reconcile.build_pod(
+        job(), namespace="ns", holder="hello-7", token=7, owner_uid="u-1", lease_duration_seconds=10
+    )
     golden = DATA / "pod-hello-7.json"
     if os.environ.get("UPDATE_GOLDEN"):
         golden.write_text(json.dumps(pod, indent=2, sort_keys=True) + "\n")
@@ -63,7 +65,9 @@ def test_build_pod_matches_golden_file() -> None:
 
 
 def test_build_pod_overrides_a_user_supplied_token_env() -> None:
-    pod = reconcile.build_pod(job(), namespace="ns", holder="hello-7", token=7, owner_uid="u-1")
+    pod = reconcile.build_pod(
+        job(), namespace="ns", holder="hello-7", token=7, owner_uid="u-1", lease_duration_seconds=10
+    )
     env = pod["spec"]["containers"][0]["env"]
     tokens = [e["value"] for e in env if e["name"] == "LEASEHOLD_FENCING_TOKEN"]
     assert tokens == ["7"]
@@ -71,7 +75,42 @@ def test_build_pod_overrides_a_user_supplied_token_env() -> None:
 
 def test_build_pod_refuses_pull_mode() -> None:
     with pytest.raises(ValueError, match="pull mode"):
-        reconcile.build_pod(job(template=False), namespace="ns", holder="x", token=1, owner_uid="u")
+        reconcile.build_pod(
+            job(template=False),
+            namespace="ns",
+            holder="x",
+            token=1,
+            owner_uid="u",
+            lease_duration_seconds=10,
+        )
+
+
+def test_build_pod_takes_the_lease_duration_from_the_lease_not_the_spec() -> None:
+    pod = reconcile.build_pod(
+        job(leaseDurationSeconds=60),
+        namespace="ns",
+        holder="hello-7",
+        token=7,
+        owner_uid="u-1",
+        lease_duration_seconds=10,
+    )
+    env = pod["spec"]["containers"][0]["env"]
+    assert [e["value"] for e in env if e["name"] == "LEASEHOLD_LEASE_DURATION_SECONDS"] == ["10"]
+
+
+def test_attempt_limit_is_the_lower_of_spec_and_lease_cap() -> None:
+    # A spec raised past the lease's cap (which the server never lets go up)
+    # must end the job, not retry a refused claim for ever.
+    p = reconcile.plan(
+        job(maxAttempts=5),
+        lease(3, max_fencing_token=FencingToken(3)),
+        now=NOW,
+        pod_created_for_holder=False,
+    )
+    assert p.action is Action.STOP
+    assert p.status.phase == Phase.FAILED
+    failed = next(c for c in p.status.conditions or [] if c.type == "Failed")
+    assert "All 3 attempts" in failed.message
 
 
 def test_no_lease_creates_one() -> None:
@@ -114,13 +153,34 @@ def test_exhausted_attempts_fail_the_job() -> None:
 
 def test_deadline_fails_the_job() -> None:
     j = job(activeDeadlineSeconds=60)
-    j.status = reconcile.plan(j, lease(1, "hello-1"), now=NOW, pod_created_for_holder=True).status
+    early = reconcile.plan(
+        j, lease(1, "hello-1"), now=NOW, pod_created_for_holder=True, elapsed_seconds=15
+    )
+    assert early.action is Action.NONE
+    assert early.requeue_after_seconds == 45  # the timer: looked at again when it is due
+    j.status = early.status
     later = reconcile.plan(
-        j, lease(1, "hello-1"), now=NOW + timedelta(seconds=61), pod_created_for_holder=True
+        j, lease(1, "hello-1"), now=NOW, pod_created_for_holder=True, elapsed_seconds=60
     )
     assert later.action is Action.STOP
     assert later.status.phase == Phase.FAILED
     assert later.delete_pods_below_token == 2
+    assert later.requeue_after_seconds is None
+
+
+def test_deadline_ignores_the_wall_clock() -> None:
+    # The wall clock a day ahead of the start time says nothing: elapsed does.
+    j = job(activeDeadlineSeconds=3600)
+    j.status = reconcile.plan(j, lease(1, "hello-1"), now=NOW, pod_created_for_holder=True).status
+    tomorrow = reconcile.plan(
+        j,
+        lease(1, "hello-1"),
+        now=NOW + timedelta(days=1),
+        pod_created_for_holder=True,
+        elapsed_seconds=4,
+    )
+    assert tomorrow.action is Action.NONE
+    assert tomorrow.status.phase == Phase.RUNNING
 
 
 def test_completion_finishes_the_job() -> None:

@@ -521,6 +521,23 @@ def test_the_async_guard_refuses_to_enter_once_lost() -> None:
 # -- environment and CLI ----------------------------------------------------
 
 
+def test_start_times_the_window_by_the_lease_not_the_environment() -> None:
+    # The pod was told 60 s; the lease says 30 s: the operator reclaims after
+    # 30 s, so the worker must stop working before that.
+    env = {
+        "LEASEHOLD_NAMESPACE": "ns",
+        "LEASEHOLD_LEASE": "job",
+        "LEASEHOLD_HOLDER": "w",
+        "LEASEHOLD_FENCING_TOKEN": "1",
+        "LEASEHOLD_LEASE_DURATION_SECONDS": "60",
+    }
+    holder = LeaseHolder.from_env(store=FakeStore(), environ=env)
+    assert holder.timing.duration_seconds == 60
+    with holder:
+        assert holder.timing.duration_seconds == 30
+        assert holder.timing.window_seconds < 30
+
+
 def test_from_env_reads_what_the_operator_injects() -> None:
     env = {
         "LEASEHOLD_NAMESPACE": "ns",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import heapq
 import logging
 import time
@@ -102,6 +103,15 @@ class _Due:
     generation: int = field(compare=False)
 
 
+class ExpiryReason(enum.StrEnum):
+    """Which bound a reclaimed attempt went past (reported as the Event's reason)."""
+
+    LEASE_EXPIRED = "LeaseExpired"
+    """It renewed (or its pod ran), then went quiet for the lease duration."""
+    STARTUP_DEADLINE_EXCEEDED = "StartupDeadlineExceeded"
+    """It never started: no renewal and no running pod within the startup bound."""
+
+
 @dataclass
 class _Watched:
     namespace: str
@@ -111,6 +121,15 @@ class _Watched:
     duration_seconds: int
     signature: LeaseSignature
     body: dict[str, Any]
+    startup_seconds: int | None = None
+    """The lease's ``startupDeadlineSeconds`` (push mode); ``None``: no startup phase."""
+    started_at: float | None = None
+    """Monotonic time the current attempt was seen to start (first renewal, or its
+    pod running); ``None`` while it is starting."""
+
+    @property
+    def starting(self) -> bool:
+        return self.signature.held and self.startup_seconds is not None and self.started_at is None
 
 
 class ExpiryWatch:
@@ -119,8 +138,8 @@ class ExpiryWatch:
     Args:
         clock: the operator's expiry judge.
         on_expired: coroutine run for an expired lease:
-            ``on_expired(namespace, lease_name, job_name, generation, body)``
-            (``body``: the lease as last watched).
+            ``on_expired(namespace, lease_name, job_name, generation, body, reason)``
+            (``body``: the lease as last watched; ``reason``: which bound passed).
         monotonic: the monotonic clock (the same one ``clock`` uses).
         gate: reclaims wait while it is closed (a peer replica is active);
             ``None``: never wait.
@@ -129,7 +148,7 @@ class ExpiryWatch:
     def __init__(
         self,
         clock: ExpiryClock,
-        on_expired: Callable[[str, str, str, int, dict[str, Any]], Awaitable[None]],
+        on_expired: Callable[[str, str, str, int, dict[str, Any], ExpiryReason], Awaitable[None]],
         monotonic: Callable[[], float] = time.monotonic,
         gate: ActivityGate | None = None,
     ) -> None:
@@ -139,6 +158,10 @@ class ExpiryWatch:
         self._gate = gate
         self._heap: list[_Due] = []
         self._watched: dict[str, _Watched] = {}
+        self._by_name: dict[tuple[str, str], str] = {}
+        self._running_pods: dict[tuple[str, str], tuple[str, int, float]] = {}
+        """Pods seen running, by lease: ``(holder, token, when)`` (the pod's event
+        may come before the claim's)."""
         self._wake = asyncio.Event()
         self._reclaiming: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -158,31 +181,105 @@ class ExpiryWatch:
         meta = body.get("metadata", {})
         spec = body.get("spec", {})
         key = f"{meta.get('namespace')}/{meta.get('name')}/{meta.get('uid')}"
+        by_name = (str(meta.get("namespace")), str(meta.get("name")))
         if deleted:
             self._clock.forget(key)
             gone = self._watched.pop(key, None)
+            if self._by_name.get(by_name) == key:
+                del self._by_name[by_name]
+                self._running_pods.pop(by_name, None)
             return LeaseChange(gone.signature if gone else None, None, False)
         generation = int(meta.get("generation", 0))
         signature = LeaseSignature.of(spec)
         old = self._watched.get(key)
-        self._watched[key] = _Watched(
-            namespace=str(meta.get("namespace")),
-            name=str(meta.get("name")),
+        first_seen = self._clock.observe(key, str(generation))
+        startup = spec.get("startupDeadlineSeconds")
+        watched = _Watched(
+            namespace=by_name[0],
+            name=by_name[1],
             job_name=str(spec.get("jobName", meta.get("name"))),
             generation=generation,
             duration_seconds=int(spec.get("leaseDurationSeconds", 30)),
             signature=signature,
             body=body,
+            startup_seconds=int(startup) if startup is not None else None,
+            started_at=_started_at(old, signature, generation, spec, first_seen),
         )
-        first_seen = self._clock.observe(key, str(generation))
+        pod = self._running_pods.get(by_name)
+        if pod is not None and watched.starting and pod[:2] == _claim(signature):
+            watched.started_at = pod[2]  # its pod was seen running before this event
+        self._watched[key] = watched
+        self._by_name[by_name] = key
         if signature.held:
-            due = first_seen + self._watched[key].duration_seconds + self._clock.margin_seconds
-            self._push(_Due(due, key, generation))
+            self._push(_Due(self._due_at(watched, first_seen), key, generation))
         return LeaseChange(
             old.signature if old else None,
             signature,
             old is None or old.generation != generation,
         )
+
+    def started(self, namespace: str, lease_name: str, holder: str, token: int) -> bool:
+        """The attempt's pod runs: its expiry clock starts now (if it had not yet).
+
+        Called when the operator sees the holder's pod running. A worker that
+        never renews (a plain container) is then judged by the lease
+        duration from this moment on, not by the startup bound.
+
+        Args:
+            namespace: the lease's namespace.
+            lease_name: the lease's name.
+            holder: the pod's name (the holder it was started for).
+            token: the fencing token the pod was started under.
+
+        Returns:
+            Whether this started the clock of the lease's current attempt.
+        """
+        self._running_pods[(namespace, lease_name)] = (holder, token, self._monotonic())
+        key = self._by_name.get((namespace, lease_name))
+        watched = self._watched.get(key) if key is not None else None
+        if key is None or watched is None or not watched.starting:
+            return False
+        if _claim(watched.signature) != (holder, token):
+            return False  # a pod of another attempt
+        watched.started_at = self._monotonic()
+        self._push(_Due(self._due_at(watched, watched.started_at), key, watched.generation))
+        return True
+
+    def remaining(self, namespace: str, lease_name: str) -> tuple[ExpiryReason, float] | None:
+        """Which bound runs for a held lease, and the seconds left on it.
+
+        Args:
+            namespace: the lease's namespace.
+            lease_name: the lease's name.
+
+        Returns:
+            ``(reason it would expire for, seconds left)``, or ``None`` when
+            the lease is unknown or not held.
+        """
+        key = self._by_name.get((namespace, lease_name))
+        watched = self._watched.get(key) if key is not None else None
+        if key is None or watched is None or not watched.signature.held:
+            return None
+        return self._reason(watched), self._remaining(key, watched, watched.generation)
+
+    @staticmethod
+    def _reason(watched: _Watched) -> ExpiryReason:
+        if watched.starting:
+            return ExpiryReason.STARTUP_DEADLINE_EXCEEDED
+        return ExpiryReason.LEASE_EXPIRED
+
+    def _due_at(self, watched: _Watched, first_seen: float) -> float:
+        """Monotonic time at which ``watched`` (first seen at ``first_seen``) is due."""
+        margin = self._clock.margin_seconds
+        if watched.starting:
+            assert watched.startup_seconds is not None
+            return first_seen + watched.startup_seconds + margin
+        began = max(first_seen, watched.started_at or first_seen)
+        return began + watched.duration_seconds + margin
+
+    def _remaining(self, key: str, watched: _Watched, generation: int) -> float:
+        first_seen = self._clock.observe(key, str(generation))
+        return self._due_at(watched, first_seen) - self._monotonic()
 
     async def run(self) -> None:
         """Check leases as they come due; runs until cancelled."""
@@ -205,9 +302,7 @@ class ExpiryWatch:
                 or watched.generation != due.generation
             ):
                 continue  # renewed, released, completed or deleted since
-            remaining = self._clock.remaining_seconds(
-                due.key, str(due.generation), watched.duration_seconds
-            )
+            remaining = self._remaining(due.key, watched, due.generation)
             if remaining > 0:
                 heapq.heappush(
                     self._heap, _Due(self._monotonic() + remaining, due.key, due.generation)
@@ -234,7 +329,12 @@ class ExpiryWatch:
     async def _reclaim(self, due: _Due, watched: _Watched) -> None:
         try:
             await self._on_expired(
-                watched.namespace, watched.name, watched.job_name, due.generation, watched.body
+                watched.namespace,
+                watched.name,
+                watched.job_name,
+                due.generation,
+                watched.body,
+                self._reason(watched),
             )
         except Exception:
             log.exception("reclaim of %s failed; will retry", due.key)
@@ -247,3 +347,45 @@ class ExpiryWatch:
         heapq.heappush(self._heap, due)
         if earliest:  # the loop sleeps until the earliest entry; wake it only if that moved
             self._wake.set()
+
+
+def _claim(signature: LeaseSignature) -> tuple[str | None, int]:
+    """``(holder, token)``: one attempt's identity on a lease."""
+    return signature.holder_identity, signature.fencing_token
+
+
+def _started_at(
+    old: _Watched | None,
+    signature: LeaseSignature,
+    generation: int,
+    spec: dict[str, Any],
+    now: float,
+) -> float | None:
+    """When the attempt now holding the lease started, as far as the operator can tell.
+
+    An attempt starts at its first renewal: a new spec generation under the
+    same holder and token (a renewal is the only spec write a holder makes).
+    At first sight (an operator start), a lease whose ``renewTime`` differs
+    from its ``acquireTime`` was renewed: it counts as started now (the two
+    stamps are compared for equality only, never as times).
+
+    Args:
+        old: what was watched of the lease before this event, if anything.
+        signature: the lease's signature now.
+        generation: the lease's generation now.
+        spec: the lease's spec now.
+        now: the monotonic time this generation was first seen.
+
+    Returns:
+        The monotonic start time, or ``None`` while the attempt is starting.
+    """
+    if spec.get("startupDeadlineSeconds") is None:
+        return now  # pull mode: the claimant is the worker; it can renew at once
+    if old is None:
+        renewed = spec.get("renewTime") not in (None, spec.get("acquireTime"))
+        return now if renewed else None
+    if _claim(old.signature) != _claim(signature):
+        return None  # a new claim: a new attempt, starting
+    if old.started_at is not None:
+        return old.started_at
+    return now if generation != old.generation else None

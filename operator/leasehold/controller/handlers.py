@@ -81,3 +81,23 @@ async def leased_job_event(*, type: str, body: kopf.Body, memo: Any, **_: Any) -
     )
     if not own:
         memo.runtime.queue.trigger(meta["namespace"], meta["name"])
+
+
+@kopf.on.event("", "v1", "pods", labels={names.LABEL_JOB: kopf.PRESENT})
+async def attempt_pod_event(*, type: str, body: kopf.Body, memo: Any, **_: Any) -> None:
+    """An attempt's pod changed: once it runs, its lease's expiry clock starts.
+
+    Until then the attempt is starting (scheduling, image pull, init
+    containers) and only the lease's ``startupDeadlineSeconds`` bounds it.
+    """
+    if type == "DELETED" or (body.get("status") or {}).get("phase") != "Running":
+        return
+    meta = body["metadata"]
+    annotations = meta.get("annotations") or {}
+    lease = annotations.get(names.ANNOTATION_LEASE)
+    holder = annotations.get(names.ANNOTATION_HOLDER)
+    token = annotations.get(names.ANNOTATION_TOKEN, "")
+    if not lease or not holder or not token.isdigit():
+        return
+    if memo.runtime.expiry.started(meta["namespace"], lease, holder, int(token)):
+        log.debug("pod %s/%s runs: its lease's expiry clock started", meta["namespace"], holder)

@@ -24,16 +24,43 @@ class WorkQueue:
     more afterwards. Transient failures are retried after a delay.
 
     Args:
-        work: the blocking function to run in a thread: ``work(namespace, name)``.
+        work: the blocking function to run in a thread: ``work(namespace, name)``;
+            it returns ``None``, or seconds after which the job needs another
+            reconcile (a deadline, a backoff).
         retry_delay_seconds: delay before retrying after a transient error.
     """
 
-    def __init__(self, work: Callable[[str, str], object], retry_delay_seconds: float) -> None:
+    def __init__(
+        self, work: Callable[[str, str], float | None], retry_delay_seconds: float
+    ) -> None:
         self._work = work
         self._delay = retry_delay_seconds
         self._running: set[tuple[str, str]] = set()
         self._dirty: set[tuple[str, str]] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
+
+    def trigger_after(self, namespace: str, name: str, delay_seconds: float) -> None:
+        """Queue a reconcile of ``namespace/name`` in ``delay_seconds`` (one timer per job).
+
+        A later call replaces the job's pending timer: the last reconcile knows
+        best when the job next needs looking at.
+
+        Args:
+            namespace: the job's namespace.
+            name: the job's name.
+            delay_seconds: seconds from now, on the event loop's monotonic clock.
+        """
+        key = (namespace, name)
+        old = self._timers.pop(key, None)
+        if old is not None:
+            old.cancel()
+
+        def fire() -> None:
+            self._timers.pop(key, None)
+            self.trigger(namespace, name)
+
+        self._timers[key] = asyncio.get_running_loop().call_later(max(0.0, delay_seconds), fire)
 
     def trigger(self, namespace: str, name: str) -> None:
         """Queue a reconcile of ``namespace/name`` (must run in the event loop)."""
@@ -51,7 +78,9 @@ class WorkQueue:
             while True:
                 self._dirty.discard(key)
                 try:
-                    await asyncio.to_thread(self._work, *key)
+                    again = await asyncio.to_thread(self._work, *key)
+                    if again is not None:
+                        self.trigger_after(*key, again)
                 except TransientStoreError as exc:
                     log.info("reconcile %s/%s will be retried: %s", *key, exc)
                     await asyncio.sleep(self._delay)

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import copy
 import enum
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any, Final, NamedTuple
 
 from leasehold import names
@@ -32,6 +32,8 @@ from leasehold.names import (
 )
 
 MAX_POD_NAME: Final = 253
+STARTUP_DEADLINE_EXCEEDED: Final = "StartupDeadlineExceeded"
+"""Reason of an attempt reclaimed before it started (the expiry watch's word for it)."""
 
 
 class Action(enum.StrEnum):
@@ -71,6 +73,8 @@ class Plan:
         pod_name: for ``CLAIM_AND_START``/``START_POD``, the pod (= holder).
         delete_pods_below_token: delete this job's pods whose token is lower
             (stale attempts); ``0`` for none.
+        requeue_after_seconds: reconcile the job again after this many
+            seconds even if nothing changes (a deadline, a backoff).
     """
 
     action: Action
@@ -78,6 +82,7 @@ class Plan:
     events: list[JobEvent] = field(default_factory=list)
     pod_name: str | None = None
     delete_pods_below_token: int = 0
+    requeue_after_seconds: float | None = None
 
 
 def lease_name(job_name: str) -> str:
@@ -219,21 +224,94 @@ def failed_status(
     return _finished(ctx, status, Outcome.FAILED, reason, message)
 
 
+def attempt_limit(job: LeasedJob, lease: LeaseRecord) -> int:
+    """How many claims the job may make: the lower of its spec and its lease's cap.
+
+    The lease's cap (``spec.maxFencingToken``) is what the API server enforces
+    on claims; a spec that says more (an older CRD let ``maxAttempts`` be
+    raised) must not leave the operator retrying a claim the server refuses.
+
+    Args:
+        job: the LeasedJob.
+        lease: its lease record.
+
+    Returns:
+        The attempt limit (>= 1 for a valid job).
+    """
+    cap = lease.max_fencing_token
+    return job.spec.max_attempts if cap is None else min(job.spec.max_attempts, cap)
+
+
 def plan(
     job: LeasedJob,
     lease: LeaseRecord | None,
     *,
     now: datetime,
     pod_created_for_holder: bool,
+    elapsed_seconds: float = 0.0,
+    last_reclaim_reason: str | None = None,
+) -> Plan:
+    """Decide what to do next for one LeasedJob, and when to look at it again.
+
+    See :func:`_plan` for the decision; this adds the deadline's timer: an
+    unfinished job with ``activeDeadlineSeconds`` is reconciled again when
+    its deadline comes, even if nothing else happens to it.
+
+    Args:
+        job: see :func:`_plan`.
+        lease: see :func:`_plan`.
+        now: see :func:`_plan`.
+        pod_created_for_holder: see :func:`_plan`.
+        elapsed_seconds: see :func:`_plan`.
+        last_reclaim_reason: see :func:`_plan`.
+
+    Returns:
+        The :class:`Plan`.
+    """
+    decided = _plan(
+        job,
+        lease,
+        now=now,
+        pod_created_for_holder=pod_created_for_holder,
+        elapsed_seconds=elapsed_seconds,
+        last_reclaim_reason=last_reclaim_reason,
+    )
+    deadline = job.spec.active_deadline_seconds
+    if deadline is None or decided.status.phase in (Phase.SUCCEEDED, Phase.FAILED):
+        return decided
+    return replace(decided, requeue_after_seconds=max(0.0, deadline - elapsed_seconds))
+
+
+def _created(job: LeasedJob) -> datetime | None:
+    """The job's ``metadata.creationTimestamp`` (the API server's clock), if set."""
+    raw = job.metadata.get("creationTimestamp")
+    if not raw:
+        return None
+    return datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
+
+
+def _plan(
+    job: LeasedJob,
+    lease: LeaseRecord | None,
+    *,
+    now: datetime,
+    pod_created_for_holder: bool,
+    elapsed_seconds: float = 0.0,
+    last_reclaim_reason: str | None = None,
 ) -> Plan:
     """Decide what to do next for one LeasedJob.
 
     Args:
         job: the LeasedJob (spec and current status).
         lease: its lease record, or ``None`` if the JobLease does not exist.
-        now: the current wall-clock time (status timestamps, the deadline).
+        now: the current wall-clock time (status timestamps only, for people).
         pod_created_for_holder: whether the operator already created the pod
             of the lease's current holder (``status.podName == holder``).
+        elapsed_seconds: how long the job has existed, measured without this
+            process's wall clock (:class:`~leasehold.controller.deadline.JobClocks`);
+            judged against ``activeDeadlineSeconds``.
+        last_reclaim_reason: why the lease's current token was taken back
+            (``LeaseExpired``, ``StartupDeadlineExceeded``), if it was.
 
     Returns:
         The :class:`Plan`. Expiry is not decided here: the operator's
@@ -248,8 +326,7 @@ def plan(
 
     if status.phase in (Phase.SUCCEEDED, Phase.FAILED):
         return Plan(Action.NONE, status)
-    start_time = status.start_time or now
-    status.start_time = start_time
+    status.start_time = status.start_time or _created(job) or now
     status.lease_name = lease_name(name)
 
     if lease is None:
@@ -285,8 +362,11 @@ def plan(
         )
 
     deadline = job.spec.active_deadline_seconds
-    if deadline is not None and now >= start_time + timedelta(seconds=deadline):
-        message = f"The job ran longer than activeDeadlineSeconds={deadline}."
+    if deadline is not None and elapsed_seconds >= deadline:
+        message = (
+            f"The job ran longer than activeDeadlineSeconds={deadline}; its lease"
+            f" (token {lease.fencing_token}) was taken back without a completion."
+        )
         status = _finished(ctx, status, Outcome.FAILED, "DeadlineExceeded", message)
         return Plan(
             Action.STOP,
@@ -311,7 +391,7 @@ def plan(
                 "Ready",
                 true,
                 "Running",
-                f"Attempt {lease.fencing_token} of {job.spec.max_attempts} is running.",
+                f"Attempt {lease.fencing_token} of {attempt_limit(job, lease)} is running.",
             ),
         )
         if (
@@ -323,16 +403,26 @@ def plan(
         return Plan(Action.NONE, status, delete_pods_below_token=stale)
 
     # Unheld and not completed: released, reclaimed, or never claimed.
-    if lease.fencing_token >= job.spec.max_attempts:
+    limit = attempt_limit(job, lease)
+    never_started = last_reclaim_reason == STARTUP_DEADLINE_EXCEEDED
+    ended = (
+        f"attempt {lease.fencing_token} did not start within startupDeadlineSeconds="
+        f"{job.spec.startup_deadline_seconds}"
+        if never_started
+        else None
+    )
+    if lease.fencing_token >= limit:
+        reason = STARTUP_DEADLINE_EXCEEDED if never_started else "AttemptsExhausted"
         message = (
-            f"All {job.spec.max_attempts} attempts were used; the last lease (token"
-            f" {lease.fencing_token}) ended without a completion."
+            f"All {limit} attempts were used; the last lease (token"
+            f" {lease.fencing_token}) ended without a completion"
+            + (f": {ended}." if ended else ".")
         )
-        status = _finished(ctx, status, Outcome.FAILED, "AttemptsExhausted", message)
+        status = _finished(ctx, status, Outcome.FAILED, reason, message)
         return Plan(
             Action.STOP,
             status,
-            events=[JobEvent("Warning", "AttemptsExhausted", message)],
+            events=[JobEvent("Warning", reason, message)],
             delete_pods_below_token=stale + 1 if stale else 0,
         )
     if job.spec.template is None:
@@ -349,7 +439,12 @@ def plan(
         ctx,
         status,
         Phase.PENDING,
-        ("LeaseHeld", false, "Claiming", f"Claiming the lease for {next_pod}."),
+        (
+            "LeaseHeld",
+            false,
+            "Claiming",
+            f"Claiming the lease for {next_pod}" + (f" ({ended})." if ended else "."),
+        ),
     )
     return Plan(
         Action.CLAIM_AND_START,
@@ -366,6 +461,7 @@ def build_pod(
     holder: str,
     token: int,
     owner_uid: str,
+    lease_duration_seconds: int,
 ) -> dict[str, Any]:
     """Build the pod of one attempt from the job's template.
 
@@ -380,6 +476,8 @@ def build_pod(
         holder: the pod's name, which is also the lease holder identity.
         token: the fencing token the attempt runs under.
         owner_uid: the job's ``metadata.uid``.
+        lease_duration_seconds: the JobLease's duration (never the job's spec:
+            the lease's duration is the one the operator judges expiry by).
 
     Returns:
         The pod body, JSON-ready.
@@ -407,7 +505,7 @@ def build_pod(
         {"name": names.ENV_LEASE, "value": lease_name(job_name)},
         {"name": names.ENV_HOLDER, "value": holder},
         {"name": names.ENV_FENCING_TOKEN, "value": str(token)},
-        {"name": names.ENV_LEASE_DURATION, "value": str(job.spec.lease_duration_seconds)},
+        {"name": names.ENV_LEASE_DURATION, "value": str(lease_duration_seconds)},
     ]
     injected_names = {e["name"] for e in injected}
     for container in spec.get("containers", []):

@@ -20,7 +20,7 @@ from kubernetes import client
 
 from leasehold import names
 from leasehold.controller import metrics
-from leasehold.controller.expiry import ExpiryClock, ExpiryWatch
+from leasehold.controller.expiry import ExpiryClock, ExpiryReason, ExpiryWatch
 from leasehold.controller.peering import ActivityGate
 from leasehold.controller.queue import WorkQueue
 from leasehold.controller.service import JobService
@@ -159,7 +159,12 @@ def build_runtime(
     Returns:
         The runtime to pass to Kopf as ``memo``.
     """
-    queue = WorkQueue(service.reconcile, settings.retry_delay_seconds)
+
+    def reconcile(namespace: str, name: str) -> float | None:
+        plan = service.reconcile(namespace, name)
+        return plan.requeue_after_seconds if plan is not None else None
+
+    queue = WorkQueue(reconcile, settings.retry_delay_seconds)
     gate = ActivityGate(
         identity, settings.priority, settings.peering_name, standalone=settings.standalone
     )
@@ -169,10 +174,15 @@ def build_runtime(
     reclaimers = ThreadPoolExecutor(settings.reconcile_workers, thread_name_prefix="reclaim")
 
     async def on_expired(
-        namespace: str, lease_name: str, job_name: str, generation: int, body: dict[str, Any]
+        namespace: str,
+        lease_name: str,
+        job_name: str,
+        generation: int,
+        body: dict[str, Any],
+        reason: ExpiryReason,
     ) -> None:
         outcome = await asyncio.get_running_loop().run_in_executor(
-            reclaimers, service.reclaim, namespace, lease_name, generation, body
+            reclaimers, service.reclaim, namespace, lease_name, generation, body, reason
         )
         if outcome.reclaimed:
             metrics.RECLAIMS.inc()

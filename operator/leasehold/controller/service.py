@@ -20,9 +20,11 @@ import contextlib
 import logging
 import socket
 import threading
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any, Final, cast
 
 from kubernetes import client
@@ -31,6 +33,8 @@ from pydantic import ValidationError
 
 from leasehold import names
 from leasehold.controller import reconcile
+from leasehold.controller.deadline import JobClocks
+from leasehold.controller.expiry import ExpiryReason
 from leasehold.controller.reconcile import Action, JobEvent, Plan
 from leasehold.lease import models
 from leasehold.lease.errors import (
@@ -41,12 +45,15 @@ from leasehold.lease.errors import (
     api_message,
 )
 from leasehold.lease.models import LeasedJob, LeasedJobStatus
-from leasehold.lease.protocol import Rejection
+from leasehold.lease.protocol import MonotonicClock
 from leasehold.lease.store import Accepted, LeaseStore, StoredLease, format_time, to_stored
 
 log = logging.getLogger(__name__)
 
 COMPONENT: Final = "leasehold-operator"
+
+QUOTA_BACKOFF_SECONDS: Final = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0)
+"""Delays before retrying a pod create refused by a ResourceQuota (the last repeats)."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,25 @@ class ReclaimOutcome:
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def _server_time(headers: Any) -> datetime | None:
+    """The API server's clock from a response's ``Date`` header (1 s resolution)."""
+    raw = headers.get("Date") if headers is not None else None
+    if not raw:
+        return None
+    try:
+        return parsedate_to_datetime(str(raw))
+    except (TypeError, ValueError):
+        return None
+
+
+class _LeaseMoved(Exception):  # noqa: N818 - a signal to re-plan, not an error
+    """The lease changed under a write (a completion landed first): plan again on it."""
+
+    def __init__(self, lease: StoredLease) -> None:
+        super().__init__(f"{lease.namespace}/{lease.name} changed")
+        self.lease = lease
 
 
 class OwnWrites:
@@ -137,7 +163,8 @@ class JobService:
 
     Args:
         api_client: a configured ``kubernetes.client.ApiClient``.
-        clock: wall clock for status timestamps and deadlines.
+        clock: wall clock for status timestamps (for people; never judged).
+        monotonic: this process's monotonic clock (deadlines).
         instance: reported as the Events' ``reportingInstance``.
     """
 
@@ -146,6 +173,7 @@ class JobService:
         api_client: client.ApiClient,
         *,
         clock: Callable[[], datetime] = _utcnow,
+        monotonic: MonotonicClock = time.monotonic,
         instance: str | None = None,
     ) -> None:
         self._custom = client.CustomObjectsApi(api_client)
@@ -156,6 +184,8 @@ class JobService:
         self._clock = clock
         self._instance = instance or socket.gethostname()
         self._locks: dict[str, threading.Lock] = {}
+        self._quota_refusals: dict[str, int] = {}
+        self._job_clocks = JobClocks(monotonic)
         self._locks_guard = threading.Lock()
         self.own_writes = OwnWrites()
         """Versions written here (their watch events are not reconciled again)."""
@@ -172,17 +202,32 @@ class JobService:
     # -- reading --------------------------------------------------------------
 
     def _get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._read_job(namespace, name)[0]
+
+    def _read_job(self, namespace: str, name: str) -> tuple[dict[str, Any] | None, datetime | None]:
+        """The job's body and the API server's time when it answered (``Date`` header)."""
         try:
-            return cast(
-                "dict[str, Any]",
-                self._custom.get_namespaced_custom_object(
-                    names.GROUP, names.VERSION, namespace, names.PLURAL_LEASED_JOBS, name
-                ),
+            body, _, headers = self._custom.get_namespaced_custom_object_with_http_info(
+                names.GROUP, names.VERSION, namespace, names.PLURAL_LEASED_JOBS, name
             )
         except ApiException as exc:
             if exc.status == 404:
-                return None
+                return None, None
             raise api_error(exc, f"get LeasedJob {namespace}/{name}") from exc
+        return cast("dict[str, Any]", body), _server_time(headers)
+
+    def _elapsed(self, job: LeasedJob, server_now: datetime | None) -> float:
+        """How long the job has existed (API server clocks, then this process's monotonic)."""
+        meta = job.metadata
+        created = meta.get("creationTimestamp")
+        if not created:
+            return 0.0
+        return self._job_clocks.elapsed_seconds(
+            f"{meta.get('namespace')}/{meta.get('name')}",
+            str(meta.get("uid", "")),
+            datetime.fromisoformat(str(created).replace("Z", "+00:00")),
+            server_now,
+        )
 
     def _wrote_lease(self, lease: StoredLease) -> None:
         self.own_writes.record("JobLease", lease.namespace, lease.name, lease.resource_version)
@@ -212,8 +257,9 @@ class JobService:
             StoreError: an unexpected refusal (e.g. RBAC).
         """
         with self._lock(namespace, name):
-            body = self._get_job(namespace, name)
+            body, server_now = self._read_job(namespace, name)
             if body is None:
+                self._job_clocks.forget(f"{namespace}/{name}")
                 return None
             try:
                 job = LeasedJob.model_validate(body)
@@ -222,14 +268,24 @@ class JobService:
                 return None
             lease = self._get_lease(namespace, name)
             status = job.status or LeasedJobStatus()
-            holder = lease.record.holder_identity if lease else None
-            plan = reconcile.plan(
-                job,
-                lease.record if lease else None,
-                now=self._clock(),
-                pod_created_for_holder=holder is not None and status.pod_name == holder,
-            )
-            plan = self._carry_out(job, body, lease, plan)
+            for _ in range(4):
+                holder = lease.record.holder_identity if lease else None
+                plan = reconcile.plan(
+                    job,
+                    lease.record if lease else None,
+                    now=self._clock(),
+                    pod_created_for_holder=holder is not None and status.pod_name == holder,
+                    elapsed_seconds=self._elapsed(job, server_now),
+                    last_reclaim_reason=last_reclaim_reason(lease) if lease else None,
+                )
+                try:
+                    plan = self._carry_out(job, body, lease, plan)
+                except _LeaseMoved as moved:
+                    lease = moved.lease  # e.g. a completion landed before our stop: it wins
+                    continue
+                break
+            else:
+                raise TransientStoreError(f"reconcile {namespace}/{name}: lease kept moving")
             for event in plan.events:
                 self.record_event(body, event.type, event.reason, event.message)
             self._write_status(namespace, name, body, plan.status)
@@ -239,16 +295,21 @@ class JobService:
         self, job: LeasedJob, body: dict[str, Any], lease: StoredLease | None, plan: Plan
     ) -> Plan:
         namespace, name = _ns_name(body)
+        if plan.action is Action.STOP and lease is not None:
+            # Stop first, then delete pods: whichever of this stop and a
+            # worker's completion reaches the API server first wins, and the
+            # status must tell the one that did.
+            result = self._store.stop(lease)
+            if not isinstance(result, Accepted):
+                raise _LeaseMoved(result.lease)
+            self._wrote_lease(result.lease)
+            if plan.delete_pods_below_token:
+                self._delete_stale_pods(namespace, name, plan.delete_pods_below_token)
+            return plan
         if plan.delete_pods_below_token:
             self._delete_stale_pods(namespace, name, plan.delete_pods_below_token)
         if plan.action is Action.CREATE_LEASE:
             return self._create_lease(job, body, plan)
-        if plan.action is Action.STOP and lease is not None:
-            result = self._store.stop(lease)
-            if not isinstance(result, Accepted) and result.rejection is not Rejection.COMPLETED:
-                raise TransientStoreError(f"stop {namespace}/{name}: lease changed, retrying")
-            self._wrote_lease(result.lease)
-            return plan
         if plan.action is Action.CLAIM_AND_START and lease is not None:
             assert plan.pod_name is not None
             claimed = self._store.claim(namespace, lease.name, plan.pod_name, observed=lease)
@@ -286,6 +347,9 @@ class JobService:
             initial_fencing_token=carried,
             owner_references=[_owner_ref(body)],
             labels={names.LABEL_JOB: name},
+            startup_deadline_seconds=(
+                job.spec.startup_deadline_seconds if job.spec.template is not None else None
+            ),
         )
         if carried:
             self.record_event(
@@ -313,6 +377,7 @@ class JobService:
             holder=plan.pod_name,
             token=token,
             owner_uid=str(body["metadata"]["uid"]),
+            lease_duration_seconds=lease.record.lease_duration_seconds,
         )
         status = plan.status.model_copy(
             update={
@@ -326,15 +391,58 @@ class JobService:
             self._core.create_namespaced_pod(namespace, cast(Any, pod), field_manager=COMPONENT)
         except ApiException as exc:
             if exc.status == 409:
-                return Plan(plan.action, status, plan.events, plan.pod_name)
+                return replace(plan, status=status)
+            if is_quota_refusal(exc):
+                return self._pod_held_by_quota(body, plan, status, exc)
             if exc.status is not None and 400 <= exc.status < 500 and exc.status != 429:
                 return self._pod_rejected(body, plan, lease, exc)
             raise api_error(exc, f"create pod {namespace}/{plan.pod_name}") from exc
+        self._quota_refusals.pop(f"{namespace}/{_ns_name(body)[1]}", None)
+        status = _with_conditions(
+            job,
+            status,
+            ("PodCreated", "True", "Created", f"Created pod {plan.pod_name}."),
+            now=self._clock(),
+        )
         log.info("started pod %s/%s under fencing token %d", namespace, plan.pod_name, token)
         self.record_event(
             body, "Normal", "Started", f"Created pod {plan.pod_name} (fencing token {token})."
         )
-        return Plan(plan.action, status, plan.events, plan.pod_name)
+        return replace(plan, status=status)
+
+    def _pod_held_by_quota(
+        self, body: dict[str, Any], plan: Plan, status: LeasedJobStatus, exc: ApiException
+    ) -> Plan:
+        """A ResourceQuota refused the pod: transient. Keep the claim, say why, retry later.
+
+        The lease stays held by the pod's name: its expiry clock has not
+        started (no renewal yet), only the startup bound runs. Each refusal
+        in a row doubles the delay (:data:`QUOTA_BACKOFF_SECONDS`).
+        """
+        namespace, name = _ns_name(body)
+        key = f"{namespace}/{name}"
+        refusals = self._quota_refusals.get(key, 0)
+        self._quota_refusals[key] = refusals + 1
+        delay = QUOTA_BACKOFF_SECONDS[min(refusals, len(QUOTA_BACKOFF_SECONDS) - 1)]
+        message = (
+            f"Pod {plan.pod_name} was refused by a ResourceQuota; retrying in {delay:g}s:"
+            f" {api_message(exc)}"
+        )
+        log.info("%s: %s", key, message)
+        job = LeasedJob.model_validate(body)
+        held = _with_conditions(
+            job,
+            status.model_copy(update={"phase": models.Phase.PENDING, "pod_name": None}),
+            ("PodCreated", "False", "QuotaExceeded", message),
+            ("Ready", "False", "QuotaExceeded", message),
+            now=self._clock(),
+        )
+        events = list(plan.events)
+        if refusals == 0:  # one Event per streak, not one per retry
+            events.append(JobEvent("Warning", "QuotaExceeded", message))
+        if plan.requeue_after_seconds is not None:
+            delay = min(delay, plan.requeue_after_seconds)
+        return replace(plan, status=held, events=events, requeue_after_seconds=delay)
 
     def _pod_rejected(
         self, body: dict[str, Any], plan: Plan, lease: StoredLease, exc: ApiException
@@ -384,6 +492,7 @@ class JobService:
         lease_name: str,
         judged_generation: int,
         observed: dict[str, Any] | None = None,
+        reason: ExpiryReason = ExpiryReason.LEASE_EXPIRED,
     ) -> ReclaimOutcome:
         """Reclaim lease ``namespace``/``lease_name``, judged expired at ``judged_generation``.
 
@@ -392,7 +501,9 @@ class JobService:
         ``resourceVersion`` of that generation (of ``observed``, the body as last
         watched, when given; else of a fresh read), so a renewal that landed
         meanwhile makes it fail; then it re-reads, and if the generation moved,
-        nothing is reclaimed.
+        nothing is reclaimed. ``reason`` says which bound the attempt went past
+        (the lease duration after it started, or the startup bound before): it
+        is told in the Event and in the lease's ``status.lastReclaimReason``.
 
         Raises:
             TransientStoreError: the API server failed; try again later.
@@ -432,21 +543,48 @@ class JobService:
                     record.fencing_token,
                     record.lease_duration_seconds,
                 )
+                self._note_reclaim(result.lease, reason)
                 job = _owner_job(lease) or self._get_job(namespace, record.job_name)
                 if job is not None:
-                    self.record_event(
-                        job,
-                        "Warning",
-                        "Reclaimed",
-                        f"Lease expired: no renewal from {record.holder_identity} for"
-                        f" {record.lease_duration_seconds}s; took back fencing token"
-                        f" {record.fencing_token}.",
-                    )
+                    self.record_event(job, "Warning", *_reclaim_event(lease, reason))
                 return ReclaimOutcome(
                     True, record.fencing_token, record.holder_identity, "Reclaimed"
                 )
             # 409: something changed; re-read and judge again.
         raise TransientStoreError(f"reclaim {namespace}/{lease_name}: kept conflicting")
+
+    def _note_reclaim(self, lease: StoredLease, reason: ExpiryReason) -> None:
+        """Record on the lease's status which token was taken back, and why.
+
+        The job's next reconcile reads it to say why the attempt ended. A
+        failure is logged only: the reclaim itself stands.
+        """
+        patch = {
+            "status": {
+                "lastReclaimedToken": lease.record.fencing_token,
+                "lastReclaimReason": str(reason),
+            }
+        }
+        try:
+            written: Any = self._custom.patch_namespaced_custom_object_status(
+                names.GROUP,
+                names.VERSION,
+                lease.namespace,
+                names.PLURAL_JOB_LEASES,
+                lease.name,
+                patch,
+                field_manager=COMPONENT,
+            )
+        except ApiException as exc:
+            log.warning(
+                "could not note the reclaim on %s/%s: %s",
+                lease.namespace,
+                lease.name,
+                api_message(exc),
+            )
+            return
+        version = (written.get("metadata") or {}).get("resourceVersion")
+        self.own_writes.record("JobLease", lease.namespace, lease.name, str(version or ""))
 
     # -- reporting -----------------------------------------------------------------
 
@@ -551,9 +689,81 @@ class JobService:
             )
 
 
+def is_quota_refusal(exc: ApiException) -> bool:
+    """Whether the API server refused a create because a ResourceQuota is used up.
+
+    Such a ``403 Forbidden`` is transient (pods finish, quotas are raised),
+    unlike a refusal of the pod itself.
+
+    Args:
+        exc: the client's exception.
+
+    Returns:
+        ``True`` for a 403 whose message says ``exceeded quota``.
+    """
+    return exc.status == 403 and "exceeded quota" in api_message(exc)
+
+
+def _with_conditions(
+    job: LeasedJob,
+    status: LeasedJobStatus,
+    *conds: tuple[str, str, str, str],
+    now: datetime,
+) -> LeasedJobStatus:
+    """``status`` with conditions ``(type, status, reason, message)`` set."""
+    generation = job.metadata.get("generation")
+    conditions = list(status.conditions or [])
+    for type_, cstatus, reason, message in conds:
+        conditions = reconcile.set_condition(
+            conditions,
+            type_,
+            models.ConditionStatus(cstatus),
+            reason,
+            message,
+            now=now,
+            generation=int(generation) if generation is not None else None,
+        )
+    return status.model_copy(update={"conditions": conditions})
+
+
 def _ns_name(body: dict[str, Any]) -> tuple[str, str]:
     meta = body["metadata"]
     return str(meta["namespace"]), str(meta["name"])
+
+
+def _reclaim_event(lease: StoredLease, reason: ExpiryReason) -> tuple[str, str]:
+    """The ``(reason, message)`` of the Event recorded on a reclaimed job."""
+    record = lease.record
+    startup = lease.body.get("spec", {}).get("startupDeadlineSeconds")
+    if reason is ExpiryReason.STARTUP_DEADLINE_EXCEEDED:
+        return (
+            str(reason),
+            f"Attempt {record.fencing_token} ({record.holder_identity}) did not start within"
+            f" startupDeadlineSeconds={startup}: no renewal and no running pod; took back"
+            f" fencing token {record.fencing_token}.",
+        )
+    return (
+        "Reclaimed",
+        f"Lease expired: no renewal from {record.holder_identity} for"
+        f" {record.lease_duration_seconds}s; took back fencing token {record.fencing_token}.",
+    )
+
+
+def last_reclaim_reason(lease: StoredLease) -> str | None:
+    """Why the lease's current token was taken back, if it was (its status says).
+
+    Args:
+        lease: the stored lease.
+
+    Returns:
+        ``LeaseExpired``, ``StartupDeadlineExceeded``, or ``None`` when the
+        current token was not reclaimed (or the note is missing).
+    """
+    status = lease.body.get("status") or {}
+    if status.get("lastReclaimedToken") != lease.record.fencing_token:
+        return None
+    reason = status.get("lastReclaimReason")
+    return str(reason) if reason else None
 
 
 def _owner_job(lease: StoredLease) -> dict[str, Any] | None:

@@ -30,6 +30,9 @@ MAX_LEASE_DURATION_SECONDS: Final = 3600
 """The longest lease: an hour. Longer leases make stalls cost too much."""
 MAX_ATTEMPTS: Final = 100
 MAX_ACTIVE_DEADLINE_SECONDS: Final = 7 * 24 * 3600
+DEFAULT_STARTUP_DEADLINE_SECONDS: Final = 600
+"""Ten minutes to start: an image pull, a node from the autoscaler, init containers."""
+MAX_STARTUP_DEADLINE_SECONDS: Final = 24 * 3600
 MAX_MESSAGE_LENGTH: Final = 1024
 
 DNS_SUBDOMAIN_PATTERN: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
@@ -133,6 +136,14 @@ _LEASE_RULES: Final[list[dict[str, str]]] = [
         "message": "spec.leaseDurationSeconds is immutable: a holder must not lengthen"
         " its own lease",
         "fieldPath": ".leaseDurationSeconds",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": "has(self.startupDeadlineSeconds) == has(oldSelf.startupDeadlineSeconds)"
+        " && (!has(self.startupDeadlineSeconds)"
+        " || self.startupDeadlineSeconds == oldSelf.startupDeadlineSeconds)",
+        "message": "spec.startupDeadlineSeconds is immutable",
+        "fieldPath": ".startupDeadlineSeconds",
         "reason": "FieldValueForbidden",
     },
     {
@@ -268,6 +279,15 @@ class JobLeaseSpec(_Model):
         description="No claim may take spec.fencingToken past this: the job's attempt limit."
         " The operator lowers it to the current token to stop a job (deadline, failure).",
     )
+    startup_deadline_seconds: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_STARTUP_DEADLINE_SECONDS,
+        description="Push mode: how long an attempt may take to start (from the claim to its"
+        " first renewal or its pod running) before the operator reclaims it. The lease"
+        " duration only counts from the start. Absent in pull mode (the claimant is the"
+        " worker). Immutable.",
+    )
 
 
 class JobLeaseStatus(_Model):
@@ -276,6 +296,12 @@ class JobLeaseStatus(_Model):
     observed_generation: int | None = Field(default=None, ge=0)
     last_reclaimed_token: int | None = Field(
         default=None, ge=1, description="The last token the operator took back on expiry."
+    )
+    last_reclaim_reason: str | None = Field(
+        default=None,
+        max_length=64,
+        description="Why that token was taken back: LeaseExpired (no renewal for the lease"
+        " duration) or StartupDeadlineExceeded (the attempt never started).",
     )
     conditions: list[Condition] | None = Field(
         default=None,
@@ -348,8 +374,38 @@ class PodTemplate(_Model):
     )
 
 
+_JOB_RULES: Final[list[dict[str, str]]] = [
+    {
+        "rule": "self.leaseDurationSeconds == oldSelf.leaseDurationSeconds",
+        "message": "spec.leaseDurationSeconds is immutable: the JobLease and every worker time"
+        " their window from the lease, which cannot change (create a new LeasedJob)",
+        "fieldPath": ".leaseDurationSeconds",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": "self.startupDeadlineSeconds == oldSelf.startupDeadlineSeconds",
+        "message": "spec.startupDeadlineSeconds is immutable: it is copied to the JobLease,"
+        " whose timing cannot change (create a new LeasedJob)",
+        "fieldPath": ".startupDeadlineSeconds",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": "self.maxAttempts == oldSelf.maxAttempts",
+        "message": "spec.maxAttempts is immutable: it is the JobLease's attempt cap"
+        " (spec.maxFencingToken), which can never be raised (create a new LeasedJob)",
+        "fieldPath": ".maxAttempts",
+        "reason": "FieldValueForbidden",
+    },
+]
+"""Transition rules of a LeasedJob's spec (docs/architecture.md, "Lifecycle")."""
+
+
 class LeasedJobSpec(_Model):
     """What to run, and how long a worker may stall before it is replaced."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cast("JsonDict", {"x-kubernetes-validations": _JOB_RULES})
+    )
 
     template: PodTemplate | None = Field(
         default=None,
@@ -360,19 +416,31 @@ class LeasedJobSpec(_Model):
         default=30,
         ge=1,
         le=MAX_LEASE_DURATION_SECONDS,
-        description="How long a worker may go without renewing before its lease is reclaimed.",
+        description="How long a worker may go without renewing before its lease is reclaimed."
+        " Immutable: copied to the JobLease, whose duration every worker uses.",
     )
     max_attempts: int = Field(
         default=3,
         ge=1,
         le=MAX_ATTEMPTS,
-        description="Claims allowed before the job fails (each reclaim starts a new attempt).",
+        description="Claims allowed before the job fails (each reclaim starts a new attempt)."
+        " Immutable: copied to the JobLease as spec.maxFencingToken.",
+    )
+    startup_deadline_seconds: int = Field(
+        default=DEFAULT_STARTUP_DEADLINE_SECONDS,
+        ge=1,
+        le=MAX_STARTUP_DEADLINE_SECONDS,
+        description="Push mode: how long an attempt may take from its claim to its first"
+        " renewal or its pod running (scheduling, image pull, init containers) before it"
+        " is reclaimed as StartupDeadlineExceeded. The lease duration only counts from"
+        " then. Immutable: copied to the JobLease.",
     )
     active_deadline_seconds: int | None = Field(
         default=None,
         ge=1,
         le=MAX_ACTIVE_DEADLINE_SECONDS,
-        description="Fail the job when it has run this long since it started.",
+        description="Fail the job when it has run this long since it was created (API server"
+        " clock). May be changed: the operator's timer follows the new value.",
     )
 
 

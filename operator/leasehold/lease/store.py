@@ -325,12 +325,15 @@ class LeaseStore:
         initial_fencing_token: int = 0,
         owner_references: list[dict[str, Any]] | None = None,
         labels: dict[str, str] | None = None,
+        startup_deadline_seconds: int | None = None,
     ) -> StoredLease:
         """Create an unheld lease of the LeasedJob ``job_name``.
 
         ``max_fencing_token`` is the attempt limit (no claim past it);
         ``initial_fencing_token`` is above 0 only when a lost lease is recreated, so
-        tokens never go back; ``owner_references`` names the LeasedJob.
+        tokens never go back; ``owner_references`` names the LeasedJob;
+        ``startup_deadline_seconds`` bounds an attempt's start (push mode; ``None`` in
+        pull mode).
 
         Raises:
             WriteRefusedError: it exists already (status 409), or the schema refused it.
@@ -347,6 +350,7 @@ class LeaseStore:
                 lease_duration_seconds=lease_duration_seconds,
                 max_fencing_token=max_fencing_token,
                 fencing_token=initial_fencing_token,
+                startup_deadline_seconds=startup_deadline_seconds,
             ),
         )
         with api_errors("create", namespace, name):

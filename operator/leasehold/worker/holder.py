@@ -121,6 +121,7 @@ class LeaseHolder:
         self.timing = LeaseTiming.for_duration(
             lease_duration_seconds, renew_fraction=renew_fraction, margin_seconds=margin_seconds
         )
+        self._timing_args = (renew_fraction, margin_seconds)
         self.lost = threading.Event()
         """Set once the lease is lost (never for this holder's own complete/release)."""
         self._scope = store if isinstance(store, StoreScope) else StoreScope(store)
@@ -386,7 +387,8 @@ class LeaseHolder:
                 raise RuntimeError(f"the holder of {self.key} was stopped")
         self._raise_if_over()
         if self._renewer.deadline is None:
-            self._renewer.confirm()
+            confirmed = self._renewer.confirm()
+            self._adopt_lease_timing(confirmed.lease.record.lease_duration_seconds)
             self.check()  # a confirmation that took longer than the window is no good
         with self._lock:
             self._started = True
@@ -404,6 +406,34 @@ class LeaseHolder:
             deadline - self._monotonic(),
         )
         return self
+
+    def _adopt_lease_timing(self, lease_duration_seconds: float) -> None:
+        """Time the window by the lease's own duration, whatever the pod was told.
+
+        The operator judges expiry by the JobLease's ``leaseDurationSeconds``
+        (immutable); the duration in the environment is only a first guess.
+        A longer guess would let this worker work on after a reclaim.
+
+        Args:
+            lease_duration_seconds: the duration the lease record carries.
+        """
+        if lease_duration_seconds == self.timing.duration_seconds:
+            return
+        log.warning(
+            "lease %s lasts %g s, not the %g s this worker was given: using the lease's",
+            self.key,
+            lease_duration_seconds,
+            self.timing.duration_seconds,
+        )
+        fraction, margin = self._timing_args
+        if margin is not None and margin >= lease_duration_seconds:
+            margin = None  # a margin meant for a longer lease: the default fits
+        timing = LeaseTiming.for_duration(
+            lease_duration_seconds, renew_fraction=fraction, margin_seconds=margin
+        )
+        with self._lock:
+            self.timing = timing
+        self._renewer.retime(timing)
 
     def stop(self) -> None:
         """Stop renewing, without writing anything (idempotent).

@@ -188,8 +188,12 @@ class Renewer:
 
     # -- the loop --------------------------------------------------------
 
-    def confirm(self) -> None:
+    def confirm(self) -> Accepted:
         """Renew until one renewal succeeds, retrying for at most one window.
+
+        Returns:
+            The accepted renewal (its lease record carries the lease's own
+            duration, which the holder times its window by).
 
         Raises:
             LeaseLost: a renewal was refused, the lease is gone, or no
@@ -216,11 +220,17 @@ class Renewer:
             if loss is not None:
                 raise loss.again()
             if isinstance(attempt.result, Accepted):
-                return
+                return attempt.result
             last_error = attempt.error
             time.sleep(
                 min(self.timing.retry_interval_seconds, max(0.0, give_up_at - self._monotonic()))
             )
+
+    def retime(self, timing: LeaseTiming) -> None:
+        """Time the window, the renewals and the requests by ``timing`` from now on."""
+        with self._lock:
+            self.timing = timing
+        self._wake.set()
 
     def start(self) -> None:
         """Start the renewer thread (a deadline must be known: see :meth:`confirm`)."""

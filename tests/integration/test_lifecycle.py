@@ -1,0 +1,338 @@
+"""A job's whole life on a real control plane: spec edits, deadlines, slow starts, API errors.
+
+Each test runs its own ``leasehold operator`` process watching the test's
+namespace; pods run as local processes through the pod runner. The rules
+tested are written down in docs/architecture.md, "Lifecycle".
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from email.utils import parsedate_to_datetime
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from leasehold import names
+from leasehold.controller.service import JobService
+from leasehold.lease.errors import LeaseNotFoundError
+from leasehold.lease.protocol import Outcome
+from leasehold.lease.store import Accepted, LeaseStore, StoredLease
+from operatorproc import OperatorProcess
+from podrunner import PodRunner
+from tests.integration.test_operator import (
+    condition,
+    create_job,
+    events,
+    get_job,
+    phase_is,
+    run,
+    status,
+    wait_for,
+)
+
+G, V = names.GROUP, names.VERSION
+
+
+@pytest.fixture
+def store(api_client: client.ApiClient) -> LeaseStore:
+    return LeaseStore(api_client)
+
+
+def patch_spec(api: client.ApiClient, namespace: str, name: str, spec: dict[str, Any]) -> None:
+    client.CustomObjectsApi(api).patch_namespaced_custom_object(
+        G, V, namespace, names.PLURAL_LEASED_JOBS, name, {"spec": spec}
+    )
+
+
+# -- item: timing comes from the lease ------------------------------------------
+
+
+@pytest.mark.parametrize(("field", "value"), [("leaseDurationSeconds", 60), ("maxAttempts", 5)])
+def test_timing_fields_of_a_job_cannot_be_edited(
+    api_client: client.ApiClient, namespace: str, field: str, value: int
+) -> None:
+    create_job(api_client, namespace, "fixed", "true", lease_seconds=10, max_attempts=2)
+    with pytest.raises(ApiException) as refused:
+        patch_spec(api_client, namespace, "fixed", {field: value})
+    assert refused.value.status == 422
+    assert f"spec.{field} is immutable" in str(refused.value.body)
+    spec = get_job(api_client, namespace, "fixed")["spec"]
+    assert (spec["leaseDurationSeconds"], spec["maxAttempts"]) == (10, 2)
+
+
+def test_deadline_and_template_of_a_job_may_be_edited(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    create_job(api_client, namespace, "soft", "true", activeDeadlineSeconds=30)
+    patch_spec(api_client, namespace, "soft", {"activeDeadlineSeconds": 60})
+    template = {"spec": {"containers": [{"name": "w", "image": "local", "command": ["false"]}]}}
+    patch_spec(api_client, namespace, "soft", {"template": template})
+    spec = get_job(api_client, namespace, "soft")["spec"]
+    assert spec["activeDeadlineSeconds"] == 60
+    assert spec["template"]["spec"]["containers"][0]["command"] == ["false"]
+
+
+# -- item: transient API errors are transient -------------------------------------
+
+
+def test_pod_refused_by_a_quota_is_retried_with_a_condition_saying_why(
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    namespace: str,
+) -> None:
+    core = client.CoreV1Api(api_client)
+    quota = {"metadata": {"name": "no-pods"}, "spec": {"hard": {"pods": "0"}}}
+    core.create_namespaced_resource_quota(namespace, cast(Any, quota))
+
+    def quota_counted() -> bool:
+        st = core.read_namespaced_resource_quota("no-pods", namespace).status
+        return st is not None and (st.hard or {}).get("pods") == "0"
+
+    wait_for("the quota controller to count pods", quota_counted, 30)
+    create_job(api_client, namespace, "quota", run(0.5), lease_seconds=20)
+
+    def refused() -> dict[str, Any] | None:
+        conds = status(api_client, namespace, "quota").get("conditions", [])
+        found = [c for c in conds if c["type"] == "PodCreated" and c["reason"] == "QuotaExceeded"]
+        return found[0] if found else None
+
+    cond = wait_for("PodCreated=False/QuotaExceeded", refused, 30)
+    assert cond["status"] == "False"
+    assert "exceeded quota" in cond["message"]
+    time.sleep(2.0)  # a few retries while the quota still refuses
+    st = status(api_client, namespace, "quota")
+    assert st["phase"] == "Pending", st
+    assert "QuotaExceeded" in [r for r, _ in events(api_client, namespace, "quota")]
+    core.delete_namespaced_resource_quota("no-pods", namespace)
+    wait_for("Succeeded", phase_is(api_client, namespace, "quota", "Succeeded"), 90)
+    st = status(api_client, namespace, "quota")
+    assert st["attempts"] == 1
+    assert condition(st, "PodCreated")["status"] == "True"
+
+
+# -- item: deadlines that fire, on a clock that cannot jump -----------------------
+
+FAKETIME_LIB = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+
+
+def skewed(offset: str) -> dict[str, str]:
+    """Libfaketime's environment: the process's wall clock moved by ``offset``."""
+    assert FAKETIME_LIB.exists(), "libfaketime is needed to skew the operator's clock"
+    return {"LD_PRELOAD": str(FAKETIME_LIB), "FAKETIME": offset}
+
+
+def created_at(api: client.ApiClient, namespace: str, name: str) -> float:
+    """When the API server says the job was created, as seconds ago on our monotonic clock."""
+    _, _, headers = client.CustomObjectsApi(api).get_namespaced_custom_object_with_http_info(
+        G, V, namespace, names.PLURAL_LEASED_JOBS, name
+    )
+    created = get_job(api, namespace, name)["metadata"]["creationTimestamp"]
+    age = parsedate_to_datetime(headers["Date"]) - datetime.fromisoformat(
+        created.replace("Z", "+00:00")
+    )
+    return time.monotonic() - age.total_seconds()
+
+
+def test_deadline_fires_while_the_worker_keeps_renewing(
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    store: LeaseStore,
+    namespace: str,
+) -> None:
+    deadline = 5
+    create_job(
+        api_client, namespace, "late", run(120), lease_seconds=2, activeDeadlineSeconds=deadline
+    )
+    origin = created_at(api_client, namespace, "late")
+    local_pod_runner.wait_for_pid(namespace, "late-1", timeout=30)
+    wait_for("Failed", phase_is(api_client, namespace, "late", "Failed"), deadline + 15)
+    took = time.monotonic() - origin
+    assert deadline - 1 <= took <= deadline + 4, f"failed {took:.1f}s after creation"
+    failed = condition(status(api_client, namespace, "late"), "Failed")
+    assert failed["reason"] == "DeadlineExceeded"
+    record = store.get(namespace, "late").record
+    assert (record.holder_identity, record.max_fencing_token) == (None, 1)
+    # The worker's next renewal is refused: it stops working (lease lost).
+    assert local_pod_runner.wait_for_exit(namespace, "late-1", timeout=30) != 0
+
+
+def test_operator_clock_ahead_does_not_fire_a_deadline_early(
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    namespace: str,
+) -> None:
+    create_job(api_client, namespace, "ahead", run(6), lease_seconds=3, activeDeadlineSeconds=3600)
+    local_pod_runner.wait_for_pid(namespace, "ahead-1", timeout=30)
+    wait_for("Running", phase_is(api_client, namespace, "ahead", "Running"), 15)
+    operator.kill()
+    operator.env = skewed("+2h")  # a restarted operator whose clock is 2 h ahead
+    operator.start()
+    wait_for("Succeeded", phase_is(api_client, namespace, "ahead", "Succeeded"), 60)
+    assert "DeadlineExceeded" not in [r for r, _ in events(api_client, namespace, "ahead")]
+
+
+def test_operator_clock_behind_does_not_delay_a_deadline(
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    namespace: str,
+) -> None:
+    deadline = 8
+    create_job(
+        api_client, namespace, "behind", run(120), lease_seconds=3, activeDeadlineSeconds=deadline
+    )
+    origin = created_at(api_client, namespace, "behind")
+    local_pod_runner.wait_for_pid(namespace, "behind-1", timeout=30)
+    wait_for("Running", phase_is(api_client, namespace, "behind", "Running"), 15)
+    operator.kill()
+    operator.env = skewed("-1h")  # a restarted operator whose clock is an hour behind
+    operator.start()
+    wait_for("Failed", phase_is(api_client, namespace, "behind", "Failed"), deadline + 20)
+    took = time.monotonic() - origin
+    assert deadline - 1 <= took <= deadline + 5, f"failed {took:.1f}s after creation"
+    assert condition(status(api_client, namespace, "behind"), "Failed")["reason"] == (
+        "DeadlineExceeded"
+    )
+
+
+def test_completion_that_lands_before_the_deadline_stop_wins(
+    api_client: client.ApiClient,
+    store: LeaseStore,
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The operator's service in this process, on the real API server; the
+    # worker's completion is sent right before the service's stop write, so
+    # it lands first, as when a worker finishes just as the deadline fires.
+    service = JobService(api_client)
+    create_job(api_client, namespace, "race", None, lease_seconds=30, activeDeadlineSeconds=1)
+    service.reconcile(namespace, "race")  # creates the lease
+    claimed = store.claim(namespace, "race", "pool-1")
+    assert isinstance(claimed, Accepted)
+    time.sleep(2.5)  # past the deadline (the Date header has one-second resolution)
+    stop = service.store.stop
+
+    def completion_first(judged: StoredLease) -> Any:
+        done = store.complete(namespace, "race", "pool-1", claimed.token, Outcome.SUCCEEDED)
+        assert isinstance(done, Accepted)
+        return stop(judged)
+
+    monkeypatch.setattr(service.store, "stop", completion_first)
+    plan = service.reconcile(namespace, "race")
+    assert plan is not None
+    st = status(api_client, namespace, "race")
+    assert st["phase"] == "Succeeded", st
+    assert condition(st, "Complete")["reason"] == "Completed"
+    assert st["completion"]["fencingToken"] == claimed.token
+    reasons = [r for r, _ in events(api_client, namespace, "race")]
+    assert "DeadlineExceeded" not in reasons
+
+
+# -- item: starting is not stalling ---------------------------------------------
+
+
+def create_pending_job(
+    api: client.ApiClient, namespace: str, name: str, command: str, **spec: Any
+) -> str:
+    """A push-mode job whose pods stay Pending (unschedulable) until the node gets a label.
+
+    Returns:
+        The node label (``key``) that lets its pods be scheduled.
+    """
+    label = f"leasehold.test/{namespace}"
+    body = {
+        "apiVersion": names.API_VERSION,
+        "kind": "LeasedJob",
+        "metadata": {"name": name},
+        "spec": {
+            **spec,
+            "template": {
+                "spec": {
+                    "nodeSelector": {label: "yes"},
+                    "containers": [
+                        {"name": "worker", "image": "local", "command": ["sh", "-c", command]}
+                    ],
+                }
+            },
+        },
+    }
+    client.CustomObjectsApi(api).create_namespaced_custom_object(
+        G, V, namespace, names.PLURAL_LEASED_JOBS, body
+    )
+    return label
+
+
+def lease_token(store: LeaseStore, namespace: str, name: str) -> int | None:
+    """The lease's fencing token, or ``None`` while it does not exist yet."""
+    try:
+        return store.get(namespace, name).record.fencing_token
+    except LeaseNotFoundError:
+        return None
+
+
+def label_node(api: client.ApiClient, node: str, label: str, value: str | None) -> None:
+    client.CoreV1Api(api).patch_node(node, {"metadata": {"labels": {label: value}}})
+
+
+def test_a_pod_slower_to_start_than_its_lease_is_not_reclaimed(
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    store: LeaseStore,
+    namespace: str,
+) -> None:
+    duration = 3
+    label = create_pending_job(
+        api_client, namespace, "slow", run(1), leaseDurationSeconds=duration, maxAttempts=3
+    )
+    try:
+        wait_for("the claim", lambda: lease_token(store, namespace, "slow") == 1, 15)
+        time.sleep(2 * duration + 2)  # Pending (unschedulable) for longer than two leases
+        record = store.get(namespace, "slow").record
+        assert (record.holder_identity, record.fencing_token) == ("slow-1", 1)
+        assert "Reclaimed" not in [r for r, _ in events(api_client, namespace, "slow")]
+        label_node(api_client, local_pod_runner.node_name, label, "yes")  # a node turns up
+        wait_for("Succeeded", phase_is(api_client, namespace, "slow", "Succeeded"), 60)
+    finally:
+        label_node(api_client, local_pod_runner.node_name, label, None)
+    st = status(api_client, namespace, "slow")
+    assert (st["attempts"], st["completion"]["fencingToken"]) == (1, 1)
+
+
+def test_an_attempt_past_its_startup_deadline_is_reported_as_such(
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    store: LeaseStore,
+    namespace: str,
+) -> None:
+    create_pending_job(
+        api_client,
+        namespace,
+        "never",
+        run(1),
+        leaseDurationSeconds=2,
+        maxAttempts=2,
+        startupDeadlineSeconds=3,
+    )
+    began = time.monotonic()
+    wait_for("Failed", phase_is(api_client, namespace, "never", "Failed"), 30)
+    took = time.monotonic() - began
+    assert took >= 2 * 3, f"failed {took:.1f}s after creation: a startup bound was cut short"
+    failed = condition(status(api_client, namespace, "never"), "Failed")
+    assert failed["reason"] == "StartupDeadlineExceeded"
+    assert "did not start within startupDeadlineSeconds=3" in failed["message"]
+    reasons = [r for r, _ in events(api_client, namespace, "never")]
+    assert reasons.count("StartupDeadlineExceeded") >= 2  # one per attempt (and the failure)
+    assert "Reclaimed" not in reasons
+    lease = store.get(namespace, "never")
+    assert lease.body["status"]["lastReclaimReason"] == "StartupDeadlineExceeded"
+    assert lease.body["spec"]["startupDeadlineSeconds"] == 3
