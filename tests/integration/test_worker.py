@@ -573,6 +573,41 @@ def test_the_commands_own_exit_75_is_not_a_lost_lease(
     assert "lease lost" not in done.stderr, done.stderr
 
 
+def test_a_command_that_exits_75_on_sigterm_is_not_a_lost_lease(
+    store: LeaseStore,
+    crds_installed: Path,
+    namespace: str,
+    tmp_path: Path,
+    wrapper_procs: list[subprocess.Popen[str]],
+) -> None:
+    """The pod is stopped; the command answers SIGTERM with its own exit 75.
+
+    The lease was held and is given back: the wrapper must not exit 75,
+    which would say the lease was lost.
+    """
+    token = push_claim(store, namespace, 10)
+    pidfile = tmp_path / "pid"
+    proc = subprocess.Popen(
+        [
+            *RUN,
+            "--",
+            "sh",
+            "-c",
+            f'trap "exit 75" TERM; echo $$ > "{pidfile}"; while :; do sleep 0.01; done',
+        ],
+        env=run_env(crds_installed, namespace, token, 10),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wrapper_procs.append(proc)
+    _wait_for_pid(pidfile, proc)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=15)
+    lease = store.get(namespace, "job").record
+    assert (lease.holder_identity, lease.fencing_token, lease.completion) == (None, 1, None)
+    assert proc.returncode == 1, stderr  # 75 would read as "lease lost"
+
+
 def _caught_signals(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("SigCgt:"):

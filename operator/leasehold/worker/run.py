@@ -371,7 +371,8 @@ class _Runner:
                 self.holder.release()
             except StoreError as exc:
                 log.error("releasing the lease failed: %s", exc)
-            return code
+            # The command's own 75 is not the wrapper's "lease lost".
+            return EXIT_COMMAND_FAILED if code == EXIT_LEASE_LOST else code
         result = self._complete(code, _describe(returncode))
         if code == EXIT_LEASE_LOST and self._completed:
             # The command's own 75, recorded under a lease we held: 75 from
