@@ -555,6 +555,50 @@ def test_a_sigterm_racing_a_successful_exit_records_the_success(
     assert "SIGTERM arrived after the command ended" in stderr, stderr
 
 
+def test_a_sigterm_after_the_command_ended_but_before_the_shim_did_records_the_success(
+    store: LeaseStore,
+    crds_installed: Path,
+    namespace: str,
+    tmp_path: Path,
+    wrapper_procs: list[subprocess.Popen[str]],
+) -> None:
+    """The command exits 0; its shim has not exited yet (still sweeping) when SIGTERM comes.
+
+    The shim is frozen so that the window is wide: the command's outcome
+    stands, as when the signal comes after the shim exited.
+    """
+    token = push_claim(store, namespace, 10)
+    pidfile, go = tmp_path / "pid", tmp_path / "go"
+    proc = subprocess.Popen(
+        [
+            *RUN,
+            "--",
+            "sh",
+            "-c",
+            f'echo $$ > "{pidfile}"; while [ ! -e "{go}" ]; do sleep 0.01; done; exit 0',
+        ],
+        env=run_env(crds_installed, namespace, token, 10),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wrapper_procs.append(proc)
+    pid = _wait_for_pid(pidfile, proc)
+    (shim,) = _children(proc.pid)
+    os.kill(shim, signal.SIGSTOP)
+    try:
+        go.touch()
+        assert _wait_gone([pid], 5.0) is not None  # a zombie: ended, not yet reaped
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)  # the wrapper handles it while the shim is still there
+    finally:
+        os.kill(shim, signal.SIGCONT)
+    _, stderr = proc.communicate(timeout=15)
+    lease = store.get(namespace, "job").record
+    assert lease.completion is not None, stderr
+    assert (lease.completion.outcome, lease.completion.exit_code) == (Outcome.SUCCEEDED, 0)
+    assert proc.returncode == 0, stderr
+
+
 def test_the_commands_own_exit_75_is_not_a_lost_lease(
     store: LeaseStore, crds_installed: Path, namespace: str
 ) -> None:

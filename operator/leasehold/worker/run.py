@@ -196,6 +196,23 @@ class _Child:
             return True
         return info is not None
 
+    def command_ended(self) -> bool:
+        """Whether the command itself ended, though the shim may still be sweeping its tree.
+
+        Read from ``/proc``: the command's pid is gone, a zombie, or no longer
+        the shim's child. Off Linux (no ``/proc``) only :meth:`exited` knows.
+        """
+        if self.command_pid is None:
+            return True
+        if not os.path.isdir("/proc/self"):
+            return self.exited()
+        try:
+            stat = Path(f"/proc/{self.command_pid}/stat").read_bytes()
+        except OSError:
+            return True
+        fields = stat.rsplit(b")", 1)[1].split()
+        return fields[0] in (b"Z", b"X") or int(fields[1]) != self.pid
+
     def signal_group(self, signum: int) -> None:
         """Send ``signum`` to the command's process group (gone already: nothing)."""
         if self._reaped:
@@ -244,7 +261,7 @@ class _Runner:
 
     def _forward(self, signum: int, frame: FrameType | None) -> None:
         child = self.child
-        if child is not None and child.exited():
+        if child is not None and (child.exited() or child.command_ended()):
             # The child ended on its own first: its outcome stands.
             self.after_exit = signum
             return
