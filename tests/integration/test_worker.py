@@ -599,6 +599,28 @@ def test_a_sigterm_after_the_command_ended_but_before_the_shim_did_records_the_s
     assert proc.returncode == 0, stderr
 
 
+def test_run_times_its_sigterm_lead_by_the_leases_own_duration(
+    store: LeaseStore, crds_installed: Path, namespace: str
+) -> None:
+    """The pod was told 60 s, the lease lasts 6 s: a healthy command is not stopped.
+
+    With the lead of a 60 s lease (5 s) against a 6 s lease's 4.8 s window the
+    wrapper would stop the command at once.
+    """
+    token = push_claim(store, namespace, 6)
+    done = subprocess.run(
+        [*RUN, "--", "sh", "-c", "sleep 3; exit 0"],
+        env=run_env(crds_installed, namespace, token, 60),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    lease = store.get(namespace, "job").record
+    assert lease.completion is not None, done.stderr
+    assert lease.completion.outcome == Outcome.SUCCEEDED
+
+
 def test_the_commands_own_exit_75_is_not_a_lost_lease(
     store: LeaseStore, crds_installed: Path, namespace: str
 ) -> None:

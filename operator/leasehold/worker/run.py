@@ -287,6 +287,8 @@ class _Runner:
                 return EXIT_LEASE_LOST
             if self.forwarded is not None:
                 return self._stopped_before_start()
+            # start() times the window by the lease's own duration: so must the lead.
+            self.lead = term_lead_seconds(self.holder.timing, self.grace)
             env = dict(os.environ)
             env[ENV_FENCING_TOKEN] = str(self.holder.token)
             self.child = _Child(command, env)
