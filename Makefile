@@ -91,7 +91,21 @@ image: venv ## Build the operator/worker image IMAGE=leasehold:0.1.0 (wheels on 
 
 .PHONY: kind-load
 kind-load: image ## Load the image into a kind cluster (KIND_CLUSTER=kind) for `helm install`.
-	DOCKER_HOST=$$(hack/docker/ensure.sh) kind load docker-image $(IMAGE) --name $(KIND_CLUSTER)
+	DOCKER_HOST=$$(hack/docker/ensure.sh) $$(hack/kind/kind.sh) load docker-image $(IMAGE) --name $(KIND_CLUSTER)
+
+##@ kind (real nodes; works offline: node image from Debian packages and Go modules, cached)
+
+.PHONY: kind-up
+kind-up: ## A kind cluster KIND_CLUSTER=kind: 1 control plane + 2 workers, pod networking between nodes.
+	hack/kind/up.sh $(KIND_CLUSTER)
+
+.PHONY: kind-down
+kind-down: ## Delete the kind cluster KIND_CLUSTER=kind.
+	DOCKER_HOST=$$(hack/docker/ensure.sh) $$(hack/kind/kind.sh) delete cluster --name $(KIND_CLUSTER)
+
+.PHONY: test-kind
+test-kind: venv tools ## The kind tier: the README's Helm quickstart run verbatim on a fresh kind cluster.
+	$(VENV)/bin/pytest -m kind tests/kind
 
 ##@ Local cluster
 

@@ -1,0 +1,100 @@
+"""The README's Helm quickstart, run as written on a real kind cluster (the kind tier).
+
+The commands are the ``sh`` block under "Quickstart with a cluster" in README.md,
+run by bash in the repository with kubectl, helm and kind on PATH, a kubeconfig of
+the test's own and ``KIND_CLUSTER`` naming the test's cluster. The block ends with
+``kubectl get -w``, which never exits: the test stops it once the LeasedJob is
+Succeeded. The transcript is written to build/kind-quickstart-transcript.txt.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CLUSTER = "leasehold-quickstart"
+TRANSCRIPT = REPO / "build" / "kind-quickstart-transcript.txt"
+# A cold run builds the node image (Go builds, debootstrap) before the cluster starts.
+DEADLINE_SECONDS = 45 * 60
+
+pytestmark = [pytest.mark.kind, pytest.mark.timeout(DEADLINE_SECONDS + 300)]
+
+
+def _bin_dir(script: str) -> str:
+    out = subprocess.run(
+        [str(REPO / "hack" / script)], check=True, capture_output=True, text=True
+    ).stdout
+    return str(Path(out.strip().splitlines()[-1]))
+
+
+def quickstart_commands() -> str:
+    """Return the ``sh`` block under README.md's "Quickstart with a cluster" heading."""
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## Quickstart with a cluster", 1)[1]
+    block = re.search(r"```sh\n(.*?)```", section, re.DOTALL)
+    assert block is not None, "README.md has no sh block under 'Quickstart with a cluster'"
+    return block.group(1)
+
+
+@pytest.fixture(scope="module")
+def kind_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """Environment for the quickstart; deletes the test's kind cluster afterwards."""
+    tools = _bin_dir("tools.sh")
+    kind = str(Path(_bin_dir("kind/kind.sh")).parent)
+    env = {
+        **os.environ,
+        "PATH": f"{tools}:{kind}:{os.environ['PATH']}",
+        "KUBECONFIG": str(tmp_path_factory.mktemp("kind") / "kubeconfig"),
+        "KIND_CLUSTER": CLUSTER,
+    }
+    yield env
+    if not os.environ.get("KEEP"):
+        subprocess.run(["make", "-s", "kind-down"], cwd=REPO, env=env, check=False)
+
+
+def _phase(env: dict[str, str]) -> str:
+    got = subprocess.run(
+        ["kubectl", "-n", "demo", "get", "ljob", "hello", "-o", "jsonpath={.status.phase}"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    return got.stdout.strip() if got.returncode == 0 else ""
+
+
+def test_readme_quickstart_runs_to_succeeded(kind_env: dict[str, str]) -> None:
+    TRANSCRIPT.parent.mkdir(exist_ok=True)
+    started = time.monotonic()
+    with TRANSCRIPT.open("w") as out:
+        shell = subprocess.Popen(
+            ["bash", "-e", "-x", "-c", quickstart_commands()],
+            cwd=REPO,
+            env={**kind_env, "PS4": "$ "},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            phase = ""
+            while shell.poll() is None and time.monotonic() - started < DEADLINE_SECONDS:
+                phase = _phase(kind_env)
+                if phase == "Succeeded":
+                    time.sleep(2)  # let the watch print the final rows
+                    break
+                time.sleep(2)
+        finally:
+            if shell.poll() is None:
+                os.killpg(shell.pid, signal.SIGTERM)
+            shell.wait()
+        out.write(f"# {time.monotonic() - started:.0f}s from the first command to Succeeded\n")
+    transcript = TRANSCRIPT.read_text()
+    assert phase == "Succeeded", f"phase {phase!r}; transcript:\n{transcript}"
+    assert re.search(r"/hello\s+Succeeded", transcript), transcript
