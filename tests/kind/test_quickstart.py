@@ -2,36 +2,26 @@
 
 The commands are the ``sh`` block under "Quickstart with a cluster" in README.md,
 run by ``bash -e`` in the repository with kubectl, helm and kind on PATH, a
-kubeconfig of the test's own and ``KIND_CLUSTER`` naming the test's cluster (the
-block's ``make kind-up`` creates it; the test deletes it). The transcript is
+kubeconfig of the tier's own and ``KIND_CLUSTER`` naming the tier's cluster (the
+block's ``make kind-up`` creates it; the session's end deletes it). The transcript is
 written to build/kind-quickstart-transcript.txt.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-CLUSTER = "leasehold-quickstart"
 TRANSCRIPT = REPO / "build" / "kind-quickstart-transcript.txt"
 # A cold run builds the node image (Go builds, debootstrap) before the cluster starts.
 DEADLINE_SECONDS = 45 * 60
 
 pytestmark = [pytest.mark.kind, pytest.mark.timeout(DEADLINE_SECONDS + 300)]
-
-
-def _bin_dir(script: str) -> str:
-    out = subprocess.run(
-        [str(REPO / "hack" / script)], check=True, capture_output=True, text=True
-    ).stdout
-    return str(Path(out.strip().splitlines()[-1]))
 
 
 def quickstart_commands() -> str:
@@ -41,22 +31,6 @@ def quickstart_commands() -> str:
     block = re.search(r"```sh\n(.*?)```", section, re.DOTALL)
     assert block is not None, "README.md has no sh block under 'Quickstart with a cluster'"
     return block.group(1)
-
-
-@pytest.fixture(scope="module")
-def kind_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """Environment for the quickstart; deletes the kind cluster afterwards (KEEP=1 keeps it)."""
-    tools = _bin_dir("tools.sh")
-    kind = str(Path(_bin_dir("kind/kind.sh")).parent)
-    env = {
-        **os.environ,
-        "PATH": f"{tools}:{kind}:{os.environ['PATH']}",
-        "KUBECONFIG": str(tmp_path_factory.mktemp("kind") / "kubeconfig"),
-        "KIND_CLUSTER": CLUSTER,
-    }
-    yield env
-    if not os.environ.get("KEEP"):
-        subprocess.run(["make", "-s", "kind-down"], cwd=REPO, env=env, check=False)
 
 
 def test_readme_quickstart_runs_to_succeeded(kind_env: dict[str, str]) -> None:
