@@ -104,7 +104,7 @@ kind-down: ## Delete the kind cluster KIND_CLUSTER=kind.
 	DOCKER_HOST=$$(hack/docker/ensure.sh) $$(hack/kind/kind.sh) delete cluster --name $(KIND_CLUSTER)
 
 .PHONY: test-kind
-test-kind: venv tools ## The kind tier: the README's Helm quickstart run verbatim on a fresh kind cluster.
+test-kind: venv tools ## The kind tier: the README's Helm quickstart verbatim, then real-node faults, on a kind cluster.
 	$(VENV)/bin/pytest -m kind tests/kind
 
 ##@ Local cluster
