@@ -52,4 +52,6 @@ own="$(ls "$wheels"/leasehold-*.whl)"
   "$own[operator]"
 
 docker build --quiet --build-arg "PYTHON_IMAGE=$base" -t "$image" . >/dev/null
+# Earlier builds of the image, untagged by this one (the build stage stays: it is the cache).
+docker image prune --force --filter label=org.opencontainers.image.title=leasehold >/dev/null
 echo "$image"
