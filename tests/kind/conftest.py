@@ -22,11 +22,15 @@ def _bin_dir(script: str) -> str:
 
 @pytest.fixture(scope="session")
 def kind_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """Environment naming the tier's cluster: kubectl, helm, kind on PATH, its own KUBECONFIG."""
+    """The tier's environment: its KUBECONFIG, kubectl/helm/kind on PATH, DOCKER_HOST."""
     tools = _bin_dir("tools.sh")
     kind = str(Path(_bin_dir("kind/kind.sh")).parent)
+    docker_host = subprocess.run(
+        [str(REPO / "hack" / "docker" / "ensure.sh")], check=True, capture_output=True, text=True
+    ).stdout.strip()
     env = {
         **os.environ,
+        "DOCKER_HOST": docker_host,
         "PATH": f"{tools}:{kind}:{os.environ['PATH']}",
         "KUBECONFIG": str(tmp_path_factory.mktemp("kind") / "kubeconfig"),
         "KIND_CLUSTER": CLUSTER,

@@ -1,15 +1,22 @@
 """Faults of real nodes, on the kind cluster with the chart-installed operator (the kind tier).
 
-The frozen node: the worker's node container is paused (``docker pause``, the
+A frozen node: the worker's node container is paused (``docker pause``, the
 cgroup freezer: kubelet, containerd and the worker all stop) past the lease. The
 operator reclaims the lease and the next attempt runs on another node under token
 2; after ``docker unpause`` the frozen worker (examples/worker.py) wakes up and its
 completion under token 1 is rejected by the lease store.
+
+A partitioned node: the node drops everything to and from the control-plane node
+(iptables in the node container: its kubelet and its pods). The next attempt runs
+on another node before the node is even reported NotReady, and after the heal the
+cut-off worker's completion under token 1 is never accepted (it is rejected, or
+its retries ran out during the partition).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import threading
 import time
@@ -21,16 +28,15 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "demo"
-JOB = "frozen-node"
 T = TypeVar("T")
 
 pytestmark = [pytest.mark.kind, pytest.mark.timeout(45 * 60)]
 
-LEASED_JOB = f"""
+LEASED_JOB = """
 apiVersion: leasehold.dev/v1alpha1
 kind: LeasedJob
 metadata:
-  name: {JOB}
+  name: {job}
 spec:
   leaseDurationSeconds: 6
   maxAttempts: 3
@@ -122,7 +128,7 @@ def _pod(env: dict[str, str], token: int) -> dict[str, str] | None:
         "-o",
         "json",
         "-l",
-        f"leasehold.dev/job={JOB},leasehold.dev/fencing-token={token}",
+        f"leasehold.dev/job={env['JOB']},leasehold.dev/fencing-token={token}",
     )
     for pod in json.loads(out)["items"]:
         if pod["status"].get("phase") == "Running":
@@ -130,10 +136,54 @@ def _pod(env: dict[str, str], token: int) -> dict[str, str] | None:
     return None
 
 
-@pytest.fixture
-def frozen_job(operator_env: dict[str, str]) -> Iterator[dict[str, str]]:
-    """The LeasedJob and its worker script; afterwards every node unpaused and schedulable."""
-    env = operator_env
+def _node_ready(env: dict[str, str], node: str) -> str:
+    return _run(
+        env,
+        "kubectl",
+        "get",
+        "node",
+        node,
+        "-o",
+        'jsonpath={.status.conditions[?(@.type=="Ready")].status}',
+    )
+
+
+def _partition_rules(env: dict[str, str]) -> list[list[str]]:
+    """Iptables rules cutting a node off the control-plane node (its kubelet and its pods)."""
+    control_plane = f"{env['KIND_CLUSTER']}-control-plane"
+    address = _run(
+        env,
+        "docker",
+        "inspect",
+        "-f",
+        "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+        control_plane,
+    )
+    return [[chain, "-d", address.strip(), "-j", "DROP"] for chain in ("OUTPUT", "FORWARD")]
+
+
+def _stall(env: dict[str, str], fault: str, node: str) -> None:
+    if fault == "frozen":
+        _run(env, "docker", "pause", node)
+    else:
+        for rule in _partition_rules(env):
+            _run(env, "docker", "exec", node, "iptables", "-I", *rule)
+
+
+def _resume(env: dict[str, str], fault: str, node: str, check: bool = True) -> None:
+    if fault == "frozen":
+        _run(env, "docker", "unpause", node, check=check)
+    else:
+        for rule in _partition_rules(env):
+            _run(env, "docker", "exec", node, "iptables", "-D", *rule, check=check)
+
+
+@pytest.fixture(params=["frozen", "partitioned"])
+def stalled_job(
+    request: pytest.FixtureRequest, operator_env: dict[str, str]
+) -> Iterator[dict[str, str]]:
+    """The LeasedJob and its worker script; afterwards every node resumed and schedulable."""
+    env = {**operator_env, "FAULT": request.param, "JOB": f"{request.param}-node"}
     configmap = _run(
         env,
         "kubectl",
@@ -148,8 +198,8 @@ def frozen_job(operator_env: dict[str, str]) -> Iterator[dict[str, str]]:
         "yaml",
     )
     _run(env, "kubectl", "-n", NAMESPACE, "apply", "-f", "-", stdin=configmap)
-    # The first attempt must not share a node with the operator (freezing that node
-    # would freeze the operator too): its node takes no new pods until then.
+    # The first attempt must not share a node with the operator (stalling that node
+    # would stall the operator too): its node takes no new pods until then.
     operator_node = _run(
         env,
         "kubectl",
@@ -162,19 +212,34 @@ def frozen_job(operator_env: dict[str, str]) -> Iterator[dict[str, str]]:
         "-o",
         "jsonpath={.items[0].spec.nodeName}",
     )
-    _run(env, "kubectl", "cordon", operator_node)
-    _run(env, "kubectl", "-n", NAMESPACE, "apply", "-f", "-", stdin=LEASED_JOB)
-    yield {**env, "OPERATOR_NODE": operator_node}
-    for node in _run(env, "kind", "get", "nodes", "--name", env["KIND_CLUSTER"]).split():
-        subprocess.run(["docker", "unpause", node], env=env, capture_output=True)
-        subprocess.run(["kubectl", "uncordon", node], env=env, capture_output=True)
-    _run(env, "kubectl", "-n", NAMESPACE, "delete", "ljob", JOB, "--wait=false", check=False)
+    try:
+        _run(env, "kubectl", "cordon", operator_node)
+        job = LEASED_JOB.format(job=env["JOB"])
+        _run(env, "kubectl", "-n", NAMESPACE, "delete", "ljob", env["JOB"], "--ignore-not-found")
+        _run(env, "kubectl", "-n", NAMESPACE, "apply", "-f", "-", stdin=job)
+        yield {**env, "OPERATOR_NODE": operator_node}
+    finally:
+        for node in _run(env, "kind", "get", "nodes", "--name", env["KIND_CLUSTER"]).split():
+            _resume(env, request.param, node, check=False)
+            _run(env, "kubectl", "uncordon", node, check=False)
+        _run(
+            env,
+            "kubectl",
+            "-n",
+            NAMESPACE,
+            "delete",
+            "ljob",
+            env["JOB"],
+            "--wait=false",
+            check=False,
+        )
 
 
-def test_frozen_node_lease_reclaimed_next_attempt_elsewhere_stale_completion_rejected(
-    frozen_job: dict[str, str],
+def test_stalled_node_lease_reclaimed_next_attempt_elsewhere_stale_completion_refused(
+    stalled_job: dict[str, str],
 ) -> None:
-    env = frozen_job
+    env = stalled_job
+    fault, job = env["FAULT"], env["JOB"]
     first = _wait("attempt 1's pod to run", 180, lambda: _pod(env, 1))
     assert first is not None
     # Follow the first worker's log from now on: its pod is gone once it exits.
@@ -189,10 +254,9 @@ def test_frozen_node_lease_reclaimed_next_attempt_elsewhere_stale_completion_rej
     reader = threading.Thread(target=lambda: lines.extend(follow.stdout or []), daemon=True)
     reader.start()
     _wait("attempt 1 to start working", 60, lambda: any("fencing token 1" in ln for ln in lines))
-
     assert first["node"] != env["OPERATOR_NODE"]
 
-    subprocess.run(["docker", "pause", first["node"]], env=env, check=True)
+    _stall(env, fault, first["node"])
     # The node controller would taint the silent node only after its grace period;
     # cordoning it at once keeps the next attempt off it.
     _run(env, "kubectl", "cordon", first["node"])
@@ -200,35 +264,27 @@ def test_frozen_node_lease_reclaimed_next_attempt_elsewhere_stale_completion_rej
     second = _wait("attempt 2's pod to run", 120, lambda: _pod(env, 2))
     assert second is not None
     assert second["node"] != first["node"]
-    _wait(
-        "the job to succeed",
-        120,
-        lambda: (
-            _run(
-                env,
-                "kubectl",
-                "-n",
-                NAMESPACE,
-                "get",
-                "ljob",
-                JOB,
-                "-o",
-                "jsonpath={.status.phase}",
-            )
-            == "Succeeded"
-        ),
-    )
+    if fault == "partitioned":
+        # Replaced without waiting for the node to be declared dead.
+        assert _node_ready(env, first["node"]) == "True"
+    phase = ("kubectl", "-n", NAMESPACE, "get", "ljob", job, "-o", "jsonpath={.status.phase}")
+    _wait("the job to succeed", 120, lambda: _run(env, *phase) == "Succeeded")
 
-    subprocess.run(["docker", "unpause", first["node"]], env=env, check=True)
+    _resume(env, fault, first["node"])
     _wait(
-        "the frozen worker's rejected completion",
-        120,
-        lambda: any("REJECTED" in ln for ln in lines),
+        "the stale worker to end",
+        180,
+        lambda: follow.poll() is not None or any("REJECTED" in ln or "Error" in ln for ln in lines),
     )
+    time.sleep(1)
     follow.terminate()
     log = "".join(lines)
-    assert "completion under fencing token 1 REJECTED by the lease store" in log, log
-    lease = json.loads(_run(env, "kubectl", "-n", NAMESPACE, "get", "jlease", JOB, "-o", "json"))
+    print(f"the {fault} worker's log (attempt 1 on {first['node']}):\n{log}")
+    # Nothing under token 1 was ever accepted.
+    assert not re.search(r"^completed \S+ under fencing token 1", log, re.MULTILINE), log
+    if fault == "frozen":
+        assert "completion under fencing token 1 REJECTED by the lease store" in log, log
+    lease = json.loads(_run(env, "kubectl", "-n", NAMESPACE, "get", "jlease", job, "-o", "json"))
     assert lease["spec"]["fencingToken"] == 2
     assert lease["spec"]["completion"]["fencingToken"] == 2
     assert lease["spec"]["completion"]["outcome"] == "Succeeded"
