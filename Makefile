@@ -72,18 +72,40 @@ test-integration: syspkgs-test venv controlplane tools ## Integration + e2e test
 test: syspkgs-test venv controlplane tools lint ## Everything: lint, unit, integration and e2e tests.
 	$(VENV)/bin/pytest tests
 
-##@ Image (needs Docker; not available on the project's own machines)
+##@ Image (Docker: an engine of the project's own is started when none answers)
 
 IMAGE ?= leasehold:0.1.0
 KIND_CLUSTER ?= kind
 
+.PHONY: docker
+docker: ## Make sure a Docker engine runs (starts the project's own if none answers); prints DOCKER_HOST.
+	@hack/docker/ensure.sh
+
+.PHONY: docker-down
+docker-down: ## Stop the project's own Docker engine (a system engine is left alone).
+	hack/docker/ensure.sh stop
+
 .PHONY: image
-image: ## Build the operator/worker image: IMAGE=leasehold:0.1.0.
-	docker build -t $(IMAGE) .
+image: venv ## Build the operator/worker image IMAGE=leasehold:0.1.0 (wheels on the host, no network in the build).
+	hack/docker/image.sh $(IMAGE) >/dev/null
 
 .PHONY: kind-load
 kind-load: image ## Load the image into a kind cluster (KIND_CLUSTER=kind) for `helm install`.
-	kind load docker-image $(IMAGE) --name $(KIND_CLUSTER)
+	DOCKER_HOST=$$(hack/docker/ensure.sh) $$(hack/kind/kind.sh) load docker-image $(IMAGE) --name $(KIND_CLUSTER)
+
+##@ kind (real nodes; works offline: node image from Debian packages and Go modules, cached)
+
+.PHONY: kind-up
+kind-up: ## A kind cluster KIND_CLUSTER=kind: 1 control plane + 2 workers, pod networking between nodes.
+	hack/kind/up.sh $(KIND_CLUSTER)
+
+.PHONY: kind-down
+kind-down: ## Delete the kind cluster KIND_CLUSTER=kind.
+	DOCKER_HOST=$$(hack/docker/ensure.sh) $$(hack/kind/kind.sh) delete cluster --name $(KIND_CLUSTER)
+
+.PHONY: test-kind
+test-kind: venv tools ## The kind tier: the README's Helm quickstart verbatim, then real-node faults, on a kind cluster.
+	$(VENV)/bin/pytest -m kind tests/kind
 
 ##@ Local cluster
 
