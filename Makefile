@@ -69,7 +69,11 @@ test-integration: syspkgs-test venv controlplane tools ## Integration + e2e test
 	$(VENV)/bin/pytest tests/integration tests/e2e
 
 .PHONY: test
-test: syspkgs-test venv controlplane tools lint ## Everything: lint, unit, integration and e2e tests.
+test: test-local ## Everything: lint, unit, integration, e2e, then the kind tier (real nodes).
+	$(MAKE) --no-print-directory test-kind
+
+.PHONY: test-local
+test-local: syspkgs-test venv controlplane tools lint ## Lint, unit, integration and e2e tests (no Docker, no kind).
 	$(VENV)/bin/pytest tests
 
 ##@ Image (Docker: an engine of the project's own is started when none answers)
