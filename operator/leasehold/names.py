@@ -26,6 +26,8 @@ ENV_LEASE: Final = "LEASEHOLD_LEASE"
 ENV_HOLDER: Final = "LEASEHOLD_HOLDER"
 ENV_FENCING_TOKEN: Final = "LEASEHOLD_FENCING_TOKEN"
 ENV_LEASE_DURATION: Final = "LEASEHOLD_LEASE_DURATION_SECONDS"
+ENV_POD_UID: Final = "LEASEHOLD_POD_UID"
+"""The pod's own ``metadata.uid`` (downward API): the holder is a pod UID, not a name."""
 
 # Labels and annotations the operator puts on an attempt's pod.
 LABEL_JOB: Final = f"{GROUP}/job"
@@ -34,5 +36,8 @@ ANNOTATION_TOKEN: Final = f"{GROUP}/fencing-token"
 """The fencing token: on an attempt's pod (for the downward API) and on fenced objects."""
 ANNOTATION_HOLDER: Final = f"{GROUP}/holder"
 ANNOTATION_LEASE: Final = f"{GROUP}/lease"
+FINALIZER_DOMAIN: Final = f"{GROUP}/fencing-domain"
+"""On every JobLease: the lease is its job name's fencing domain and outlives the
+job; only the operator removes it, when the lease's namespace is deleted."""
 LABEL_FENCED: Final = f"{GROUP}/fenced"
 """Label (value ``"true"``) that opts a Kubernetes object into fencing."""

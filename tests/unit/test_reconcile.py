@@ -45,6 +45,7 @@ def job(template: bool = True, **spec: Any) -> LeasedJob:
 
 
 def lease(token: int, holder: str | None = None, **kw: Any) -> LeaseRecord:
+    kw.setdefault("job_uid", "u-1")
     return LeaseRecord(
         job_name="hello",
         holder_identity=HolderIdentity(holder) if holder else None,
@@ -240,3 +241,25 @@ def test_pod_name_is_cut_to_a_valid_length() -> None:
     name = reconcile.pod_name("x" * 253, 12)
     assert len(name) == 253
     assert name.endswith("-12")
+
+
+def test_a_lease_of_an_earlier_incarnation_is_taken_over_not_used() -> None:
+    completed = Completion(
+        fencing_token=FencingToken(2),
+        holder_identity=HolderIdentity("hello-2"),
+        outcome=Outcome.SUCCEEDED,
+        complete_time=NOW,
+    )
+    for old in (lease(2, job_uid="u-0", completion=completed), lease(2, "hello-2", job_uid="u-0")):
+        decided = reconcile.plan(job(), old, now=NOW, pod_created_for_holder=False)
+        assert decided.action is reconcile.Action.TAKE_OVER_LEASE
+        assert decided.status.completion is None
+        assert decided.pod_name is None
+
+
+def test_attempts_count_from_the_incarnations_base_token() -> None:
+    taken_over = lease(5, base_fencing_token=FencingToken(5))
+    decided = reconcile.plan(job(), taken_over, now=NOW, pod_created_for_holder=False)
+    assert decided.action is reconcile.Action.CLAIM_AND_START
+    assert decided.pod_name == "hello-6"
+    assert decided.status.attempts == 0

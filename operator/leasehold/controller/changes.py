@@ -21,22 +21,29 @@ class LeaseSignature:
         fencing_token: ``spec.fencingToken`` (``0`` before the first claim).
         completed: ``spec.completion`` is set (it is written once, never changed).
         max_fencing_token: ``spec.maxFencingToken``, ``None`` for no cap.
+        job_uid: ``spec.jobUID``, the job incarnation the lease serves.
+        deleting: ``metadata.deletionTimestamp`` is set (the lease is kept by
+            its fencing-domain finalizer until its namespace goes).
     """
 
     holder_identity: str | None
     fencing_token: int
     completed: bool
     max_fencing_token: int | None
+    job_uid: str | None = None
+    deleting: bool = False
 
     @classmethod
-    def of(cls, spec: dict[str, Any]) -> LeaseSignature:
-        """The signature of a raw JobLease ``spec`` dict."""
+    def of(cls, spec: dict[str, Any], metadata: dict[str, Any] | None = None) -> LeaseSignature:
+        """The signature of a raw JobLease ``spec`` (and ``metadata``) dict."""
         cap = spec.get("maxFencingToken")
         return cls(
             holder_identity=spec.get("holderIdentity"),
             fencing_token=int(spec.get("fencingToken") or 0),
             completed=spec.get("completion") is not None,
             max_fencing_token=None if cap is None else int(cap),
+            job_uid=spec.get("jobUID"),
+            deleting=(metadata or {}).get("deletionTimestamp") is not None,
         )
 
     @property
@@ -61,5 +68,5 @@ class LeaseChange:
 
     @property
     def needs_reconcile(self) -> bool:
-        """Holder, token, completion or cap changed (or first sight, or gone)."""
+        """Holder, token, completion, cap, incarnation or deletion changed, or new or gone."""
         return self.before != self.after

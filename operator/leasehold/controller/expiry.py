@@ -190,7 +190,7 @@ class ExpiryWatch:
                 self._running_pods.pop(by_name, None)
             return LeaseChange(gone.signature if gone else None, None, False)
         generation = int(meta.get("generation", 0))
-        signature = LeaseSignature.of(spec)
+        signature = LeaseSignature.of(spec, meta)
         old = self._watched.get(key)
         first_seen = self._clock.observe(key, str(generation))
         startup = spec.get("startupDeadlineSeconds")

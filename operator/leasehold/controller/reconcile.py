@@ -43,6 +43,9 @@ class Action(enum.StrEnum):
     """Nothing but the status (waiting: for a renewal, an expiry, a worker)."""
     CREATE_LEASE = "CreateLease"
     """The job has no JobLease yet: create it (unheld, token 0)."""
+    TAKE_OVER_LEASE = "TakeOverLease"
+    """The JobLease serves an earlier incarnation of the job name (deleted and
+    created again): hand it to this one at its current token."""
     CLAIM_AND_START = "ClaimAndStart"
     """Push mode, lease unheld: claim it for the next pod, then create the pod."""
     START_POD = "StartPod"
@@ -227,6 +230,9 @@ def failed_status(
 def attempt_limit(job: LeasedJob, lease: LeaseRecord) -> int:
     """How many claims the job may make: the lower of its spec and its lease's cap.
 
+    Counted from the token at which this incarnation took the lease
+    (``baseFencingToken``), like the attempts.
+
     The lease's cap (``spec.maxFencingToken``) is what the API server enforces
     on claims; a spec that says more (an older CRD let ``maxAttempts`` be
     raised) must not leave the operator retrying a claim the server refuses.
@@ -239,7 +245,9 @@ def attempt_limit(job: LeasedJob, lease: LeaseRecord) -> int:
         The attempt limit (>= 1 for a valid job).
     """
     cap = lease.max_fencing_token
-    return job.spec.max_attempts if cap is None else min(job.spec.max_attempts, cap)
+    if cap is None:
+        return job.spec.max_attempts
+    return min(job.spec.max_attempts, cap - lease.base_fencing_token)
 
 
 def plan(
@@ -335,8 +343,20 @@ def _plan(
         )
         return Plan(Action.CREATE_LEASE, status)
 
+    uid = job.metadata.get("uid")
+    if uid is not None and lease.job_uid != uid:
+        message = (
+            f"The JobLease served an earlier job named {name}; taking it over at fencing"
+            f" token {lease.fencing_token}, so tokens never repeat."
+        )
+        status = _with(ctx, status, Phase.PENDING, ("Ready", false, "TakingOverLease", message))
+        return Plan(
+            Action.TAKE_OVER_LEASE, status, events=[JobEvent("Normal", "TakingOverLease", message)]
+        )
+
+    attempts = lease.fencing_token - lease.base_fencing_token
     status.fencing_token = lease.fencing_token
-    status.attempts = lease.fencing_token
+    status.attempts = attempts
     status.holder_identity = lease.holder_identity
     stale = lease.fencing_token if job.spec.template is not None else 0
 
@@ -391,7 +411,7 @@ def _plan(
                 "Ready",
                 true,
                 "Running",
-                f"Attempt {lease.fencing_token} of {attempt_limit(job, lease)} is running.",
+                f"Attempt {attempts} of {attempt_limit(job, lease)} is running.",
             ),
         )
         if (
@@ -411,7 +431,7 @@ def _plan(
         if never_started
         else None
     )
-    if lease.fencing_token >= limit:
+    if attempts >= limit:
         reason = STARTUP_DEADLINE_EXCEEDED if never_started else "AttemptsExhausted"
         message = (
             f"All {limit} attempts were used; the last lease (token"
@@ -499,13 +519,14 @@ def build_pod(
     }
     spec = copy.deepcopy(template.spec)
     spec["restartPolicy"] = "Never"
-    injected = [
+    injected: list[dict[str, Any]] = [
         {"name": names.ENV_NAMESPACE, "value": namespace},
         {"name": names.ENV_JOB, "value": job_name},
         {"name": names.ENV_LEASE, "value": lease_name(job_name)},
         {"name": names.ENV_HOLDER, "value": holder},
         {"name": names.ENV_FENCING_TOKEN, "value": str(token)},
         {"name": names.ENV_LEASE_DURATION, "value": str(lease_duration_seconds)},
+        {"name": names.ENV_POD_UID, "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
     ]
     injected_names = {e["name"] for e in injected}
     for container in spec.get("containers", []):

@@ -260,6 +260,7 @@ class JobService:
             body, server_now = self._read_job(namespace, name)
             if body is None:
                 self._job_clocks.forget(f"{namespace}/{name}")
+                self._retire_lease(namespace, name)
                 return None
             try:
                 job = LeasedJob.model_validate(body)
@@ -267,6 +268,8 @@ class JobService:
                 self._report_invalid(body, exc)
                 return None
             lease = self._get_lease(namespace, name)
+            if lease is not None:
+                self._release_domain_if_namespace_goes(lease)
             status = job.status or LeasedJobStatus()
             for _ in range(4):
                 holder = lease.record.holder_identity if lease else None
@@ -310,6 +313,18 @@ class JobService:
             self._delete_stale_pods(namespace, name, plan.delete_pods_below_token)
         if plan.action is Action.CREATE_LEASE:
             return self._create_lease(job, body, plan)
+        if plan.action is Action.TAKE_OVER_LEASE and lease is not None:
+            taken = self._store.rearm(
+                lease,
+                job_uid=str(body["metadata"]["uid"]),
+                mode=_mode(job),
+                lease_duration_seconds=job.spec.lease_duration_seconds,
+                max_attempts=job.spec.max_attempts,
+            )
+            if not isinstance(taken, Accepted):
+                raise _LeaseMoved(taken.lease)  # changed since judged: decide again
+            self._wrote_lease(taken.lease)
+            return plan
         if plan.action is Action.CLAIM_AND_START and lease is not None:
             assert plan.pod_name is not None
             claimed = self._store.claim(namespace, lease.name, plan.pod_name, observed=lease)
@@ -337,19 +352,25 @@ class JobService:
 
     def _create_lease(self, job: LeasedJob, body: dict[str, Any], plan: Plan) -> Plan:
         namespace, name = _ns_name(body)
-        carried = (job.status.fencing_token if job.status else None) or 0
+        status = job.status or LeasedJobStatus()
+        carried = status.fencing_token or 0
+        base = max(0, carried - (status.attempts or 0))
+        # No ownerReference: the lease is the name's fencing domain and must
+        # outlive this job (docs/architecture.md, "Across a job's whole life").
         self._store.create(
             namespace,
             reconcile.lease_name(name),
             job_name=name,
             lease_duration_seconds=job.spec.lease_duration_seconds,
-            max_fencing_token=max(job.spec.max_attempts, carried),
+            max_fencing_token=max(base + job.spec.max_attempts, carried),
             initial_fencing_token=carried,
-            owner_references=[_owner_ref(body)],
             labels={names.LABEL_JOB: name},
             startup_deadline_seconds=(
                 job.spec.startup_deadline_seconds if job.spec.template is not None else None
             ),
+            job_uid=str(body["metadata"]["uid"]),
+            mode=_mode(job),
+            finalizers=[names.FINALIZER_DOMAIN],
         )
         if carried:
             self.record_event(
@@ -360,6 +381,73 @@ class JobService:
                 " never go back.",
             )
         return plan
+
+    def _retire_lease(self, namespace: str, name: str) -> None:
+        """The job is gone: take its lease back for good, keeping it as the domain.
+
+        The lease outlives the job (it is the name's fencing domain), so no
+        worker may hold or claim it any more: the holder is removed and the
+        cap lowered to the current token. A job created again under the same
+        name takes the lease over (:meth:`LeaseStore.rearm`).
+        """
+        lease = self._get_lease(namespace, name)
+        if lease is None:
+            return
+        self._release_domain_if_namespace_goes(lease)
+        record = lease.record
+        cap = record.max_fencing_token
+        if record.completion is not None or (
+            record.holder_identity is None and cap is not None and cap <= record.fencing_token
+        ):
+            return
+        result = self._store.stop(lease)
+        if isinstance(result, Accepted):
+            self._wrote_lease(result.lease)
+            log.info(
+                "job %s/%s is gone: lease stopped at fencing token %d",
+                namespace,
+                name,
+                record.fencing_token,
+            )
+        elif result.lease.record.completion is None:
+            raise TransientStoreError(f"retire lease {namespace}/{name}: changed, retrying")
+
+    def _release_domain_if_namespace_goes(self, lease: StoredLease) -> None:
+        """Drop the domain finalizer of a deleted lease once its namespace is deleted.
+
+        Until then a deleted JobLease stays (Terminating) and keeps its token,
+        so deleting it does not reset the name's fencing domain.
+        """
+        meta = lease.body.get("metadata") or {}
+        if meta.get("deletionTimestamp") is None:
+            return
+        if names.FINALIZER_DOMAIN not in (meta.get("finalizers") or []):
+            return
+        try:
+            ns: Any = self._core.read_namespace(lease.namespace)
+            going = ns.metadata is not None and ns.metadata.deletion_timestamp is not None
+        except ApiException as exc:
+            if exc.status != 404:
+                log.warning(
+                    "JobLease %s/%s is being deleted but namespace %s cannot be read (%s):"
+                    " keeping the fencing domain",
+                    lease.namespace,
+                    lease.name,
+                    lease.namespace,
+                    api_message(exc),
+                )
+                return
+            going = True
+        if not going:
+            log.info(
+                "JobLease %s/%s is being deleted; kept (finalizer %s) as the fencing domain"
+                " of its job name until its namespace is deleted",
+                lease.namespace,
+                lease.name,
+                names.FINALIZER_DOMAIN,
+            )
+            return
+        self._store.drop_finalizer(lease.namespace, lease.name, names.FINALIZER_DOMAIN)
 
     def _start_pod(
         self,
@@ -384,14 +472,17 @@ class JobService:
                 "pod_name": plan.pod_name,
                 "holder_identity": plan.pod_name,
                 "fencing_token": token,
-                "attempts": token,
+                "attempts": token - lease.record.base_fencing_token,
             }
         )
+        job_uid = str(body["metadata"]["uid"])
         try:
-            self._core.create_namespaced_pod(namespace, cast(Any, pod), field_manager=COMPONENT)
+            created: Any = self._core.create_namespaced_pod(
+                namespace, cast(Any, pod), field_manager=COMPONENT
+            )
         except ApiException as exc:
             if exc.status == 409:
-                return replace(plan, status=status)
+                return self._pod_exists(body, plan, status, lease, token)
             if is_quota_refusal(exc):
                 return self._pod_held_by_quota(body, plan, status, exc)
             if exc.status is not None and 400 <= exc.status < 500 and exc.status != 429:
@@ -408,6 +499,7 @@ class JobService:
         self.record_event(
             body, "Normal", "Started", f"Created pod {plan.pod_name} (fencing token {token})."
         )
+        self._bind(lease, plan.pod_name, token, str(created.metadata.uid), job_uid)
         return replace(plan, status=status)
 
     def _pod_held_by_quota(
@@ -443,6 +535,67 @@ class JobService:
         if plan.requeue_after_seconds is not None:
             delay = min(delay, plan.requeue_after_seconds)
         return replace(plan, status=held, events=events, requeue_after_seconds=delay)
+
+    def _bind(
+        self, lease: StoredLease, pod_name: str, token: int, pod_uid: str, job_uid: str
+    ) -> None:
+        """Bind the lease to the pod this operator created (its UID, not its name)."""
+        bound = self._store.bind(lease.namespace, lease.name, pod_name, token, pod_uid)
+        if isinstance(bound, Accepted):
+            self._wrote_lease(bound.lease)
+        else:
+            log.info(
+                "lease %s/%s not bound to pod %s (uid %s, job uid %s): %s",
+                lease.namespace,
+                lease.name,
+                pod_name,
+                pod_uid,
+                job_uid,
+                bound.rejection,
+            )
+
+    def _pod_exists(
+        self,
+        body: dict[str, Any],
+        plan: Plan,
+        status: LeasedJobStatus,
+        lease: StoredLease,
+        token: int,
+    ) -> Plan:
+        """The attempt's pod name is taken: adopt it only if this job created it.
+
+        "Created by this job" is the pod's controller ownerReference naming
+        this job's UID (an earlier reconcile crashed after creating it). Any
+        other pod of that name (an earlier incarnation's, still terminating;
+        one a user made) is not this attempt: the lease is released, so that
+        pod can never renew, complete or release it, and the next attempt
+        runs under the next token and pod name.
+        """
+        namespace, _ = _ns_name(body)
+        assert plan.pod_name is not None
+        job_uid = str(body["metadata"]["uid"])
+        try:
+            existing: Any = self._core.read_namespaced_pod(plan.pod_name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                raise TransientStoreError(
+                    f"pod {namespace}/{plan.pod_name}: gone since create said 409; retrying"
+                ) from exc
+            raise api_error(exc, f"get pod {namespace}/{plan.pod_name}") from exc
+        refs = existing.metadata.owner_references or []
+        ours = any(ref.controller and ref.uid == job_uid for ref in refs)
+        if ours and existing.metadata.deletion_timestamp is None:
+            self._bind(lease, plan.pod_name, token, str(existing.metadata.uid), job_uid)
+            return replace(plan, status=status)
+        message = (
+            f"Pod {plan.pod_name} exists but is not this job's (uid {existing.metadata.uid});"
+            f" released fencing token {token} and moving to the next attempt."
+        )
+        log.warning("%s/%s: %s", namespace, body["metadata"]["name"], message)
+        self._store.release(namespace, lease.name, plan.pod_name, token)
+        status = plan.status.model_copy(update={"holder_identity": None})
+        taken = JobEvent("Warning", "PodNameTaken", message)
+        return replace(plan, status=status, events=[*plan.events, taken])
 
     def _pod_rejected(
         self, body: dict[str, Any], plan: Plan, lease: StoredLease, exc: ApiException
@@ -544,7 +697,7 @@ class JobService:
                     record.lease_duration_seconds,
                 )
                 self._note_reclaim(result.lease, reason)
-                job = _owner_job(lease) or self._get_job(namespace, record.job_name)
+                job = _owner_job(lease)
                 if job is not None:
                     self.record_event(job, "Warning", *_reclaim_event(lease, reason))
                 return ReclaimOutcome(
@@ -767,30 +920,23 @@ def last_reclaim_reason(lease: StoredLease) -> str | None:
 
 
 def _owner_job(lease: StoredLease) -> dict[str, Any] | None:
-    """The owning LeasedJob's identity from the lease's ownerReferences (no read).
+    """The LeasedJob incarnation the lease serves (``spec.jobUID``), without a read.
 
     Enough to record an Event about the job (apiVersion, kind, name, uid).
     """
-    for ref in lease.body.get("metadata", {}).get("ownerReferences") or []:
-        if ref.get("kind") == "LeasedJob" and ref.get("name") == lease.record.job_name:
-            return {
-                "apiVersion": ref.get("apiVersion"),
-                "kind": "LeasedJob",
-                "metadata": {
-                    "name": ref["name"],
-                    "namespace": lease.namespace,
-                    "uid": ref.get("uid"),
-                },
-            }
-    return None
-
-
-def _owner_ref(body: dict[str, Any]) -> dict[str, Any]:
+    if lease.record.job_uid is None:
+        return None
     return {
         "apiVersion": names.API_VERSION,
         "kind": "LeasedJob",
-        "name": body["metadata"]["name"],
-        "uid": body["metadata"]["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
+        "metadata": {
+            "name": lease.record.job_name,
+            "namespace": lease.namespace,
+            "uid": lease.record.job_uid,
+        },
     }
+
+
+def _mode(job: LeasedJob) -> models.LeaseMode:
+    """Push when the job has a pod template (the operator claims), else pull."""
+    return models.LeaseMode.PUSH if job.spec.template is not None else models.LeaseMode.PULL

@@ -124,7 +124,50 @@ class CompletionRecord(_Model):
 # --------------------------------------------------------------------------
 # JobLease: the lease record. The only object workers may write.
 
+REARM: Final = "(has(self.jobUID) && (!has(oldSelf.jobUID) || self.jobUID != oldSelf.jobUID))"
+"""CEL: this write hands the lease (the job name's fencing domain) to a new incarnation."""
+
 _LEASE_RULES: Final[list[dict[str, str]]] = [
+    {
+        "rule": "!has(oldSelf.jobUID) || has(self.jobUID)",
+        "message": "spec.jobUID cannot be removed: the lease is the fencing domain of its job"
+        " name and always names the incarnation it serves",
+        "fieldPath": ".jobUID",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": f"!{REARM} || (self.fencingToken == oldSelf.fencingToken"
+        " && !has(self.holderIdentity) && !has(self.completion)"
+        " && self.baseFencingToken == self.fencingToken)",
+        "message": "a new incarnation (spec.jobUID changed) takes the domain unheld and"
+        " uncompleted, at the same fencing token, which becomes spec.baseFencingToken",
+        "fieldPath": ".jobUID",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": f"{REARM} || (self.baseFencingToken == oldSelf.baseFencingToken"
+        " && (has(self.mode) == has(oldSelf.mode))"
+        " && (!has(self.mode) || self.mode == oldSelf.mode))",
+        "message": "spec.baseFencingToken and spec.mode change only when a new incarnation"
+        " takes the domain",
+        "fieldPath": ".baseFencingToken",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": "!has(self.holderUID) || has(self.holderIdentity)",
+        "message": "spec.holderUID names the holder's pod: an unheld lease has none",
+        "fieldPath": ".holderUID",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": "!has(oldSelf.holderUID) || !has(self.holderIdentity)"
+        " || self.fencingToken != oldSelf.fencingToken"
+        " || (has(self.holderUID) && self.holderUID == oldSelf.holderUID)",
+        "message": "spec.holderUID is bound once per claim: a pod that replaced the holder's"
+        " pod under the same name is not the holder",
+        "fieldPath": ".holderUID",
+        "reason": "FieldValueForbidden",
+    },
     {
         "rule": "self.jobName == oldSelf.jobName",
         "message": "spec.jobName is immutable",
@@ -132,25 +175,26 @@ _LEASE_RULES: Final[list[dict[str, str]]] = [
         "reason": "FieldValueForbidden",
     },
     {
-        "rule": "self.leaseDurationSeconds == oldSelf.leaseDurationSeconds",
+        "rule": f"{REARM} || self.leaseDurationSeconds == oldSelf.leaseDurationSeconds",
         "message": "spec.leaseDurationSeconds is immutable: a holder must not lengthen"
         " its own lease",
         "fieldPath": ".leaseDurationSeconds",
         "reason": "FieldValueForbidden",
     },
     {
-        "rule": "has(self.startupDeadlineSeconds) == has(oldSelf.startupDeadlineSeconds)"
+        "rule": f"{REARM}"
+        " || has(self.startupDeadlineSeconds) == has(oldSelf.startupDeadlineSeconds)"
         " && (!has(self.startupDeadlineSeconds)"
         " || self.startupDeadlineSeconds == oldSelf.startupDeadlineSeconds)",
-        "message": "spec.startupDeadlineSeconds is immutable",
+        "message": "spec.startupDeadlineSeconds is immutable (but for a new incarnation)",
         "fieldPath": ".startupDeadlineSeconds",
         "reason": "FieldValueForbidden",
     },
     {
-        "rule": "!has(oldSelf.maxFencingToken) || (has(self.maxFencingToken)"
+        "rule": f"{REARM} || !has(oldSelf.maxFencingToken) || (has(self.maxFencingToken)"
         " && self.maxFencingToken <= oldSelf.maxFencingToken)",
         "message": "spec.maxFencingToken (the attempt limit) can only be lowered, never raised"
-        " or removed",
+        " or removed (except by a new incarnation of the job)",
         "fieldPath": ".maxFencingToken",
         "reason": "FieldValueForbidden",
     },
@@ -178,9 +222,10 @@ _LEASE_RULES: Final[list[dict[str, str]]] = [
         "reason": "FieldValueForbidden",
     },
     {
-        "rule": "!has(oldSelf.completion)"
+        "rule": f"!has(oldSelf.completion) || {REARM}"
         " || (has(self.completion) && self.completion == oldSelf.completion)",
-        "message": "spec.completion is recorded once and can never change",
+        "message": "spec.completion is recorded once and can never change (a new incarnation"
+        " of the job starts without one)",
         "fieldPath": ".completion",
         "reason": "FieldValueForbidden",
     },
@@ -226,6 +271,12 @@ _LEASE_CREATE_RULES: Final[list[dict[str, str]]] = [
         "reason": "FieldValueForbidden",
     },
     {
+        "rule": "self.baseFencingToken <= self.fencingToken",
+        "message": "spec.baseFencingToken cannot exceed spec.fencingToken",
+        "fieldPath": ".baseFencingToken",
+        "reason": "FieldValueInvalid",
+    },
+    {
         "rule": "!has(self.holderIdentity) || self.fencingToken >= 1",
         "message": "a held lease has a fencing token of at least 1",
         "fieldPath": ".fencingToken",
@@ -234,8 +285,29 @@ _LEASE_CREATE_RULES: Final[list[dict[str, str]]] = [
 ]
 
 
+class LeaseMode(enum.StrEnum):
+    """Who claims a lease: the operator for the pods it creates, or a worker pool."""
+
+    PUSH = "Push"
+    """The job has a pod template: only the operator claims, for the pod it creates."""
+    PULL = "Pull"
+    """The job has no pod template: workers of a pool claim it."""
+
+
+UID_PATTERN: Final = r"^[0-9a-fA-F-]{1,64}$"
+"""A Kubernetes object UID (a UUID)."""
+ObjectUID = Annotated[str, Field(min_length=1, max_length=64, pattern=UID_PATTERN)]
+
+
 class JobLeaseSpec(_Model):
-    """The lease record: who holds the job, under which fencing token."""
+    """The lease record: who holds the job, under which fencing token.
+
+    A JobLease is also its job name's fencing domain: it outlives every
+    incarnation of the LeasedJob (it has no ownerReference to it; a finalizer
+    keeps it until its namespace goes), so tokens under one namespace/name
+    never repeat and never go down (docs/architecture.md, "Across a job's
+    whole life").
+    """
 
     model_config = ConfigDict(
         json_schema_extra=cast(
@@ -244,10 +316,33 @@ class JobLeaseSpec(_Model):
     )
 
     job_name: ObjectName = Field(description="Name of the LeasedJob this lease belongs to.")
+    job_uid: ObjectUID | None = Field(
+        default=None,
+        alias="jobUID",
+        description="metadata.uid of the LeasedJob incarnation the lease serves now. A new"
+        " incarnation under the same name takes the lease over at its current token.",
+    )
+    mode: LeaseMode | None = Field(
+        default=None,
+        description="Push: only the operator claims (for the pods it creates). Pull: worker"
+        " pools claim. Set by the operator for each incarnation.",
+    )
+    base_fencing_token: int = Field(
+        default=0,
+        ge=0,
+        description="The fencing token when the current incarnation took the lease; its"
+        " attempts are spec.fencingToken - spec.baseFencingToken.",
+    )
     holder_identity: HolderName | None = Field(
         default=None,
         description="Current holder (pod name in push mode, worker id in pull mode);"
         " absent when the lease is unheld.",
+    )
+    holder_uid: ObjectUID | None = Field(
+        default=None,
+        alias="holderUID",
+        description="metadata.uid of the holder's pod, bound once per claim: a pod that"
+        " replaced it under the same name is not the holder.",
     )
     fencing_token: int = Field(
         default=0,

@@ -92,6 +92,10 @@ class LeaseRecord:
         completion: the recorded completion, or ``None``.
         max_fencing_token: no claim may take the token past this (the job's
             attempt limit); ``None`` for no limit.
+        holder_uid: the UID of the holder's pod, once bound; ``None`` when
+            unbound (not yet, or a holder that is no pod).
+        job_uid: the UID of the job incarnation the lease serves.
+        base_fencing_token: the token when that incarnation took the lease.
     """
 
     job_name: str
@@ -102,6 +106,9 @@ class LeaseRecord:
     renew_time: datetime | None = None
     completion: Completion | None = None
     max_fencing_token: FencingToken | None = None
+    holder_uid: str | None = None
+    job_uid: str | None = None
+    base_fencing_token: FencingToken = FencingToken(0)
 
     @property
     def held(self) -> bool:
@@ -155,13 +162,18 @@ Decision = Allowed | Denied
 
 
 def check_holder(
-    record: LeaseRecord, holder: HolderIdentity, token: FencingToken
+    record: LeaseRecord,
+    holder: HolderIdentity,
+    token: FencingToken,
+    holder_uid: str | None = None,
 ) -> Rejection | None:
     """The rule shared by renew, complete and release: holder AND token must match.
 
     The order of checks gives the most useful reason: a completed lease says so;
     a token mismatch beats a holder mismatch, since a worker with an old token
-    must learn that it was fenced off.
+    must learn that it was fenced off. A caller that is a pod passes its
+    ``holder_uid``: a lease bound to another pod UID (the same name, replaced)
+    is not the caller's (``NOT_HOLDER``).
 
     Returns:
         ``None`` when ``holder`` holds ``record`` under ``token``, else why not.
@@ -171,6 +183,8 @@ def check_holder(
     if token != record.fencing_token:
         return Rejection.STALE_TOKEN
     if record.holder_identity != holder:
+        return Rejection.NOT_HOLDER
+    if holder_uid is not None and record.holder_uid not in (None, holder_uid):
         return Rejection.NOT_HOLDER
     return None
 
@@ -192,6 +206,7 @@ def claim(record: LeaseRecord, claimant: HolderIdentity, now: datetime) -> Decis
         dataclasses.replace(
             record,
             holder_identity=claimant,
+            holder_uid=None,
             fencing_token=FencingToken(record.fencing_token + 1),
             acquire_time=now,
             renew_time=now,
@@ -200,13 +215,18 @@ def claim(record: LeaseRecord, claimant: HolderIdentity, now: datetime) -> Decis
 
 
 def renew(
-    record: LeaseRecord, holder: HolderIdentity, token: FencingToken, now: datetime
+    record: LeaseRecord,
+    holder: HolderIdentity,
+    token: FencingToken,
+    now: datetime,
+    *,
+    holder_uid: str | None = None,
 ) -> Decision:
     """Decide a renewal: the holder is alive; the renew time moves on to ``now``.
 
-    Denied with the reason from :func:`check_holder`.
+    Denied with the reason from :func:`check_holder` (``holder_uid`` too).
     """
-    rejection = check_holder(record, holder, token)
+    rejection = check_holder(record, holder, token, holder_uid)
     if rejection is not None:
         return Denied(rejection, record)
     return Allowed(dataclasses.replace(record, renew_time=now))
@@ -221,14 +241,15 @@ def complete(
     *,
     message: str = "",
     exit_code: int | None = None,
+    holder_uid: str | None = None,
 ) -> Decision:
     """Decide a completion: record ``{token, outcome}`` once; the lease ends.
 
     The lease is left unheld with its token kept, and can never be claimed
     again. ``message`` and ``exit_code`` are recorded with it. Denied with the
-    reason from :func:`check_holder`.
+    reason from :func:`check_holder` (``holder_uid`` too).
     """
-    rejection = check_holder(record, holder, token)
+    rejection = check_holder(record, holder, token, holder_uid)
     if rejection is not None:
         return Denied(rejection, record)
     completion = Completion(
@@ -239,19 +260,28 @@ def complete(
         message=message,
         exit_code=exit_code,
     )
-    return Allowed(dataclasses.replace(record, holder_identity=None, completion=completion))
+    return Allowed(
+        dataclasses.replace(record, holder_identity=None, holder_uid=None, completion=completion)
+    )
 
 
-def release(record: LeaseRecord, holder: HolderIdentity, token: FencingToken) -> Decision:
+def release(
+    record: LeaseRecord,
+    holder: HolderIdentity,
+    token: FencingToken,
+    *,
+    holder_uid: str | None = None,
+) -> Decision:
     """Decide a release: the holder gives the lease up; the token is kept.
 
-    Denied with the reason from :func:`check_holder`; a release retried after the
-    same holder re-claimed (token + 1) is ``STALE_TOKEN`` and changes nothing.
+    Denied with the reason from :func:`check_holder` (``holder_uid`` too); a
+    release retried after the same holder re-claimed (token + 1) is
+    ``STALE_TOKEN`` and changes nothing.
     """
-    rejection = check_holder(record, holder, token)
+    rejection = check_holder(record, holder, token, holder_uid)
     if rejection is not None:
         return Denied(rejection, record)
-    return Allowed(dataclasses.replace(record, holder_identity=None))
+    return Allowed(dataclasses.replace(record, holder_identity=None, holder_uid=None))
 
 
 def reclaim(record: LeaseRecord, *, expired: bool) -> Decision:
@@ -267,7 +297,7 @@ def reclaim(record: LeaseRecord, *, expired: bool) -> Decision:
         return Denied(Rejection.COMPLETED, record)
     if not record.held or not expired:
         return Denied(Rejection.NOT_EXPIRED, record)
-    return Allowed(dataclasses.replace(record, holder_identity=None))
+    return Allowed(dataclasses.replace(record, holder_identity=None, holder_uid=None))
 
 
 MonotonicClock = Callable[[], float]

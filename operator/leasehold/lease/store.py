@@ -32,6 +32,7 @@ from leasehold import names
 from leasehold.lease import models, protocol
 from leasehold.lease.errors import (
     InvalidLeaseError,
+    LeaseNotFoundError,
     TransientStoreError,
     WriteRefusedError,
     api_errors,
@@ -166,6 +167,9 @@ def to_stored(body: dict[str, Any]) -> StoredLease:
         max_fencing_token=(
             FencingToken(spec.max_fencing_token) if spec.max_fencing_token is not None else None
         ),
+        holder_uid=spec.holder_uid,
+        job_uid=spec.job_uid,
+        base_fencing_token=FencingToken(spec.base_fencing_token),
     )
     return StoredLease(
         namespace=str(meta.get("namespace", "")),
@@ -203,8 +207,27 @@ def _holder_tests(holder: HolderIdentity, token: FencingToken) -> list[dict[str,
     ]
 
 
-def _claim_ops(judged_token: FencingToken, new: LeaseRecord) -> list[dict[str, Any]]:
+_UNBIND: Final[dict[str, Any]] = {"op": "add", "path": "/spec/holderUID", "value": None}
+"""Remove ``spec.holderUID`` whether or not it is there: the API server prunes a
+null from a field that is not nullable, where a JSON patch ``remove`` of an
+absent path would fail."""
+
+
+def _bind(holder_uid: str) -> dict[str, Any]:
+    """Bind the lease to the holder's pod, or confirm it: the CRD refuses a change."""
+    return {"op": "add", "path": "/spec/holderUID", "value": holder_uid}
+
+
+def _uid_test(holder_uid: str) -> dict[str, Any]:
+    return {"op": "test", "path": "/spec/holderUID", "value": holder_uid}
+
+
+def _claim_ops(
+    judged_token: FencingToken, new: LeaseRecord, holder_uid: str | None = None
+) -> list[dict[str, Any]]:
     """The JSON patch of a claim judged on a lease at ``judged_token``.
+
+    It binds the claimant's pod (``holder_uid``) in the same write, if any.
 
     Deliberately no ``resourceVersion`` precondition. The API server applies a
     JSON patch inside its own compare-and-swap and evaluates the ``test`` op and
@@ -235,6 +258,7 @@ def _claim_ops(judged_token: FencingToken, new: LeaseRecord) -> list[dict[str, A
         {"op": "replace", "path": "/spec/fencingToken", "value": new.fencing_token},
         {"op": "add", "path": "/spec/acquireTime", "value": acquired},
         {"op": "add", "path": "/spec/renewTime", "value": acquired},
+        _bind(holder_uid) if holder_uid else _UNBIND,
     ]
 
 
@@ -326,12 +350,19 @@ class LeaseStore:
         owner_references: list[dict[str, Any]] | None = None,
         labels: dict[str, str] | None = None,
         startup_deadline_seconds: int | None = None,
+        job_uid: str | None = None,
+        mode: models.LeaseMode | None = None,
+        finalizers: list[str] | None = None,
     ) -> StoredLease:
         """Create an unheld lease of the LeasedJob ``job_name``.
 
         ``max_fencing_token`` is the attempt limit (no claim past it);
         ``initial_fencing_token`` is above 0 only when a lost lease is recreated, so
-        tokens never go back; ``owner_references`` names the LeasedJob;
+        tokens never go back (it is the incarnation's base token too). The
+        operator sets no ``owner_references``: the lease is the name's fencing
+        domain and outlives the job; ``finalizers`` (the operator's) keep it
+        when someone deletes it. ``job_uid`` names the incarnation it serves,
+        ``mode`` who claims it;
         ``startup_deadline_seconds`` bounds an attempt's start (push mode; ``None`` in
         pull mode).
 
@@ -343,14 +374,19 @@ class LeaseStore:
             metadata["ownerReferences"] = owner_references
         if labels:
             metadata["labels"] = labels
+        if finalizers:
+            metadata["finalizers"] = finalizers
         lease = models.JobLease(
             metadata=metadata,
             spec=models.JobLeaseSpec(
                 job_name=job_name,
+                job_uid=job_uid,
+                mode=mode,
                 lease_duration_seconds=lease_duration_seconds,
                 max_fencing_token=max_fencing_token,
                 fencing_token=initial_fencing_token,
                 startup_deadline_seconds=startup_deadline_seconds,
+                base_fencing_token=initial_fencing_token,
             ),
         )
         with api_errors("create", namespace, name):
@@ -396,8 +432,13 @@ class LeaseStore:
         claimant: str,
         *,
         observed: StoredLease | None = None,
+        holder_uid: str | None = None,
     ) -> Result:
         """Claim an unheld lease: holder := ``claimant``, token := token + 1.
+
+        ``holder_uid`` is the claimant's pod UID, bound in the same write
+        (``None``: a claimant that is no pod, or the operator claiming for a pod
+        it has yet to create; it binds with :meth:`bind` once the pod exists).
 
         With ``observed`` (the lease as the caller last saw it, from a list, a watch
         or a read) the rules judge it and, if they allow the claim, the patch is
@@ -418,7 +459,7 @@ class LeaseStore:
         if observed is not None:
             decision = protocol.claim(observed.record, holder, self._clock())
             if isinstance(decision, protocol.Allowed):
-                ops = _claim_ops(observed.record.fencing_token, decision.record)
+                ops = _claim_ops(observed.record.fencing_token, decision.record, holder_uid)
                 try:
                     return Accepted(to_stored(self._patch("claim", namespace, name, ops)))
                 except WriteRefusedError as exc:
@@ -443,7 +484,7 @@ class LeaseStore:
                 # Refused on a lease nobody changed since: not a race but a
                 # write the server will never take (e.g. an invalid holder name).
                 raise refused
-            ops = _claim_ops(lease.record.fencing_token, decision.record)
+            ops = _claim_ops(lease.record.fencing_token, decision.record, holder_uid)
             try:
                 body = self._patch("claim", namespace, name, ops)
             except WriteRefusedError as exc:
@@ -468,18 +509,40 @@ class LeaseStore:
         ops: list[dict[str, Any]],
         decide: Callable[[LeaseRecord], protocol.Decision],
         request_timeout: float | None = None,
+        *,
+        holder_uid: str | None = None,
+        ends_hold: bool = False,
     ) -> Result:
-        """Write ``ops`` under holder + token tests; after a refusal, re-read and ``decide``."""
+        """Write ``ops`` under holder + token tests; after a refusal, re-read and ``decide``.
+
+        With ``holder_uid``, a write that keeps the hold (renew) binds the lease
+        to that pod or confirms it (the CRD refuses a change), and one that ends
+        it (complete, release) tests it while the lease is bound. A write that
+        ends the hold always clears ``spec.holderUID``.
+        """
+        expect_bound = True
         for _ in range(MAX_CONFLICT_RETRIES):
+            uid_ops: list[dict[str, Any]] = []
+            if holder_uid is not None and not ends_hold:
+                uid_ops.append(_bind(holder_uid))
+            elif holder_uid is not None and expect_bound:
+                uid_ops.append(_uid_test(holder_uid))
+            if ends_hold:
+                uid_ops.append(_UNBIND)
             try:
                 body = self._patch(
-                    action, namespace, name, _holder_tests(holder, token) + ops, request_timeout
+                    action,
+                    namespace,
+                    name,
+                    _holder_tests(holder, token) + uid_ops + ops,
+                    request_timeout,
                 )
             except WriteRefusedError as exc:
                 lease = self.get(namespace, name, request_timeout=request_timeout)
                 decision = decide(lease.record)
                 if isinstance(decision, protocol.Denied):
                     return Rejected(decision.rejection, lease)
+                expect_bound = lease.record.holder_uid is not None
                 # The protocol allows it on a fresh read: the failure was a
                 # race with a write that is gone now. Try again.
                 log.debug(
@@ -503,10 +566,14 @@ class LeaseStore:
         token: int,
         *,
         request_timeout: float | None = None,
+        holder_uid: str | None = None,
     ) -> Result:
         """Renew: the holder is alive. Exactly one write, no read before it.
 
         A holder passes as ``request_timeout`` the time left before its own deadline.
+        A holder that is a pod passes its ``holder_uid``: the first renewal binds
+        the lease to it, and a lease bound to another pod of the same name is
+        refused (``NOT_HOLDER``).
 
         Returns:
             :class:`Accepted`, or :class:`Rejected` with ``NOT_HOLDER``,
@@ -524,8 +591,9 @@ class LeaseStore:
             h,
             t,
             ops,
-            lambda r: protocol.renew(r, h, t, now),
+            lambda r: protocol.renew(r, h, t, now, holder_uid=holder_uid),
             request_timeout,
+            holder_uid=holder_uid,
         )
 
     def complete(
@@ -539,8 +607,11 @@ class LeaseStore:
         message: str = "",
         exit_code: int | None = None,
         request_timeout: float | None = None,
+        holder_uid: str | None = None,
     ) -> Result:
         """Complete: record ``{token, outcome}`` once, with ``message`` and ``exit_code``.
+
+        ``holder_uid`` as for :meth:`renew`: refused when bound to another pod.
 
         Returns:
             :class:`Accepted`, or :class:`Rejected` with ``NOT_HOLDER``,
@@ -551,7 +622,14 @@ class LeaseStore:
 
         def decide(record: LeaseRecord) -> protocol.Decision:
             return protocol.complete(
-                record, h, t, outcome, now, message=message, exit_code=exit_code
+                record,
+                h,
+                t,
+                outcome,
+                now,
+                message=message,
+                exit_code=exit_code,
+                holder_uid=holder_uid,
             )
 
         completion = Completion(
@@ -566,7 +644,18 @@ class LeaseStore:
             {"op": "add", "path": "/spec/completion", "value": _completion_body(completion)},
             {"op": "remove", "path": "/spec/holderIdentity"},
         ]
-        return self._guarded(namespace, name, "complete", h, t, ops, decide, request_timeout)
+        return self._guarded(
+            namespace,
+            name,
+            "complete",
+            h,
+            t,
+            ops,
+            decide,
+            request_timeout,
+            holder_uid=holder_uid,
+            ends_hold=True,
+        )
 
     def release(
         self,
@@ -576,8 +665,11 @@ class LeaseStore:
         token: int,
         *,
         request_timeout: float | None = None,
+        holder_uid: str | None = None,
     ) -> Result:
         """Release: the holder gives the lease up; the token is kept.
+
+        ``holder_uid`` as for :meth:`renew`: refused when bound to another pod.
 
         Returns:
             :class:`Accepted`, or :class:`Rejected` with ``NOT_HOLDER``,
@@ -592,8 +684,10 @@ class LeaseStore:
             h,
             t,
             ops,
-            lambda r: protocol.release(r, h, t),
+            lambda r: protocol.release(r, h, t, holder_uid=holder_uid),
             request_timeout,
+            holder_uid=holder_uid,
+            ends_hold=True,
         )
 
     def reclaim(self, judged: StoredLease) -> Result:
@@ -618,6 +712,7 @@ class LeaseStore:
             },
             *_holder_tests(judged.record.holder_identity, judged.record.fencing_token),
             {"op": "remove", "path": "/spec/holderIdentity"},
+            _UNBIND,
         ]
         return self._conditional(judged, ops, "reclaim")
 
@@ -644,7 +739,7 @@ class LeaseStore:
             {"op": "add", "path": "/spec/maxFencingToken", "value": judged.record.fencing_token},
         ]
         if judged.record.holder_identity is not None:
-            ops.append({"op": "remove", "path": "/spec/holderIdentity"})
+            ops += [{"op": "remove", "path": "/spec/holderIdentity"}, _UNBIND]
         return self._conditional(judged, ops, "stop")
 
     def _conditional(self, judged: StoredLease, ops: list[dict[str, Any]], action: str) -> Result:
@@ -660,3 +755,96 @@ class LeaseStore:
             )
             return Rejected(rejection, current)
         return Accepted(to_stored(body))
+
+    # -- the fencing domain (the operator's) ---------------------------------
+
+    def rearm(
+        self,
+        judged: StoredLease,
+        *,
+        job_uid: str,
+        mode: models.LeaseMode,
+        lease_duration_seconds: int,
+        max_attempts: int,
+    ) -> Result:
+        """Hand the lease to a new incarnation of its job, at the same token.
+
+        The lease is the fencing domain of its namespace/name: a LeasedJob deleted
+        and created again under the same name gets the same lease, with the old
+        incarnation's holder removed, its completion dropped, ``baseFencingToken``
+        set to the current token and the cap to ``token + max_attempts``. Its
+        first claim takes the next token, so tokens (and with them pod names and
+        idempotency keys) never repeat and never go down. The CRD allows these
+        changes only together with a new ``spec.jobUID``. Conditioned on
+        ``judged.resource_version``.
+
+        Returns:
+            :class:`Accepted`, or :class:`Rejected` with ``NOT_EXPIRED`` (the
+            lease changed since it was judged: re-read and decide again).
+        """
+        token = judged.record.fencing_token
+        ops: list[dict[str, Any]] = [
+            {
+                "op": "replace",
+                "path": "/metadata/resourceVersion",
+                "value": judged.resource_version,
+            },
+            {"op": "add", "path": "/spec/jobUID", "value": job_uid},
+            {"op": "add", "path": "/spec/mode", "value": str(mode)},
+            {"op": "add", "path": "/spec/baseFencingToken", "value": token},
+            {"op": "add", "path": "/spec/maxFencingToken", "value": token + max_attempts},
+            {"op": "add", "path": "/spec/leaseDurationSeconds", "value": lease_duration_seconds},
+            {"op": "add", "path": "/spec/holderIdentity", "value": None},
+            _UNBIND,
+            {"op": "add", "path": "/spec/completion", "value": None},
+        ]
+        result = self._conditional(judged, ops, "rearm")
+        if isinstance(result, Rejected) and result.rejection is Rejection.COMPLETED:
+            return Rejected(Rejection.NOT_EXPIRED, result.lease)
+        return result
+
+    def bind(self, namespace: str, name: str, holder: str, token: int, holder_uid: str) -> Result:
+        """Bind a held lease to its holder's pod (the operator's, after creating it).
+
+        One write, under holder + token tests; the CRD refuses it when the lease
+        is bound to another pod already.
+
+        Returns:
+            :class:`Accepted`, or :class:`Rejected` with ``NOT_HOLDER``,
+            ``STALE_TOKEN`` or ``COMPLETED``.
+        """
+        h, t = HolderIdentity(holder), FencingToken(token)
+        return self._guarded(
+            namespace,
+            name,
+            "bind",
+            h,
+            t,
+            [],
+            lambda r: protocol.renew(r, h, t, self._clock(), holder_uid=holder_uid),
+            holder_uid=holder_uid,
+        )
+
+    def drop_finalizer(self, namespace: str, name: str, finalizer: str) -> bool:
+        """Remove ``finalizer`` from a lease, if it is there.
+
+        Returns:
+            Whether it was removed (``False``: not there, or the lease is gone).
+        """
+        try:
+            lease = self.get(namespace, name)
+        except LeaseNotFoundError:
+            return False
+        finalizers = list(lease.body.get("metadata", {}).get("finalizers") or [])
+        if finalizer not in finalizers:
+            return False
+        at = finalizers.index(finalizer)
+        ops = [
+            {"op": "test", "path": f"/metadata/finalizers/{at}", "value": finalizer},
+            {"op": "remove", "path": f"/metadata/finalizers/{at}"},
+        ]
+        try:
+            self._patch("drop finalizer", namespace, name, ops)
+        except LeaseNotFoundError:
+            return False
+        return True

@@ -24,7 +24,10 @@ class LeaseOperations(Protocol):
     Each method is the :class:`~leasehold.lease.store.LeaseStore` method of
     the same name. ``request_timeout`` (seconds) bounds one API request, so
     a renewal that hangs cannot run past the holder's deadline; ``observed``
-    (the lease as the caller last saw it) only saves a read.
+    (the lease as the caller last saw it) only saves a read. A worker that is
+    a pod (``LEASEHOLD_POD_UID`` set) also passes ``holder_uid=`` to claim,
+    renew, complete and release, as ``LeaseStore`` takes it; a store used
+    without a pod UID need not accept it.
     """
 
     def claim(

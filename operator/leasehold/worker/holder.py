@@ -48,6 +48,7 @@ from leasehold.names import (
     ENV_LEASE,
     ENV_LEASE_DURATION,
     ENV_NAMESPACE,
+    ENV_POD_UID,
 )
 from leasehold.worker.connection import LeaseOperations, StoreScope
 from leasehold.worker.errors import LeaseEnvironmentError, LeaseLost, LossReason
@@ -113,8 +114,13 @@ class LeaseHolder:
         acquired_at: float | None = None,
         on_lost: LossCallback | None = None,
         monotonic: MonotonicClock = time.monotonic,
+        holder_uid: str | None = None,
     ) -> None:
         self.namespace = namespace
+        self.holder_uid = holder_uid
+        """This pod's ``metadata.uid`` when the holder is a pod: the lease is bound
+        to it, so a pod that replaced this one under the same name is not the holder."""
+        self._uid: dict[str, Any] = {"holder_uid": holder_uid} if holder_uid else {}
         self.lease_name = lease_name
         self.holder_identity = HolderIdentity(holder_identity)
         self.job_name = job_name
@@ -196,6 +202,7 @@ class LeaseHolder:
                 renew_fraction=renew_fraction,
                 margin_seconds=margin_seconds,
                 on_lost=on_lost,
+                holder_uid=env.get(ENV_POD_UID, "").strip() or None,
             )
         except ValueError as exc:
             scope.close()
@@ -345,6 +352,7 @@ class LeaseHolder:
             self.holder_identity,
             self._token,
             request_timeout=timeout,
+            **self._uid,
         )
 
     def renew_now(self) -> Result:
@@ -490,6 +498,7 @@ class LeaseHolder:
                 message=message,
                 exit_code=exit_code,
                 request_timeout=timeout,
+                **self._uid,
             )
 
         def ours(result: Rejected, retried: bool) -> bool:
@@ -518,6 +527,7 @@ class LeaseHolder:
                 self.holder_identity,
                 self._token,
                 request_timeout=timeout,
+                **self._uid,
             )
 
         def ours(result: Rejected, retried: bool) -> bool:

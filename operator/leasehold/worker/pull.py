@@ -9,10 +9,13 @@ current; a stale copy costs a read, never a wrong result (see
 from __future__ import annotations
 
 import logging
+import os
 import time
+from typing import Any
 
 from leasehold.lease.errors import LeaseNotFoundError
 from leasehold.lease.store import Rejected, StoredLease
+from leasehold.names import ENV_POD_UID
 from leasehold.worker.connection import LeaseOperations, StoreScope
 from leasehold.worker.holder import LeaseHolder, LossCallback
 from leasehold.worker.timing import DEFAULT_RENEW_FRACTION
@@ -76,7 +79,8 @@ def claim_any(
 ) -> LeaseHolder | None:
     """Claim the oldest free lease of a namespace (matching ``label_selector``, e.g. ``pool=gpu``).
 
-    Held, completed and exhausted leases are skipped, and so is a lease
+    Held, completed, exhausted and push-mode leases are skipped (the chart's
+    admission policy refuses a worker's claim of a push-mode lease too), and so is a lease
     taken (or deleted) by someone else between the LIST and the claim.
     Requests: one LIST, then one PATCH per lease tried. Arguments as :func:`claim`.
 
@@ -97,6 +101,8 @@ def claim_any(
             exhausted = cap is not None and record.fencing_token >= cap
             if record.held or record.completion is not None or exhausted:
                 continue
+            if lease.body.get("spec", {}).get("mode") == "Push":
+                continue  # the operator claims it for the pod it creates
             try:
                 holder = _claim(
                     scope,
@@ -127,9 +133,15 @@ def _claim(
     margin_seconds: float | None,
     on_lost: LossCallback | None,
 ) -> LeaseHolder | None:
-    """One claim request; the holder it returns (not started) owns ``scope``."""
+    """One claim request; the holder it returns (not started) owns ``scope``.
+
+    A worker that is a pod (``LEASEHOLD_POD_UID`` set, from the downward API)
+    binds the lease to its pod UID in the same write.
+    """
+    uid = os.environ.get(ENV_POD_UID, "").strip() or None
+    extra: dict[str, Any] = {"holder_uid": uid} if uid else {}
     started = time.monotonic()
-    result = scope.store.claim(namespace, lease_name, holder_identity, observed=observed)
+    result = scope.store.claim(namespace, lease_name, holder_identity, observed=observed, **extra)
     if isinstance(result, Rejected):
         log.info("lease %s/%s not claimed: %s", namespace, lease_name, result.rejection)
         return None
@@ -145,6 +157,7 @@ def _claim(
         margin_seconds=margin_seconds,
         acquired_at=started,
         on_lost=on_lost,
+        holder_uid=uid,
     )
 
 

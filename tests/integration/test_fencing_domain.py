@@ -1,0 +1,190 @@
+"""Fencing across a job's whole life: one fencing domain per job name, a holder is its pod UID.
+
+A JobLease is its job name's fencing domain: it outlives every LeasedJob of
+that name, so a job deleted and created again never reuses a token, a pod
+name or an idempotency key; the operator adopts only what carries the job's
+own UID; a holder is its pod's UID, not its name.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, cast
+
+import pytest
+from kubernetes import client
+
+from leasehold import names
+from leasehold.lease.models import LeaseMode
+from leasehold.lease.protocol import Outcome, Rejection
+from leasehold.lease.store import Accepted, LeaseStore, Rejected
+from localcluster.kubectl import Kubectl
+from operatorproc import OperatorProcess
+from podrunner import PodRunner
+from tests.integration.test_operator import (
+    create_job,
+    events,
+    get_job,
+    phase_is,
+    run,
+    status,
+    wait_for,
+)
+
+G, V = names.GROUP, names.VERSION
+UID_A = "00000000-0000-0000-0000-00000000000a"
+UID_B = "00000000-0000-0000-0000-00000000000b"
+
+
+@pytest.fixture
+def store(api_client: client.ApiClient) -> LeaseStore:
+    return LeaseStore(api_client)
+
+
+def delete_job(api: client.ApiClient, namespace: str, name: str) -> None:
+    custom = client.CustomObjectsApi(api)
+    custom.delete_namespaced_custom_object(G, V, namespace, "leasedjobs", name)
+
+    def gone() -> bool:
+        try:
+            custom.get_namespaced_custom_object(G, V, namespace, "leasedjobs", name)
+        except client.ApiException as exc:
+            return bool(exc.status == 404)
+        return False
+
+    wait_for(f"LeasedJob {name} to go", gone, 30)
+
+
+# -- the store: a new incarnation takes the domain over ------------------------
+
+
+def test_a_new_incarnation_continues_the_tokens_and_fences_the_old_one(
+    store: LeaseStore, api_client: client.ApiClient, namespace: str
+) -> None:
+    custom = client.CustomObjectsApi(api_client)
+
+    def patch_spec(spec: dict[str, Any]) -> str:
+        with pytest.raises(client.ApiException) as caught:
+            custom.patch_namespaced_custom_object(
+                G, V, namespace, "jobleases", "job", {"spec": spec}
+            )
+        assert caught.value.status == 422
+        return str(json.loads(caught.value.body or "{}")["message"])
+
+    store.create(
+        namespace,
+        "job",
+        job_name="job",
+        lease_duration_seconds=60,
+        max_fencing_token=3,
+        job_uid=UID_A,
+        mode=LeaseMode.PULL,
+    )
+    first = store.claim(namespace, "job", "job-1")
+    assert isinstance(first, Accepted) and first.token == 1
+    assert isinstance(store.complete(namespace, "job", "job-1", 1, Outcome.SUCCEEDED), Accepted)
+    # Without a new incarnation the completion and the cap stand.
+    assert "never raised" in patch_spec({"maxFencingToken": 10})
+    assert "recorded once" in patch_spec({"completion": None})
+
+    taken = store.rearm(
+        store.get(namespace, "job"),
+        job_uid=UID_B,
+        mode=LeaseMode.PULL,
+        lease_duration_seconds=30,
+        max_attempts=3,
+    )
+    assert isinstance(taken, Accepted), taken
+    record = taken.lease.record
+    assert (record.fencing_token, record.base_fencing_token) == (1, 1)
+    assert (record.completion, record.holder_identity, record.job_uid) == (None, None, UID_B)
+    assert record.max_fencing_token == 4
+
+    second = store.claim(namespace, "job", "job-2")
+    assert isinstance(second, Accepted) and second.token == 2
+    # The old incarnation's holder can do nothing to the new one's lease.
+    for late in (
+        store.renew(namespace, "job", "job-1", 1),
+        store.complete(namespace, "job", "job-1", 1, Outcome.SUCCEEDED),
+        store.release(namespace, "job", "job-1", 1),
+    ):
+        assert isinstance(late, Rejected) and late.rejection is Rejection.STALE_TOKEN
+    # A take-over keeps no holder and cannot move the token (the CRD's rules).
+    assert "new incarnation" in patch_spec({"jobUID": UID_A, "baseFencingToken": 2})
+    held = store.get(namespace, "job").body["spec"]
+    assert "new incarnation" in patch_spec({"jobUID": UID_A, "fencingToken": held["fencingToken"]})
+
+
+# -- the operator ---------------------------------------------------------------------
+
+
+def test_a_job_created_again_never_reuses_a_token_pod_or_key(
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    store: LeaseStore,
+    kubectl: Kubectl,
+    namespace: str,
+) -> None:
+    create_job(api_client, namespace, "again", run(0.2))
+    wait_for("Succeeded", phase_is(api_client, namespace, "again", "Succeeded"), 60)
+    assert status(api_client, namespace, "again")["completion"]["fencingToken"] == 1
+    first_uid = get_job(api_client, namespace, "again")["metadata"]["uid"]
+    delete_job(api_client, namespace, "again")
+    time.sleep(1.0)  # the garbage collector's turn, had the lease an owner
+    # The lease outlives the job: it is the name's fencing domain.
+    kept = store.get(namespace, "again")
+    assert kept.record.fencing_token == 1
+    assert not kept.body["metadata"].get("ownerReferences")
+    assert kept.body["spec"]["jobUID"] == first_uid
+
+    create_job(api_client, namespace, "again", run(0.2))
+    wait_for("Succeeded again", phase_is(api_client, namespace, "again", "Succeeded"), 60)
+    st = status(api_client, namespace, "again")
+    assert st["completion"]["fencingToken"] == 2
+    assert st["completion"]["holderIdentity"] == "again-2"
+    assert st["attempts"] == 1
+    assert "token 2" in local_pod_runner.log(namespace, "again-2")
+    second_uid = get_job(api_client, namespace, "again")["metadata"]["uid"]
+    assert store.get(namespace, "again").record.job_uid == second_uid != first_uid
+
+    # Deleting the lease itself does not reset the domain: the finalizer
+    # keeps it (Terminating) while its namespace lives.
+    kubectl("delete", "joblease", "again", "-n", namespace, "--wait=false")
+    delete_job(api_client, namespace, "again")
+    time.sleep(0.5)
+    assert store.get(namespace, "again").record.fencing_token == 2
+    create_job(api_client, namespace, "again", run(0.2))
+    wait_for("Succeeded a third time", phase_is(api_client, namespace, "again", "Succeeded"), 60)
+    assert status(api_client, namespace, "again")["completion"]["fencingToken"] == 3
+
+
+def test_a_pod_the_job_did_not_create_is_never_adopted(
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    store: LeaseStore,
+    namespace: str,
+) -> None:
+    # Someone made the first attempt's pod before the job existed (or an
+    # earlier incarnation's pod of that name is still terminating).
+    impostor: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "taken-1", "labels": {"app": "impostor"}},
+        "spec": {
+            "restartPolicy": "Never",
+            "schedulingGates": [{"name": "leasehold.dev/never"}],
+            "containers": [{"name": "w", "image": "x", "command": ["sleep", "600"]}],
+        },
+    }
+    client.CoreV1Api(api_client).create_namespaced_pod(namespace, cast(Any, impostor))
+    # A long lease: had the impostor been taken for the attempt's pod, the
+    # job would wait a minute for its lease to expire.
+    create_job(api_client, namespace, "taken", run(0.2), lease_seconds=60)
+    wait_for("Succeeded", phase_is(api_client, namespace, "taken", "Succeeded"), 30)
+    st = status(api_client, namespace, "taken")
+    assert st["completion"]["fencingToken"] == 2
+    assert st["completion"]["holderIdentity"] == "taken-2"
+    assert any(r == "PodNameTaken" for r, _ in events(api_client, namespace, "taken"))
