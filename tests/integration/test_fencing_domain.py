@@ -19,6 +19,7 @@ from leasehold import names
 from leasehold.lease.models import LeaseMode
 from leasehold.lease.protocol import Outcome, Rejection
 from leasehold.lease.store import Accepted, LeaseStore, Rejected
+from leasehold.worker import holder as worker
 from localcluster.kubectl import Kubectl
 from operatorproc import OperatorProcess
 from podrunner import PodRunner
@@ -188,3 +189,61 @@ def test_a_pod_the_job_did_not_create_is_never_adopted(
     assert st["completion"]["fencingToken"] == 2
     assert st["completion"]["holderIdentity"] == "taken-2"
     assert any(r == "PodNameTaken" for r, _ in events(api_client, namespace, "taken"))
+
+
+def test_a_pod_replaced_under_the_same_name_is_not_the_holder(
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    store: LeaseStore,
+    kubectl: Kubectl,
+    namespace: str,
+) -> None:
+    create_job(api_client, namespace, "swap", run(6), lease_seconds=3)
+    local_pod_runner.wait_for_pid(namespace, "swap-1", timeout=30)
+    original = kubectl.json("get", "pod", "swap-1", "-n", namespace)
+    bound = wait_for(
+        "the lease bound to the pod",
+        lambda: store.get(namespace, "swap").record.holder_uid,
+        10,
+    )
+    assert bound == original["metadata"]["uid"]
+    # `kubectl replace --force --grace-period=0`: same name, new UID, new process.
+    manifest = dict(original)
+    manifest.pop("status", None)
+    manifest["metadata"] = {
+        k: v
+        for k, v in original["metadata"].items()
+        if k not in ("uid", "resourceVersion", "creationTimestamp", "managedFields")
+    }
+    kubectl(
+        *("replace", "--force", "--grace-period=0", "-n", namespace, "-f", "-"),
+        input=json.dumps(manifest),
+    )
+    replaced = kubectl.json("get", "pod", "swap-1", "-n", namespace)["metadata"]["uid"]
+    assert replaced != bound
+    # The new pod runs under the old token's name, but it is not the holder:
+    # its renewal is refused; the job goes on under a fresh claim.
+    wait_for("Succeeded", phase_is(api_client, namespace, "swap", "Succeeded"), 60)
+    st = status(api_client, namespace, "swap")
+    assert (st["completion"]["fencingToken"], st["completion"]["holderIdentity"]) == (2, "swap-2")
+    late = store.complete(namespace, "swap", "swap-1", 1, Outcome.SUCCEEDED, holder_uid=replaced)
+    assert isinstance(late, Rejected)
+
+
+def test_a_pool_skips_push_mode_leases(store: LeaseStore, namespace: str) -> None:
+    # The push-mode lease is the oldest and unheld (as after a reclaim): the
+    # operator claims it for the pod it creates, never a pool.
+    store.create(
+        namespace, "a-push", job_name="a-push", lease_duration_seconds=60, mode=LeaseMode.PUSH
+    )
+    store.create(
+        namespace, "b-pull", job_name="b-pull", lease_duration_seconds=60, mode=LeaseMode.PULL
+    )
+    mine = worker.claim_any(namespace, "pool-1", store=store)
+    assert mine is not None
+    try:
+        assert mine.lease_name == "b-pull"
+        assert store.get(namespace, "a-push").record.holder_identity is None
+    finally:
+        mine.release()
