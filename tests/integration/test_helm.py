@@ -489,19 +489,26 @@ def test_worker_token_is_confined_to_its_own_lease(
     # No operator is needed: leases are made by the admin, who is not pod-bound.
     release = install("replicas=0")
     account = f"system:serviceaccount:{namespace}:{release.worker_account}"
-    for lease in ("lease-a", "lease-b"):
+    for lease, mode in (("lease-a", "Pull"), ("lease-b", "Pull"), ("lease-push", "Push")):
         body = {
             "apiVersion": names.API_VERSION,
             "kind": "JobLease",
             "metadata": {"name": lease, "namespace": namespace},
-            "spec": {"jobName": lease, "leaseDurationSeconds": 600, "maxFencingToken": 5},
+            "spec": {
+                "jobName": lease,
+                "leaseDurationSeconds": 600,
+                "maxFencingToken": 5,
+                "mode": mode,
+            },
         }
         kubectl("create", "-f", "-", input=json.dumps(body))
 
     # Two worker pods that never run; tokens bound to each, as a kubelet mounts them.
     kubeconfigs: dict[str, Path] = {}
+    uids: dict[str, str] = {}
+    manifests: dict[str, dict[str, Any]] = {}
     for pod in ("worker-a", "worker-b"):
-        manifest = {
+        manifests[pod] = manifest = {
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": pod, "namespace": namespace},
@@ -511,7 +518,7 @@ def test_worker_token_is_confined_to_its_own_lease(
                 "containers": [{"name": "w", "image": "ignored", "command": ["true"]}],
             },
         }
-        kubectl("create", "-f", "-", input=json.dumps(manifest))
+        uids[pod] = kubectl.json("create", "-f", "-", input=json.dumps(manifest))["metadata"]["uid"]
         token = kubectl(
             *("create", "token", release.worker_account, "-n", namespace),
             *("--bound-object-kind", "Pod", "--bound-object-name", pod),
@@ -546,7 +553,7 @@ def test_worker_token_is_confined_to_its_own_lease(
         return LeaseStore(config.new_client_from_config(config_file=str(kubeconfigs[pod])))
 
     store_a, store_b = store("worker-a"), store("worker-b")
-    claimed = store_a.claim(namespace, "lease-a", "worker-a")
+    claimed = store_a.claim(namespace, "lease-a", "worker-a", holder_uid=uids["worker-a"])
     assert isinstance(claimed, Accepted), claimed
     assert isinstance(store_a.renew(namespace, "lease-a", "worker-a", claimed.token), Accepted)
 
@@ -563,10 +570,19 @@ def test_worker_token_is_confined_to_its_own_lease(
     refused(lambda: store_b.release(namespace, "lease-a", "worker-a", claimed.token))
     # B may not claim an unheld lease for someone else ...
     assert "claim an unheld one as itself" in refused(
-        lambda: store_b.claim(namespace, "lease-b", "worker-a")
+        lambda: store_b.claim(namespace, "lease-b", "worker-a", holder_uid=uids["worker-b"])
     )
-    # ... only for itself (pull mode); then it may renew and release it.
-    mine = store_b.claim(namespace, "lease-b", "worker-b")
+    # ... nor claim without binding the lease to its own pod UID ...
+    assert "is not the holder" in refused(lambda: store_b.claim(namespace, "lease-b", "worker-b"))
+    assert "is not the holder" in refused(
+        lambda: store_b.claim(namespace, "lease-b", "worker-b", holder_uid=uids["worker-a"])
+    )
+    # ... nor claim a push-mode lease (the operator claims those) ...
+    assert "only pull-mode leases" in refused(
+        lambda: store_b.claim(namespace, "lease-push", "worker-b", holder_uid=uids["worker-b"])
+    )
+    # ... only a pull-mode lease for itself; then it may renew and release it.
+    mine = store_b.claim(namespace, "lease-b", "worker-b", holder_uid=uids["worker-b"])
     assert isinstance(mine, Accepted), mine
     assert isinstance(store_b.renew(namespace, "lease-b", "worker-b", mine.token), Accepted)
     assert store_a.get(namespace, "lease-a").record.holder_identity == "worker-a"
@@ -586,5 +602,50 @@ def test_worker_token_is_confined_to_its_own_lease(
     forbidden("delete", "pod", "worker-a")
     forbidden("run", "sneaky", "--image=x", "--restart=Never")
     forbidden("get", "jobleases", "-n", "default")
+    # The holder itself may change only the protocol's fields of its lease.
+    changes: list[dict[str, Any]] = [
+        {"metadata": {"labels": {"pool": "mine"}}},
+        {"metadata": {"finalizers": ["example.com/keep"]}},
+        {"metadata": {"annotations": {"note": "mine"}}},
+        {
+            "metadata": {
+                "ownerReferences": [
+                    {"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "1-2-3"}
+                ]
+            }
+        },
+    ]
+    for change in changes:
+        patch = ("--type=merge", "-p", json.dumps(change))
+        assert "may not change the metadata" in forbidden("patch", "joblease", "lease-b", *patch)
+    lower_cap = ("--type=merge", "-p", '{"spec":{"maxFencingToken":2}}')
+    assert "may change only" in forbidden("patch", "joblease", "lease-b", *lower_cap)
+    for spec in ({"leaseDurationSeconds": 1}, {"mode": "Push"}):  # the CRD's rules, first
+        forbidden("patch", "joblease", "lease-b", "--type=merge", "-p", json.dumps({"spec": spec}))
+    renewed = ("--type=merge", "-p", '{"spec":{"renewTime":"2026-01-01T00:00:01.000000Z"}}')
+    as_b("patch", "joblease", "lease-b", *renewed)
+
+    # A token that names no pod (a plain TokenRequest, like a legacy token
+    # Secret) gets nothing from RBAC's patch: denied by default.
+    unbound = kubectl("create", "token", release.worker_account, "-n", namespace).stdout.strip()
+    as_unbound = Kubectl(
+        kubectl.binary, token_kubeconfig(kubeconfig, unbound, namespace, tmp_path / "unbound")
+    )
+    result = as_unbound("patch", "joblease", "lease-b", *renewed, check=False)
+    assert result.returncode != 0 and "not bound to a" in result.stderr, result.stderr
+
+    # A pod replaced under the same name (new UID) is not the holder.
+    kubectl("delete", "pod", "worker-b", "-n", namespace, "--grace-period=0", "--force")
+    kubectl("create", "-f", "-", input=json.dumps(manifests["worker-b"]))
+    token = kubectl(
+        *("create", "token", release.worker_account, "-n", namespace),
+        *("--bound-object-kind", "Pod", "--bound-object-name", "worker-b"),
+    ).stdout.strip()
+    as_new_b = Kubectl(
+        kubectl.binary, token_kubeconfig(kubeconfig, token, namespace, tmp_path / "new-b")
+    )
+    result = as_new_b("patch", "joblease", "lease-b", *renewed, check=False)
+    assert result.returncode != 0 and "is not the holder" in result.stderr, result.stderr
+
     # The admin (not pod-bound) is not limited by the policy.
     kubectl("patch", "joblease", "lease-a", "-n", namespace, *merge)
