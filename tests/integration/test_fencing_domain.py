@@ -16,6 +16,7 @@ import pytest
 from kubernetes import client
 
 from leasehold import names
+from leasehold.lease.errors import LeaseNotFoundError
 from leasehold.lease.models import LeaseMode
 from leasehold.lease.protocol import Outcome, Rejection
 from leasehold.lease.store import Accepted, LeaseStore, Rejected
@@ -247,3 +248,31 @@ def test_a_pool_skips_push_mode_leases(store: LeaseStore, namespace: str) -> Non
         assert store.get(namespace, "a-push").record.holder_identity is None
     finally:
         mine.release()
+
+
+def test_the_domain_goes_with_its_namespace(
+    operator: OperatorProcess, api_client: client.ApiClient, store: LeaseStore, namespace: str
+) -> None:
+    # The finalizer that keeps a deleted lease must not keep its namespace:
+    # the operator drops it once the namespace is being deleted.
+    create_job(api_client, namespace, "pulled", None)
+
+    def lease_body() -> dict[str, Any] | None:
+        try:
+            return store.get(namespace, "pulled").body
+        except LeaseNotFoundError:
+            return None
+
+    lease = wait_for("the lease", lease_body, 30)
+    assert names.FINALIZER_DOMAIN in lease["metadata"]["finalizers"]
+    core = client.CoreV1Api(api_client)
+    core.delete_namespace(namespace)
+
+    def gone() -> bool:
+        try:
+            core.read_namespace(namespace)
+        except client.ApiException as exc:
+            return bool(exc.status == 404)
+        return False
+
+    wait_for("the namespace to go", gone, 90)

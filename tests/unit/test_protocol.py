@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -311,3 +312,24 @@ def test_right_token_wrong_holder_is_not_holder() -> None:
     released = accepted(release(lease, A, lease.fencing_token))
     refused(renew(released, A, released.fencing_token, T0), released, Rejection.NOT_HOLDER)
     refused(reclaim(released, expired=True), released, Rejection.NOT_EXPIRED)
+
+
+def test_a_lease_bound_to_another_pod_uid_is_not_the_callers() -> None:
+    held = accepted(claim(fresh(), A, T0))
+    bound = dataclasses.replace(held, holder_uid="uid-1")
+    # The same pod name, replaced (another UID): not the holder, for every write.
+    refused(renew(bound, A, FencingToken(1), T0, holder_uid="uid-2"), bound, Rejection.NOT_HOLDER)
+    refused(
+        complete(bound, A, FencingToken(1), Outcome.SUCCEEDED, T0, holder_uid="uid-2"),
+        bound,
+        Rejection.NOT_HOLDER,
+    )
+    refused(release(bound, A, FencingToken(1), holder_uid="uid-2"), bound, Rejection.NOT_HOLDER)
+    # The bound pod itself, and a caller that is no pod, are judged as before.
+    accepted(renew(bound, A, FencingToken(1), T0, holder_uid="uid-1"))
+    accepted(renew(bound, A, FencingToken(1), T0))
+    # Every end of a hold unbinds it; a claim starts unbound.
+    assert accepted(release(bound, A, FencingToken(1))).holder_uid is None
+    assert accepted(reclaim(bound, expired=True)).holder_uid is None
+    assert accepted(complete(bound, A, FencingToken(1), Outcome.FAILED, T0)).holder_uid is None
+    assert accepted(claim(accepted(reclaim(bound, expired=True)), B, T0)).holder_uid is None
