@@ -74,6 +74,11 @@ def test_a_new_incarnation_continues_the_tokens_and_fences_the_old_one(
         assert caught.value.status == 422
         return str(json.loads(caught.value.body or "{}")["message"])
 
+    # Owned by something, as leases were before they outlived their jobs.
+    owner: Any = client.CoreV1Api(api_client).create_namespaced_config_map(
+        namespace, cast(Any, {"metadata": {"name": "owner"}})
+    )
+    owned_by = {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner.metadata.uid}
     store.create(
         namespace,
         "job",
@@ -82,6 +87,7 @@ def test_a_new_incarnation_continues_the_tokens_and_fences_the_old_one(
         max_fencing_token=3,
         job_uid=UID_A,
         mode=LeaseMode.PULL,
+        owner_references=[owned_by],
     )
     first = store.claim(namespace, "job", "job-1")
     assert isinstance(first, Accepted) and first.token == 1
@@ -102,6 +108,7 @@ def test_a_new_incarnation_continues_the_tokens_and_fences_the_old_one(
     assert (record.fencing_token, record.base_fencing_token) == (1, 1)
     assert (record.completion, record.holder_identity, record.job_uid) == (None, None, UID_B)
     assert record.max_fencing_token == 4
+    assert not taken.lease.body["metadata"].get("ownerReferences")
 
     second = store.claim(namespace, "job", "job-2")
     assert isinstance(second, Accepted) and second.token == 2

@@ -775,8 +775,9 @@ class LeaseStore:
         set to the current token and the cap to ``token + max_attempts``. Its
         first claim takes the next token, so tokens (and with them pod names and
         idempotency keys) never repeat and never go down. The CRD allows these
-        changes only together with a new ``spec.jobUID``. Conditioned on
-        ``judged.resource_version``.
+        changes only together with a new ``spec.jobUID``. Any
+        ``ownerReferences`` (a lease made before leases outlived their jobs) are
+        removed. Conditioned on ``judged.resource_version``.
 
         Returns:
             :class:`Accepted`, or :class:`Rejected` with ``NOT_EXPIRED`` (the
@@ -798,6 +799,9 @@ class LeaseStore:
             _UNBIND,
             {"op": "add", "path": "/spec/completion", "value": None},
         ]
+        if judged.body.get("metadata", {}).get("ownerReferences"):
+            # A lease made before leases outlived their jobs: let it outlive them.
+            ops.append({"op": "remove", "path": "/metadata/ownerReferences"})
         result = self._conditional(judged, ops, "rearm")
         if isinstance(result, Rejected) and result.rejection is Rejection.COMPLETED:
             return Rejected(Rejection.NOT_EXPIRED, result.lease)
