@@ -20,7 +20,7 @@ from leasehold.lease.errors import LeaseNotFoundError
 from leasehold.lease.models import LeaseMode
 from leasehold.lease.protocol import Outcome, Rejection
 from leasehold.lease.store import Accepted, LeaseStore, Rejected
-from leasehold.worker import holder as worker
+from leasehold.worker import pull
 from localcluster.kubectl import Kubectl
 from operatorproc import OperatorProcess
 from podrunner import PodRunner
@@ -248,7 +248,7 @@ def test_a_pool_skips_push_mode_leases(store: LeaseStore, namespace: str) -> Non
     store.create(
         namespace, "b-pull", job_name="b-pull", lease_duration_seconds=60, mode=LeaseMode.PULL
     )
-    mine = worker.claim_any(namespace, "pool-1", store=store)
+    mine = pull.claim_any(namespace, "pool-1", store=store)
     assert mine is not None
     try:
         assert mine.lease_name == "b-pull"
