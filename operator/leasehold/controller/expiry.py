@@ -364,7 +364,8 @@ def _started_at(
     """When the attempt now holding the lease started, as far as the operator can tell.
 
     An attempt starts at its first renewal: a new spec generation under the
-    same holder and token (a renewal is the only spec write a holder makes).
+    same holder and token that moved ``renewTime`` (the operator's own write
+    binding the lease to the pod it created, ``spec.holderUID``, is no renewal).
     At first sight (an operator start), a lease whose ``renewTime`` differs
     from its ``acquireTime`` was renewed: it counts as started now (the two
     stamps are compared for equality only, never as times).
@@ -388,4 +389,5 @@ def _started_at(
         return None  # a new claim: a new attempt, starting
     if old.started_at is not None:
         return old.started_at
-    return now if generation != old.generation else None
+    renewed = spec.get("renewTime") != (old.body.get("spec") or {}).get("renewTime")
+    return now if generation != old.generation and renewed else None

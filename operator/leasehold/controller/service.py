@@ -320,6 +320,9 @@ class JobService:
                 mode=_mode(job),
                 lease_duration_seconds=job.spec.lease_duration_seconds,
                 max_attempts=job.spec.max_attempts,
+                startup_deadline_seconds=(
+                    job.spec.startup_deadline_seconds if job.spec.template is not None else None
+                ),
             )
             if not isinstance(taken, Accepted):
                 raise _LeaseMoved(taken.lease)  # changed since judged: decide again

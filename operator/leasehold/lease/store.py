@@ -766,6 +766,7 @@ class LeaseStore:
         mode: models.LeaseMode,
         lease_duration_seconds: int,
         max_attempts: int,
+        startup_deadline_seconds: int | None = None,
     ) -> Result:
         """Hand the lease to a new incarnation of its job, at the same token.
 
@@ -774,7 +775,9 @@ class LeaseStore:
         incarnation's holder removed, its completion dropped, ``baseFencingToken``
         set to the current token and the cap to ``token + max_attempts``. Its
         first claim takes the next token, so tokens (and with them pod names and
-        idempotency keys) never repeat and never go down. The CRD allows these
+        idempotency keys) never repeat and never go down. Its timing
+        (``lease_duration_seconds``, ``startup_deadline_seconds``: ``None`` in
+        pull mode) is the new incarnation's. The CRD allows these
         changes only together with a new ``spec.jobUID``. Any
         ``ownerReferences`` (a lease made before leases outlived their jobs) are
         removed. Conditioned on ``judged.resource_version``.
@@ -795,6 +798,11 @@ class LeaseStore:
             {"op": "add", "path": "/spec/baseFencingToken", "value": token},
             {"op": "add", "path": "/spec/maxFencingToken", "value": token + max_attempts},
             {"op": "add", "path": "/spec/leaseDurationSeconds", "value": lease_duration_seconds},
+            {
+                "op": "add",
+                "path": "/spec/startupDeadlineSeconds",
+                "value": startup_deadline_seconds,
+            },
             {"op": "add", "path": "/spec/holderIdentity", "value": None},
             _UNBIND,
             {"op": "add", "path": "/spec/completion", "value": None},
