@@ -21,7 +21,15 @@ from typing import Any, Final, NamedTuple
 
 from leasehold import names
 from leasehold.lease import models
-from leasehold.lease.models import Condition, ConditionStatus, LeasedJob, LeasedJobStatus, Phase
+from leasehold.lease.models import (
+    AttemptReason,
+    AttemptRecord,
+    Condition,
+    ConditionStatus,
+    LeasedJob,
+    LeasedJobStatus,
+    Phase,
+)
 from leasehold.lease.protocol import LeaseRecord, Outcome
 from leasehold.names import (
     ANNOTATION_HOLDER,
@@ -34,6 +42,15 @@ from leasehold.names import (
 MAX_POD_NAME: Final = 253
 STARTUP_DEADLINE_EXCEEDED: Final = "StartupDeadlineExceeded"
 """Reason of an attempt reclaimed before it started (the expiry watch's word for it)."""
+
+
+class PodFacts(NamedTuple):
+    """What the operator read of one attempt's pod (for the attempt history)."""
+
+    uid: str | None
+    node_name: str | None
+    exit_code: int | None
+    """The first container's exit code once it terminated, else ``None``."""
 
 
 class Action(enum.StrEnum):
@@ -227,6 +244,119 @@ def failed_status(
     return _finished(ctx, status, Outcome.FAILED, reason, message)
 
 
+def wants_pod_facts(job: LeasedJob, lease: LeaseRecord | None) -> bool:
+    """Whether :func:`plan` would use the job's pods (the service then lists them).
+
+    Only while the latest attempt's history lacks what the pod tells (its UID
+    and node): one list per reconcile until the pod is bound, none after.
+
+    Args:
+        job: the LeasedJob.
+        lease: its lease record, if any.
+
+    Returns:
+        ``True`` when the pods should be read for this reconcile.
+    """
+    status = job.status or LeasedJobStatus()
+    if job.spec.template is None or lease is None or lease.holder_identity is None:
+        return False
+    if status.phase in (Phase.SUCCEEDED, Phase.FAILED):
+        return False
+    last = status.attempt_history[-1] if status.attempt_history else None
+    return last is None or last.fencing_token != lease.fencing_token or last.node_name is None
+
+
+def _end_attempt(
+    history: list[AttemptRecord],
+    reason: AttemptReason,
+    now: datetime,
+    exit_code: int | None = None,
+) -> list[AttemptRecord]:
+    """``history`` with its latest attempt ended for ``reason`` (if it is still open)."""
+    if not history or history[-1].reason is not None:
+        return history
+    last = history[-1]
+    ended = last.model_copy(
+        update={
+            "reason": reason,
+            "end_time": now,
+            "exit_code": exit_code if exit_code is not None else last.exit_code,
+        }
+    )
+    return [*history[:-1], ended]
+
+
+def _track_attempts(
+    status: LeasedJobStatus,
+    lease: LeaseRecord,
+    pods: dict[int, PodFacts],
+    now: datetime,
+    last_reclaim_reason: str | None,
+) -> LeasedJobStatus:
+    """Bring ``status.attemptHistory`` up to date with the lease (and the pods read).
+
+    An open attempt whose lease moved on is ended: with the completion's
+    outcome when one was recorded under its token, else as reclaimed (or
+    never started). A claim not yet in the history opens a new attempt.
+    Only the last :data:`~leasehold.lease.models.MAX_ATTEMPT_HISTORY` are kept.
+    """
+    history = list(status.attempt_history or [])
+    token = lease.fencing_token
+    last = history[-1] if history else None
+    if last is not None and last.reason is None:
+        done = lease.completion
+        if done is not None and done.fencing_token == last.fencing_token:
+            outcome = (
+                AttemptReason.SUCCEEDED
+                if done.outcome == Outcome.SUCCEEDED
+                else AttemptReason.FAILED
+            )
+            history = _end_attempt(history, outcome, now, done.exit_code)
+        elif last.fencing_token < token or lease.holder_identity is None:
+            never_started = (
+                last.fencing_token == token and last_reclaim_reason == STARTUP_DEADLINE_EXCEEDED
+            )
+            why = (
+                AttemptReason.STARTUP_DEADLINE_EXCEEDED
+                if never_started
+                else AttemptReason.RECLAIMED
+            )
+            history = _end_attempt(history, why, now)
+    if lease.holder_identity is not None and (last is None or last.fencing_token < token):
+        history.append(
+            AttemptRecord(
+                fencing_token=token,
+                pod_name=lease.holder_identity,
+                start_time=lease.acquire_time or now,
+            )
+        )
+    filled = []
+    for attempt in history:
+        facts = pods.get(attempt.fencing_token)
+        if facts is not None:
+            attempt = attempt.model_copy(
+                update={
+                    "pod_uid": attempt.pod_uid or facts.uid,
+                    "node_name": attempt.node_name or facts.node_name,
+                    "exit_code": (
+                        attempt.exit_code if attempt.exit_code is not None else facts.exit_code
+                    ),
+                }
+            )
+        filled.append(attempt)
+    return _with_history(status, filled)
+
+
+def _with_history(status: LeasedJobStatus, history: list[AttemptRecord]) -> LeasedJobStatus:
+    history = history[-models.MAX_ATTEMPT_HISTORY :]
+    return status.model_copy(
+        update={
+            "attempt_history": history or None,
+            "last_attempt_reason": history[-1].reason if history else None,
+        }
+    )
+
+
 def attempt_limit(job: LeasedJob, lease: LeaseRecord) -> int:
     """How many claims the job may make: the lower of its spec and its lease's cap.
 
@@ -258,6 +388,7 @@ def plan(
     pod_created_for_holder: bool,
     elapsed_seconds: float = 0.0,
     last_reclaim_reason: str | None = None,
+    pods: dict[int, PodFacts] | None = None,
 ) -> Plan:
     """Decide what to do next for one LeasedJob, and when to look at it again.
 
@@ -272,6 +403,7 @@ def plan(
         pod_created_for_holder: see :func:`_plan`.
         elapsed_seconds: see :func:`_plan`.
         last_reclaim_reason: see :func:`_plan`.
+        pods: see :func:`_plan`.
 
     Returns:
         The :class:`Plan`.
@@ -283,6 +415,7 @@ def plan(
         pod_created_for_holder=pod_created_for_holder,
         elapsed_seconds=elapsed_seconds,
         last_reclaim_reason=last_reclaim_reason,
+        pods=pods or {},
     )
     deadline = job.spec.active_deadline_seconds
     if deadline is None or decided.status.phase in (Phase.SUCCEEDED, Phase.FAILED):
@@ -306,6 +439,7 @@ def _plan(
     pod_created_for_holder: bool,
     elapsed_seconds: float = 0.0,
     last_reclaim_reason: str | None = None,
+    pods: dict[int, PodFacts],
 ) -> Plan:
     """Decide what to do next for one LeasedJob.
 
@@ -320,6 +454,8 @@ def _plan(
             judged against ``activeDeadlineSeconds``.
         last_reclaim_reason: why the lease's current token was taken back
             (``LeaseExpired``, ``StartupDeadlineExceeded``), if it was.
+        pods: what was read of the job's pods, by fencing token (may be
+            empty; see :func:`wants_pod_facts`), for the attempt history.
 
     Returns:
         The :class:`Plan`. Expiry is not decided here: the operator's
@@ -358,6 +494,7 @@ def _plan(
     status.fencing_token = lease.fencing_token
     status.attempts = attempts
     status.holder_identity = lease.holder_identity
+    status = _track_attempts(status, lease, pods, now, last_reclaim_reason)
     stale = lease.fencing_token if job.spec.template is not None else 0
 
     if lease.completion is not None:
@@ -388,6 +525,10 @@ def _plan(
             f" (token {lease.fencing_token}) was taken back without a completion."
         )
         status = _finished(ctx, status, Outcome.FAILED, "DeadlineExceeded", message)
+        history = _end_attempt(
+            list(status.attempt_history or []), AttemptReason.DEADLINE_EXCEEDED, now
+        )
+        status = _with_history(status, history)
         return Plan(
             Action.STOP,
             status,

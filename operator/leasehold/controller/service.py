@@ -35,7 +35,7 @@ from leasehold import names
 from leasehold.controller import reconcile
 from leasehold.controller.deadline import JobClocks
 from leasehold.controller.expiry import ExpiryReason
-from leasehold.controller.reconcile import Action, JobEvent, Plan
+from leasehold.controller.reconcile import Action, JobEvent, Plan, PodFacts
 from leasehold.lease import models
 from leasehold.lease.errors import (
     InvalidLeaseError,
@@ -273,6 +273,8 @@ class JobService:
             status = job.status or LeasedJobStatus()
             for _ in range(4):
                 holder = lease.record.holder_identity if lease else None
+                record = lease.record if lease else None
+                wanted = reconcile.wants_pod_facts(job, record)
                 plan = reconcile.plan(
                     job,
                     lease.record if lease else None,
@@ -280,6 +282,7 @@ class JobService:
                     pod_created_for_holder=holder is not None and status.pod_name == holder,
                     elapsed_seconds=self._elapsed(job, server_now),
                     last_reclaim_reason=last_reclaim_reason(lease) if lease else None,
+                    pods=self._pod_facts(namespace, name) if wanted else None,
                 )
                 try:
                     plan = self._carry_out(job, body, lease, plan)
@@ -618,6 +621,33 @@ class JobService:
         return Plan(
             Action.STOP, status, [*plan.events, JobEvent("Warning", "PodCreateFailed", message)]
         )
+
+    def _pod_facts(self, namespace: str, name: str) -> dict[int, PodFacts]:
+        """The job's attempt pods by fencing token: UID, node, exit code (one list)."""
+        try:
+            pods = self._core.list_namespaced_pod(
+                namespace, label_selector=f"{names.LABEL_JOB}={name}"
+            )
+        except ApiException as exc:
+            raise api_error(exc, f"list pods of {namespace}/{name}") from exc
+        facts: dict[int, PodFacts] = {}
+        for pod in pods.items:
+            if pod.metadata is None:
+                continue
+            token = (pod.metadata.labels or {}).get(names.LABEL_TOKEN, "")
+            if not token.isdigit():
+                continue
+            exit_code = None
+            for state in (pod.status.container_statuses or []) if pod.status else []:
+                if state.state is not None and state.state.terminated is not None:
+                    exit_code = state.state.terminated.exit_code
+                    break
+            facts[int(token)] = PodFacts(
+                uid=pod.metadata.uid,
+                node_name=pod.spec.node_name if pod.spec else None,
+                exit_code=exit_code,
+            )
+        return facts
 
     def _delete_stale_pods(self, namespace: str, name: str, below_token: int) -> None:
         pods = self._core.list_namespaced_pod(namespace, label_selector=f"{names.LABEL_JOB}={name}")

@@ -170,6 +170,12 @@ def leased_job_crd() -> dict[str, Any]:
             _col("Holder", "string", ".status.holderIdentity", "Current lease holder."),
             _col("Token", "integer", ".status.fencingToken", "Current fencing token."),
             _col("Attempts", "integer", ".status.attempts", "Claims made so far."),
+            _col(
+                "Last-Attempt",
+                "string",
+                ".status.lastAttemptReason",
+                "Why the latest attempt ended (Succeeded, Failed, Reclaimed...).",
+            ),
             _AGE,
             _col("Pod", "string", ".status.podName", "Pod of the latest attempt.", priority=1),
         ],

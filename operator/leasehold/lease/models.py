@@ -34,6 +34,8 @@ DEFAULT_STARTUP_DEADLINE_SECONDS: Final = 600
 """Ten minutes to start: an image pull, a node from the autoscaler, init containers."""
 MAX_STARTUP_DEADLINE_SECONDS: Final = 24 * 3600
 MAX_MESSAGE_LENGTH: Final = 1024
+MAX_ATTEMPT_HISTORY: Final = 10
+"""Attempts kept in ``status.attemptHistory``: the last ten (the oldest go first)."""
 
 DNS_SUBDOMAIN_PATTERN: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 """RFC 1123 subdomain, as Kubernetes object names are."""
@@ -539,6 +541,50 @@ class LeasedJobSpec(_Model):
     )
 
 
+class AttemptReason(enum.StrEnum):
+    """Why an attempt ended (``status.attemptHistory[].reason``)."""
+
+    SUCCEEDED = "Succeeded"
+    """The worker completed with Succeeded."""
+    FAILED = "Failed"
+    """The worker completed with Failed (e.g. a non-zero exit)."""
+    RECLAIMED = "Reclaimed"
+    """The lease was taken back (expired) or given up without a completion."""
+    STARTUP_DEADLINE_EXCEEDED = "StartupDeadlineExceeded"
+    """The attempt never started within ``startupDeadlineSeconds``."""
+    DEADLINE_EXCEEDED = "DeadlineExceeded"
+    """The job's ``activeDeadlineSeconds`` passed while the attempt ran."""
+    CANCELLED = "Cancelled"
+    """The job was cancelled while the attempt ran."""
+
+
+class AttemptRecord(_Model):
+    """One attempt (one claim, one fencing token) of a LeasedJob."""
+
+    fencing_token: int = Field(ge=1, description="The token the attempt ran under.")
+    pod_name: str = Field(
+        max_length=253, description="The attempt's pod (push mode) or worker id (pull mode)."
+    )
+    pod_uid: str | None = Field(
+        default=None, alias="podUID", max_length=64, description="The pod's UID."
+    )
+    node_name: str | None = Field(
+        default=None, max_length=253, description="The node the pod was bound to."
+    )
+    start_time: datetime | None = Field(
+        default=None, description="When the lease was claimed for the attempt."
+    )
+    end_time: datetime | None = Field(
+        default=None, description="When the operator saw the attempt end; absent while it runs."
+    )
+    exit_code: int | None = Field(
+        default=None, ge=-255, le=255, description="The worker's exit code, when known."
+    )
+    reason: AttemptReason | None = Field(
+        default=None, description="Why the attempt ended; absent while it runs."
+    )
+
+
 class LeasedJobStatus(_Model):
     """What the operator reports of a LeasedJob."""
 
@@ -558,6 +604,14 @@ class LeasedJobStatus(_Model):
     start_time: datetime | None = None
     completion_time: datetime | None = None
     completion: CompletionRecord | None = None
+    attempt_history: list[AttemptRecord] | None = Field(
+        default=None,
+        max_length=MAX_ATTEMPT_HISTORY,
+        description="The last attempts, oldest first (at most 10).",
+    )
+    last_attempt_reason: AttemptReason | None = Field(
+        default=None, description="Why the latest attempt ended (a printer column)."
+    )
 
 
 class LeasedJob(_Model):
