@@ -42,6 +42,8 @@ from leasehold.names import (
 MAX_POD_NAME: Final = 253
 STARTUP_DEADLINE_EXCEEDED: Final = "StartupDeadlineExceeded"
 """Reason of an attempt reclaimed before it started (the expiry watch's word for it)."""
+CANCELLED: Final = "Cancelled"
+"""Reason of a job stopped for good by ``spec.cancel``."""
 
 
 class PodFacts(NamedTuple):
@@ -69,7 +71,7 @@ class Action(enum.StrEnum):
     """The lease is held for a pod the operator never created (it crashed
     between the claim and the pod): create it now."""
     STOP = "Stop"
-    """Take the lease back for good (deadline passed, attempts used up)."""
+    """Take the lease back for good (deadline passed, attempts used up, cancelled)."""
 
 
 class JobEvent(NamedTuple):
@@ -474,6 +476,10 @@ def _plan(
     status.lease_name = lease_name(name)
 
     if lease is None:
+        if job.spec.cancel:
+            message = "The job was cancelled (spec.cancel) before any attempt."
+            status = _finished(ctx, status, Outcome.FAILED, CANCELLED, message)
+            return Plan(Action.NONE, status, events=[JobEvent("Warning", CANCELLED, message)])
         status = _with(
             ctx, status, Phase.PENDING, ("Ready", false, "CreatingLease", "Creating the JobLease.")
         )
@@ -516,6 +522,22 @@ def _plan(
             Action.NONE,
             status,
             events=[JobEvent("Normal" if reason == "Completed" else "Warning", reason, message)],
+        )
+
+    if job.spec.cancel:
+        # A completion that landed first stands (above); else the lease is
+        # stopped now, not when the attempt's pod happens to die.
+        message = (
+            f"The job was cancelled (spec.cancel); its lease (token {lease.fencing_token}) was"
+            " stopped: writes under that token are refused from now on."
+        )
+        status = _finished(ctx, status, Outcome.FAILED, CANCELLED, message)
+        history = _end_attempt(list(status.attempt_history or []), AttemptReason.CANCELLED, now)
+        return Plan(
+            Action.STOP,
+            _with_history(status, history),
+            events=[JobEvent("Warning", CANCELLED, message)],
+            delete_pods_below_token=lease.fencing_token + 1 if stale else 0,
         )
 
     deadline = job.spec.active_deadline_seconds

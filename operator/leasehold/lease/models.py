@@ -493,6 +493,13 @@ _JOB_RULES: Final[list[dict[str, str]]] = [
         "fieldPath": ".maxAttempts",
         "reason": "FieldValueForbidden",
     },
+    {
+        "rule": "self.cancel || !oldSelf.cancel",
+        "message": "spec.cancel cannot be undone: a cancelled job stays cancelled"
+        " (create a new LeasedJob)",
+        "fieldPath": ".cancel",
+        "reason": "FieldValueForbidden",
+    },
 ]
 """Transition rules of a LeasedJob's spec (docs/architecture.md, "Lifecycle")."""
 
@@ -538,6 +545,12 @@ class LeasedJobSpec(_Model):
         le=MAX_ACTIVE_DEADLINE_SECONDS,
         description="Fail the job when it has run this long since it was created (API server"
         " clock). May be changed: the operator's timer follows the new value.",
+    )
+    cancel: bool = Field(
+        default=False,
+        description="Set to true to stop the job for good: it fails with reason Cancelled and"
+        " its lease is stopped at once, so the running attempt's late writes carry a stale"
+        " token. Cannot be undone.",
     )
 
 
