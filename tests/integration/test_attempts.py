@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import shlex
 import time
+from typing import Any
 
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from leasehold.lease.errors import LeaseNotFoundError
 from leasehold.lease.protocol import Outcome
 from leasehold.lease.store import LeaseStore, Rejected
 from operatorproc import OperatorProcess
@@ -100,3 +102,139 @@ def test_cancel_fences_the_running_attempt_at_once(
         patch_spec(api_client, namespace, "stopme", {"cancel": False})
     assert refused.value.status == 422
     assert "spec.cancel cannot be undone" in str(refused.value.body)
+
+
+def test_failure_is_retried_after_the_backoff_then_succeeds(
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    store: LeaseStore,
+    namespace: str,
+) -> None:
+    delay = 3
+    command = on_token("exec leasehold run -- sh -c 'exit 3'", "exec leasehold run -- true")
+    backoff = {"initialDelaySeconds": delay, "factor": 2, "maxDelaySeconds": 60}
+    create_job(api_client, namespace, "flaky", command, backoffLimit=2, backoff=backoff)
+    seen: dict[str, float] = {}
+
+    def retried() -> bool:
+        try:
+            record = store.get(namespace, "flaky").record
+        except LeaseNotFoundError:
+            return False
+        failure = record.completion or record.last_failure
+        if failure is not None and failure.fencing_token == 1:
+            seen.setdefault("failed", time.monotonic())
+        if record.fencing_token == 2:
+            seen["claimed"] = time.monotonic()
+            return True
+        return False
+
+    wait_for("attempt 1 to fail", lambda: retried() or "failed" in seen, 30)
+    backing_off = status(api_client, namespace, "flaky")
+    wait_for("attempt 2", retried, 30)
+    waited = seen["claimed"] - seen["failed"]
+    assert delay - 0.2 <= waited <= delay + 5, f"attempt 2 claimed {waited:.2f}s after the failure"
+    assert backing_off["phase"] == "Pending" or backing_off.get("attemptHistory")
+    wait_for("Succeeded", phase_is(api_client, namespace, "flaky", "Succeeded"), 60)
+    st = status(api_client, namespace, "flaky")
+    assert st["completion"]["fencingToken"] == 2
+    assert st["failed"] == 1
+    assert [(a["fencingToken"], a["reason"], a.get("exitCode")) for a in st["attemptHistory"]] == [
+        (1, "Failed", 3),
+        (2, "Succeeded", 0),
+    ]
+    messages = [m for r, m in events(api_client, namespace, "flaky") if r == "BackingOff"]
+    assert messages == [
+        f"Attempt 1 failed (exit code 3); retrying in {delay}s (failure 1 of backoffLimit=2)."
+    ]
+    record = store.get(namespace, "flaky").record
+    assert record.failures == 1
+    assert record.last_failure is not None
+    assert record.last_failure.exit_code == 3
+    # The failed worker's late completion carries a stale token.
+    late = store.complete(namespace, "flaky", "flaky-1", 1, Outcome.SUCCEEDED)
+    assert isinstance(late, Rejected)
+
+
+def test_backoff_is_visible_in_status_while_waiting(
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    namespace: str,
+) -> None:
+    backoff = {"initialDelaySeconds": 30, "maxDelaySeconds": 30}
+    create_job(
+        api_client,
+        namespace,
+        "wait",
+        "exec leasehold run -- false",
+        backoffLimit=1,
+        backoff=backoff,
+    )
+
+    def waiting() -> dict[str, Any] | None:
+        st = status(api_client, namespace, "wait")
+        return st if st.get("nextAttemptAfter") else None
+
+    st = wait_for("nextAttemptAfter", waiting, 30)
+    assert st["phase"] == "Pending"
+    assert condition(st, "Ready")["reason"] == "BackingOff"
+    assert st["lastAttemptReason"] == "Failed"
+    assert st["attempts"] == 1
+    time.sleep(2)  # nothing starts before the delay
+    assert status(api_client, namespace, "wait")["attempts"] == 1
+
+
+def test_backoff_limit_used_up_fails_the_job(
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    namespace: str,
+) -> None:
+    backoff = {"initialDelaySeconds": 1, "maxDelaySeconds": 1}
+    create_job(
+        api_client,
+        namespace,
+        "broken",
+        "exec leasehold run -- false",
+        backoffLimit=1,
+        backoff=backoff,
+    )
+    wait_for("Failed", phase_is(api_client, namespace, "broken", "Failed"), 60)
+    st = status(api_client, namespace, "broken")
+    assert condition(st, "Failed")["reason"] == "BackoffLimitExceeded"
+    assert [(a["fencingToken"], a["reason"]) for a in st["attemptHistory"]] == [
+        (1, "Failed"),
+        (2, "Failed"),
+    ]
+    assert st["failed"] == 2
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"backoffLimit": -1}, "spec.backoffLimit"),
+        ({"backoffLimit": 101}, "spec.backoffLimit"),
+        (
+            {"backoff": {"initialDelaySeconds": 20, "maxDelaySeconds": 10}},
+            "spec.backoff.maxDelaySeconds must be at least",
+        ),
+        ({"backoff": {"factor": 0.5}}, "spec.backoff.factor"),
+    ],
+)
+def test_retry_fields_are_validated(
+    api_client: client.ApiClient, namespace: str, spec: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ApiException) as refused:
+        create_job(api_client, namespace, "bad", "true", **spec)
+    assert refused.value.status == 422
+    assert message in str(refused.value.body)
+
+
+def test_backoff_limit_cannot_be_edited(api_client: client.ApiClient, namespace: str) -> None:
+    create_job(api_client, namespace, "fixed", "true", backoffLimit=1)
+    with pytest.raises(ApiException) as refused:
+        patch_spec(api_client, namespace, "fixed", {"backoffLimit": 5})
+    assert refused.value.status == 422
+    assert "spec.backoffLimit is immutable" in str(refused.value.body)

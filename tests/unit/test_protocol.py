@@ -32,6 +32,7 @@ from leasehold.lease.protocol import (
     reclaim,
     release,
     renew,
+    reopen,
 )
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
@@ -333,3 +334,23 @@ def test_a_lease_bound_to_another_pod_uid_is_not_the_callers() -> None:
     assert accepted(reclaim(bound, expired=True)).holder_uid is None
     assert accepted(complete(bound, A, FencingToken(1), Outcome.FAILED, T0)).holder_uid is None
     assert accepted(claim(accepted(reclaim(bound, expired=True)), B, T0)).holder_uid is None
+
+
+def test_reopen_moves_a_failed_completion_and_keeps_the_token() -> None:
+    held = accepted(claim(fresh(), HolderIdentity("w-1"), T0))
+    done = accepted(complete(held, HolderIdentity("w-1"), FencingToken(1), Outcome.FAILED, T0))
+    reopened = accepted(reopen(done))
+    assert (reopened.completion, reopened.failures, reopened.fencing_token) == (None, 1, 1)
+    assert reopened.last_failure == done.completion
+    # The failed worker is fenced off; the next claim bumps the token.
+    refused(
+        renew(reopened, HolderIdentity("w-1"), FencingToken(1), T0), reopened, Rejection.NOT_HOLDER
+    )
+    assert accepted(claim(reopened, HolderIdentity("w-2"), T0)).fencing_token == 2
+
+
+def test_reopen_refuses_a_success_and_an_open_lease() -> None:
+    held = accepted(claim(fresh(), HolderIdentity("w-1"), T0))
+    refused(reopen(held), held, Rejection.NOT_EXPIRED)
+    done = accepted(complete(held, HolderIdentity("w-1"), FencingToken(1), Outcome.SUCCEEDED, T0))
+    refused(reopen(done), done, Rejection.COMPLETED)

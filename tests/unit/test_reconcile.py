@@ -263,3 +263,130 @@ def test_attempts_count_from_the_incarnations_base_token() -> None:
     assert decided.action is reconcile.Action.CLAIM_AND_START
     assert decided.pod_name == "hello-6"
     assert decided.status.attempts == 0
+
+
+def failed_at(token: int, exit_code: int = 3) -> Completion:
+    return Completion(
+        fencing_token=FencingToken(token),
+        holder_identity=HolderIdentity(f"hello-{token}"),
+        outcome=Outcome.FAILED,
+        complete_time=NOW,
+        exit_code=exit_code,
+    )
+
+
+def test_failure_within_backoff_limit_is_retried_after_the_delay() -> None:
+    spec: dict[str, Any] = {"backoffLimit": 2, "backoff": {"initialDelaySeconds": 10, "factor": 3}}
+    p = reconcile.plan(
+        job(**spec), lease(1, completion=failed_at(1)), now=NOW, pod_created_for_holder=False
+    )
+    assert p.action is Action.RETRY
+    assert p.requeue_after_seconds == 10
+    assert p.status.next_attempt_after == NOW + timedelta(seconds=10)
+    assert p.status.failed == 1
+    assert [e.reason for e in p.events] == ["BackingOff"]
+    # Reopened (second failure): nothing starts before the delay, then a claim.
+    reopened = lease(2, failures=2, last_failure=failed_at(2))
+    waiting = reconcile.plan(
+        job(**spec).model_copy(update={"status": p.status.model_copy(update={"failed": 2})}),
+        reopened,
+        now=NOW,
+        pod_created_for_holder=False,
+    )
+    assert waiting.action is Action.NONE
+    assert waiting.requeue_after_seconds == 10  # the status' time stands
+    lost = reconcile.plan(job(**spec), reopened, now=NOW, pod_created_for_holder=False)
+    assert lost.requeue_after_seconds == 30  # status write lost: 10 * 3 from now
+    later = NOW + timedelta(seconds=11)
+    assert (
+        reconcile.plan(
+            job(**spec).model_copy(update={"status": waiting.status}),
+            reopened,
+            now=later,
+            pod_created_for_holder=False,
+        ).action
+        is Action.CLAIM_AND_START
+    )
+
+
+def test_failure_past_backoff_limit_fails_the_job() -> None:
+    p = reconcile.plan(
+        job(backoffLimit=1),
+        lease(2, completion=failed_at(2), failures=1, last_failure=failed_at(1)),
+        now=NOW,
+        pod_created_for_holder=False,
+    )
+    assert p.action is Action.NONE
+    assert p.status.phase == Phase.FAILED
+    assert p.status.failed == 2
+    assert [e.reason for e in p.events] == ["BackoffLimitExceeded"]
+
+
+def test_reclaims_and_failures_draw_from_separate_budgets() -> None:
+    # maxAttempts=3: two failures reopened do not use it up.
+    p = reconcile.plan(
+        job(backoffLimit=2),
+        lease(3, failures=2, last_failure=failed_at(1)),
+        now=NOW,
+        pod_created_for_holder=False,
+    )
+    assert p.action is Action.CLAIM_AND_START
+    exhausted = reconcile.plan(
+        job(backoffLimit=2),
+        lease(5, failures=2, last_failure=failed_at(1)),
+        now=NOW,
+        pod_created_for_holder=False,
+    )
+    assert exhausted.action is Action.STOP
+
+
+def test_cancel_stops_the_lease_and_fails_the_job() -> None:
+    p = reconcile.plan(job(cancel=True), lease(2, "hello-2"), now=NOW, pod_created_for_holder=True)
+    assert p.action is Action.STOP
+    assert p.status.phase == Phase.FAILED
+    assert p.delete_pods_below_token == 3
+    assert [e.reason for e in p.events] == ["Cancelled"]
+
+
+def test_history_opens_and_ends_attempts() -> None:
+    running = reconcile.plan(
+        job(),
+        lease(1, "hello-1", acquire_time=NOW),
+        now=NOW,
+        pod_created_for_holder=True,
+        pods={1: reconcile.PodFacts(uid="uid-1", node_name="n1", exit_code=None)},
+    )
+    history = running.status.attempt_history
+    assert history is not None
+    assert [(a.fencing_token, a.pod_uid, a.node_name, a.reason) for a in history] == [
+        (1, "uid-1", "n1", None)
+    ]
+    # Reclaimed, then claimed again: attempt 1 ended as Reclaimed, 2 opened.
+    later = NOW + timedelta(seconds=5)
+    moved = reconcile.plan(
+        job().model_copy(update={"status": running.status}),
+        lease(2, "hello-2", acquire_time=later),
+        now=later,
+        pod_created_for_holder=True,
+    )
+    history = moved.status.attempt_history
+    assert history is not None
+    assert [(a.fencing_token, a.reason, a.end_time) for a in history] == [
+        (1, "Reclaimed", later),
+        (2, None, None),
+    ]
+
+
+def test_history_keeps_the_last_ten() -> None:
+    status = None
+    for token in range(1, 13):
+        j = job(maxAttempts=20)
+        if status is not None:
+            j = j.model_copy(update={"status": status})
+        status = reconcile.plan(
+            j, lease(token, f"hello-{token}"), now=NOW, pod_created_for_holder=True
+        ).status
+    assert status is not None and status.attempt_history is not None
+    assert [a.fencing_token for a in status.attempt_history] == list(range(3, 13))
+    assert status.last_attempt_reason is None  # attempt 12 is running
+    assert status.attempt_history[-2].reason == "Reclaimed"

@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import enum
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Final, NamedTuple
 
 from leasehold import names
@@ -30,7 +30,7 @@ from leasehold.lease.models import (
     LeasedJobStatus,
     Phase,
 )
-from leasehold.lease.protocol import LeaseRecord, Outcome
+from leasehold.lease.protocol import Completion, LeaseRecord, Outcome
 from leasehold.names import (
     ANNOTATION_HOLDER,
     ANNOTATION_LEASE,
@@ -42,6 +42,8 @@ from leasehold.names import (
 MAX_POD_NAME: Final = 253
 STARTUP_DEADLINE_EXCEEDED: Final = "StartupDeadlineExceeded"
 """Reason of an attempt reclaimed before it started (the expiry watch's word for it)."""
+BACKING_OFF: Final = "BackingOff"
+"""Reason while a failed attempt's retry waits for its backoff delay."""
 CANCELLED: Final = "Cancelled"
 """Reason of a job stopped for good by ``spec.cancel``."""
 
@@ -70,6 +72,10 @@ class Action(enum.StrEnum):
     START_POD = "StartPod"
     """The lease is held for a pod the operator never created (it crashed
     between the claim and the pod): create it now."""
+    RETRY = "Retry"
+    """The worker failed and ``backoffLimit`` allows another try: reopen the
+    lease (its Failed completion kept as ``lastFailure``); the next attempt is
+    claimed once the backoff delay has passed."""
     STOP = "Stop"
     """Take the lease back for good (deadline passed, attempts used up, cancelled)."""
 
@@ -307,6 +313,8 @@ def _track_attempts(
     last = history[-1] if history else None
     if last is not None and last.reason is None:
         done = lease.completion
+        if done is None and lease.last_failure is not None:
+            done = lease.last_failure  # reopened to retry; the failure stays on record
         if done is not None and done.fencing_token == last.fencing_token:
             outcome = (
                 AttemptReason.SUCCEEDED
@@ -364,6 +372,8 @@ def attempt_limit(job: LeasedJob, lease: LeaseRecord) -> int:
 
     Counted from the token at which this incarnation took the lease
     (``baseFencingToken``), like the attempts.
+    The spec allows ``maxAttempts`` (the reclaim budget) plus ``backoffLimit``
+    (worker failures retried).
 
     The lease's cap (``spec.maxFencingToken``) is what the API server enforces
     on claims; a spec that says more (an older CRD let ``maxAttempts`` be
@@ -377,9 +387,10 @@ def attempt_limit(job: LeasedJob, lease: LeaseRecord) -> int:
         The attempt limit (>= 1 for a valid job).
     """
     cap = lease.max_fencing_token
+    own = job.spec.max_attempts + job.spec.backoff_limit
     if cap is None:
-        return job.spec.max_attempts
-    return min(job.spec.max_attempts, cap - lease.base_fencing_token)
+        return own
+    return min(own, cap - lease.base_fencing_token)
 
 
 def plan(
@@ -422,7 +433,10 @@ def plan(
     deadline = job.spec.active_deadline_seconds
     if deadline is None or decided.status.phase in (Phase.SUCCEEDED, Phase.FAILED):
         return decided
-    return replace(decided, requeue_after_seconds=max(0.0, deadline - elapsed_seconds))
+    until_deadline = max(0.0, deadline - elapsed_seconds)
+    if decided.requeue_after_seconds is not None:  # a backoff: whichever comes first
+        until_deadline = min(until_deadline, decided.requeue_after_seconds)
+    return replace(decided, requeue_after_seconds=until_deadline)
 
 
 def _created(job: LeasedJob) -> datetime | None:
@@ -500,6 +514,9 @@ def _plan(
     status.fencing_token = lease.fencing_token
     status.attempts = attempts
     status.holder_identity = lease.holder_identity
+    known_failed = status.failed
+    failed_now = lease.completion is not None and lease.completion.outcome == Outcome.FAILED
+    status.failed = lease.failures + (1 if failed_now else 0)
     status = _track_attempts(status, lease, pods, now, last_reclaim_reason)
     stale = lease.fencing_token if job.spec.template is not None else 0
 
@@ -513,7 +530,12 @@ def _plan(
             message=c.message or None,
             exit_code=c.exit_code,
         )
+        budget_left = lease.failures < job.spec.backoff_limit
+        if failed_now and budget_left and attempts < attempt_limit(job, lease):
+            return _retry(ctx, status, lease, c)
         reason = "Completed" if c.outcome == Outcome.SUCCEEDED else "WorkerFailed"
+        if failed_now and job.spec.backoff_limit:
+            reason = "BackoffLimitExceeded"
         message = f"{c.holder_identity} completed with {c.outcome} under fencing token" + (
             f" {c.fencing_token}" + (f": {c.message}" if c.message else "")
         )
@@ -585,8 +607,20 @@ def _plan(
             return Plan(Action.START_POD, status, pod_name=holder, delete_pods_below_token=stale)
         return Plan(Action.NONE, status, delete_pods_below_token=stale)
 
-    # Unheld and not completed: released, reclaimed, or never claimed.
+    # Unheld and not completed: released, reclaimed, reopened after a failure,
+    # or never claimed.
     limit = attempt_limit(job, lease)
+    failure = lease.last_failure
+    if failure is not None and failure.fencing_token == lease.fencing_token:
+        # The last attempt failed and was reopened: back off. The time was set
+        # when it was reopened; if that status write was lost, it starts now.
+        after = status.next_attempt_after
+        if after is None or known_failed != lease.failures:
+            after = now + timedelta(seconds=job.spec.backoff.delay_seconds(lease.failures))
+        status.next_attempt_after = after
+        if now < after:
+            return _backing_off(ctx, status, lease, after)
+    status.next_attempt_after = None
     never_started = last_reclaim_reason == STARTUP_DEADLINE_EXCEEDED
     ended = (
         f"attempt {lease.fencing_token} did not start within startupDeadlineSeconds="
@@ -594,10 +628,11 @@ def _plan(
         if never_started
         else None
     )
-    if attempts >= limit:
+    reclaimed = attempts - lease.failures  # attempts not retried for a failure
+    if attempts >= limit or reclaimed >= job.spec.max_attempts:
         reason = STARTUP_DEADLINE_EXCEEDED if never_started else "AttemptsExhausted"
         message = (
-            f"All {limit} attempts were used; the last lease (token"
+            f"All {reclaimed} attempts were used; the last lease (token"
             f" {lease.fencing_token}) ended without a completion"
             + (f": {ended}." if ended else ".")
         )
@@ -635,6 +670,50 @@ def _plan(
         pod_name=next_pod,
         delete_pods_below_token=stale + 1,
     )
+
+
+def _retry(ctx: _Ctx, status: LeasedJobStatus, lease: LeaseRecord, failure: Completion) -> Plan:
+    """The plan that reopens a failed attempt's lease and waits out the backoff."""
+    failures = lease.failures + 1
+    limit = ctx.job.spec.backoff_limit
+    delay = ctx.job.spec.backoff.delay_seconds(failures)
+    after = ctx.now + timedelta(seconds=delay)
+    message = (
+        f"Attempt {failure.fencing_token} failed"
+        + (f" (exit code {failure.exit_code})" if failure.exit_code is not None else "")
+        + f"; retrying in {delay:g}s (failure {failures} of backoffLimit={limit})."
+    )
+    status = status.model_copy(update={"next_attempt_after": after})
+    status = _with(
+        ctx,
+        status,
+        Phase.PENDING,
+        ("LeaseHeld", ConditionStatus.FALSE, BACKING_OFF, message),
+        ("Ready", ConditionStatus.FALSE, BACKING_OFF, message),
+    )
+    return Plan(
+        Action.RETRY,
+        status,
+        events=[JobEvent("Warning", BACKING_OFF, message)],
+        requeue_after_seconds=delay,
+    )
+
+
+def _backing_off(ctx: _Ctx, status: LeasedJobStatus, lease: LeaseRecord, after: datetime) -> Plan:
+    """The plan while a retry waits for ``after`` (``status.nextAttemptAfter``)."""
+    message = (
+        f"Attempt {lease.fencing_token} failed (failure {lease.failures} of"
+        f" backoffLimit={ctx.job.spec.backoff_limit}); the next attempt starts after"
+        f" {after.isoformat()}."
+    )
+    status = _with(
+        ctx,
+        status,
+        Phase.PENDING,
+        ("LeaseHeld", ConditionStatus.FALSE, BACKING_OFF, message),
+        ("Ready", ConditionStatus.FALSE, BACKING_OFF, message),
+    )
+    return Plan(Action.NONE, status, requeue_after_seconds=(after - ctx.now).total_seconds())
 
 
 def build_pod(

@@ -312,6 +312,12 @@ class JobService:
             if plan.delete_pods_below_token:
                 self._delete_stale_pods(namespace, name, plan.delete_pods_below_token)
             return plan
+        if plan.action is Action.RETRY and lease is not None:
+            reopened = self._store.reopen(lease)
+            if not isinstance(reopened, Accepted):
+                raise _LeaseMoved(reopened.lease)
+            self._wrote_lease(reopened.lease)
+            return plan
         if plan.delete_pods_below_token:
             self._delete_stale_pods(namespace, name, plan.delete_pods_below_token)
         if plan.action is Action.CREATE_LEASE:
@@ -322,7 +328,7 @@ class JobService:
                 job_uid=str(body["metadata"]["uid"]),
                 mode=_mode(job),
                 lease_duration_seconds=job.spec.lease_duration_seconds,
-                max_attempts=job.spec.max_attempts,
+                max_attempts=job.spec.max_attempts + job.spec.backoff_limit,
                 startup_deadline_seconds=(
                     job.spec.startup_deadline_seconds if job.spec.template is not None else None
                 ),
@@ -368,7 +374,7 @@ class JobService:
             reconcile.lease_name(name),
             job_name=name,
             lease_duration_seconds=job.spec.lease_duration_seconds,
-            max_fencing_token=max(base + job.spec.max_attempts, carried),
+            max_fencing_token=max(base + job.spec.max_attempts + job.spec.backoff_limit, carried),
             initial_fencing_token=carried,
             labels={names.LABEL_JOB: name},
             startup_deadline_seconds=(

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 MAX_LEASE_DURATION_SECONDS: Final = 3600
 """The longest lease: an hour. Longer leases make stalls cost too much."""
 MAX_ATTEMPTS: Final = 100
+MAX_BACKOFF_LIMIT: Final = 100
+MAX_BACKOFF_DELAY_SECONDS: Final = 24 * 3600
 MAX_ACTIVE_DEADLINE_SECONDS: Final = 7 * 24 * 3600
 DEFAULT_STARTUP_DEADLINE_SECONDS: Final = 600
 """Ten minutes to start: an image pull, a node from the autoscaler, init containers."""
@@ -129,6 +131,15 @@ class CompletionRecord(_Model):
 REARM: Final = "(has(self.jobUID) && (!has(oldSelf.jobUID) || self.jobUID != oldSelf.jobUID))"
 """CEL: this write hands the lease (the job name's fencing domain) to a new incarnation."""
 
+_REOPEN: Final = (
+    "(has(oldSelf.completion) && oldSelf.completion.outcome == 'Failed'"
+    " && !has(self.completion) && self.failures == oldSelf.failures + 1"
+    " && has(self.lastFailure) && self.lastFailure.outcome == 'Failed'"
+    " && self.lastFailure.fencingToken == oldSelf.completion.fencingToken"
+    " && self.lastFailure.holderIdentity == oldSelf.completion.holderIdentity)"
+)
+"""CEL: this write reopens a Failed completion to retry the job (``store.reopen``)."""
+
 _LEASE_RULES: Final[list[dict[str, str]]] = [
     {
         "rule": "!has(oldSelf.jobUID) || has(self.jobUID)",
@@ -225,10 +236,28 @@ _LEASE_RULES: Final[list[dict[str, str]]] = [
     },
     {
         "rule": f"!has(oldSelf.completion) || {REARM}"
-        " || (has(self.completion) && self.completion == oldSelf.completion)",
+        " || (has(self.completion) && self.completion == oldSelf.completion)"
+        f" || {_REOPEN}",
         "message": "spec.completion is recorded once and can never change (a new incarnation"
-        " of the job starts without one)",
+        " of the job starts without one; only a Failed one may be moved to"
+        " spec.lastFailure, to retry the job)",
         "fieldPath": ".completion",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": f"self.failures == oldSelf.failures || {_REOPEN}"
+        f" || ({REARM} && self.failures == 0 && !has(self.lastFailure))",
+        "message": "spec.failures goes up by exactly one, only in the write that moves a Failed"
+        " spec.completion to spec.lastFailure (a new incarnation starts at 0)",
+        "fieldPath": ".failures",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": f"{REARM} || self.failures != oldSelf.failures"
+        " || (has(self.lastFailure) == has(oldSelf.lastFailure)"
+        " && (!has(self.lastFailure) || self.lastFailure == oldSelf.lastFailure))",
+        "message": "spec.lastFailure changes only when spec.failures goes up",
+        "fieldPath": ".lastFailure",
         "reason": "FieldValueForbidden",
     },
     {
@@ -376,6 +405,17 @@ class JobLeaseSpec(_Model):
         description="No claim may take spec.fencingToken past this: the job's attempt limit."
         " The operator lowers it to the current token to stop a job (deadline, failure).",
     )
+    failures: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_ATTEMPTS + MAX_BACKOFF_LIMIT,
+        description="Failed completions the operator reopened to retry the job (each within"
+        " the job's backoffLimit). Goes up by one in the write that reopens.",
+    )
+    last_failure: CompletionRecord | None = Field(
+        default=None,
+        description="The last Failed completion reopened: kept so the failure stays on record.",
+    )
     startup_deadline_seconds: int | None = Field(
         default=None,
         ge=1,
@@ -494,6 +534,13 @@ _JOB_RULES: Final[list[dict[str, str]]] = [
         "reason": "FieldValueForbidden",
     },
     {
+        "rule": "self.backoffLimit == oldSelf.backoffLimit",
+        "message": "spec.backoffLimit is immutable: with spec.maxAttempts it makes the JobLease's"
+        " attempt cap (spec.maxFencingToken), which can never be raised (create a new LeasedJob)",
+        "fieldPath": ".backoffLimit",
+        "reason": "FieldValueForbidden",
+    },
+    {
         "rule": "self.cancel || !oldSelf.cancel",
         "message": "spec.cancel cannot be undone: a cancelled job stays cancelled"
         " (create a new LeasedJob)",
@@ -502,6 +549,55 @@ _JOB_RULES: Final[list[dict[str, str]]] = [
     },
 ]
 """Transition rules of a LeasedJob's spec (docs/architecture.md, "Lifecycle")."""
+
+
+class Backoff(_Model):
+    """The delay before retrying a failed attempt: exponential, capped (as batch/v1 Job's)."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cast(
+            "JsonDict",
+            {
+                "x-kubernetes-validations": [
+                    {
+                        "rule": "self.maxDelaySeconds >= self.initialDelaySeconds",
+                        "message": "spec.backoff.maxDelaySeconds must be at least"
+                        " spec.backoff.initialDelaySeconds",
+                        "fieldPath": ".maxDelaySeconds",
+                        "reason": "FieldValueInvalid",
+                    }
+                ]
+            },
+        )
+    )
+
+    initial_delay_seconds: int = Field(
+        default=10,
+        ge=0,
+        le=MAX_BACKOFF_DELAY_SECONDS,
+        description="Delay before the first retry, in seconds (batch Job: 10).",
+    )
+    factor: float = Field(
+        default=2.0,
+        ge=1.0,
+        le=10.0,
+        description="Each further retry waits this many times longer (batch Job: 2).",
+    )
+    max_delay_seconds: int = Field(
+        default=360,
+        ge=0,
+        le=MAX_BACKOFF_DELAY_SECONDS,
+        description="The longest delay between attempts, in seconds (batch Job: 360).",
+    )
+
+    def delay_seconds(self, failures: int) -> float:
+        """The delay after the ``failures``-th failure (``failures`` >= 1), in seconds."""
+        return float(
+            min(
+                self.initial_delay_seconds * self.factor ** max(0, failures - 1),
+                self.max_delay_seconds,
+            )
+        )
 
 
 class LeasedJobSpec(_Model):
@@ -527,8 +623,25 @@ class LeasedJobSpec(_Model):
         default=3,
         ge=1,
         le=MAX_ATTEMPTS,
-        description="Claims allowed before the job fails (each reclaim starts a new attempt)."
-        " Immutable: copied to the JobLease as spec.maxFencingToken.",
+        description="Attempts the job may make, not counting those retried after a worker"
+        " failure (backoffLimit): the reclaim budget; each reclaim (an expired lease, a"
+        " startup deadline) uses one. Immutable: with backoffLimit, copied to the JobLease as"
+        " spec.maxFencingToken.",
+    )
+    backoff_limit: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_BACKOFF_LIMIT,
+        description="Worker failures (a Failed completion, e.g. a non-zero exit) retried"
+        " before the job fails, as batch/v1 Job's backoffLimit; reclaims do not count."
+        " Default 0: a failure fails the job (batch Job's default is 6). Immutable.",
+    )
+    backoff: Backoff = Field(
+        default_factory=Backoff,
+        json_schema_extra={
+            "default": {"initialDelaySeconds": 10, "factor": 2.0, "maxDelaySeconds": 360}
+        },
+        description="Exponential delay before retrying a failed attempt.",
     )
     startup_deadline_seconds: int = Field(
         default=DEFAULT_STARTUP_DEADLINE_SECONDS,
@@ -614,6 +727,14 @@ class LeasedJobStatus(_Model):
         default=None, max_length=253, description="The pod of the latest attempt (push mode)."
     )
     attempts: int | None = Field(default=None, ge=0)
+    failed: int | None = Field(
+        default=None, ge=0, description="Attempts that ended with a Failed completion."
+    )
+    next_attempt_after: datetime | None = Field(
+        default=None,
+        description="A failed attempt is being retried: the next one starts after this time"
+        " (the operator's clock; spec.backoff).",
+    )
     start_time: datetime | None = None
     completion_time: datetime | None = None
     completion: CompletionRecord | None = None

@@ -15,6 +15,8 @@ renew       holder AND token match the caller's             renew time moves on
 complete    holder AND token match                          completion recorded once
 release     holder AND token match                          unheld, token kept
 reclaim     no change observed for the duration + margin    unheld, token kept
+reopen      the completion is Failed (operator, to retry)   completion moved to last
+                                                            failure, failures + 1
 ==========  ==============================================  =============================
 
 Every decision takes the lease ``record`` as read from the store and, where
@@ -96,6 +98,8 @@ class LeaseRecord:
             unbound (not yet, or a holder that is no pod).
         job_uid: the UID of the job incarnation the lease serves.
         base_fencing_token: the token when that incarnation took the lease.
+        failures: how many Failed completions were reopened to be retried.
+        last_failure: the last Failed completion reopened, if any.
     """
 
     job_name: str
@@ -109,6 +113,8 @@ class LeaseRecord:
     holder_uid: str | None = None
     job_uid: str | None = None
     base_fencing_token: FencingToken = FencingToken(0)
+    failures: int = 0
+    last_failure: Completion | None = None
 
     @property
     def held(self) -> bool:
@@ -298,6 +304,27 @@ def reclaim(record: LeaseRecord, *, expired: bool) -> Decision:
     if not record.held or not expired:
         return Denied(Rejection.NOT_EXPIRED, record)
     return Allowed(dataclasses.replace(record, holder_identity=None, holder_uid=None))
+
+
+def reopen(record: LeaseRecord) -> Decision:
+    """Decide a reopen: the operator retries a job whose worker failed.
+
+    The Failed completion moves to ``last_failure`` and ``failures`` goes up
+    by one; the lease is left unheld at the same token, so the next claim
+    bumps it and the failed worker's late writes are stale. A Succeeded
+    completion is final: denied with ``COMPLETED``; a lease without a
+    completion: denied with ``NOT_EXPIRED`` (nothing to reopen).
+    """
+    done = record.completion
+    if done is None:
+        return Denied(Rejection.NOT_EXPIRED, record)
+    if done.outcome != Outcome.FAILED:
+        return Denied(Rejection.COMPLETED, record)
+    return Allowed(
+        dataclasses.replace(
+            record, completion=None, last_failure=done, failures=record.failures + 1
+        )
+    )
 
 
 MonotonicClock = Callable[[], float]

@@ -145,17 +145,6 @@ def to_stored(body: dict[str, Any]) -> StoredLease:
             f"JobLease {meta.get('namespace')}/{meta.get('name')} is invalid: {exc}"
         ) from exc
     spec = lease.spec
-    completion = None
-    if spec.completion is not None:
-        c = spec.completion
-        completion = Completion(
-            fencing_token=FencingToken(c.fencing_token),
-            holder_identity=HolderIdentity(c.holder_identity),
-            outcome=Outcome(c.outcome),
-            complete_time=c.complete_time or datetime.min.replace(tzinfo=UTC),
-            message=c.message or "",
-            exit_code=c.exit_code,
-        )
     record = LeaseRecord(
         job_name=spec.job_name,
         holder_identity=HolderIdentity(spec.holder_identity) if spec.holder_identity else None,
@@ -163,13 +152,15 @@ def to_stored(body: dict[str, Any]) -> StoredLease:
         lease_duration_seconds=spec.lease_duration_seconds,
         acquire_time=spec.acquire_time,
         renew_time=spec.renew_time,
-        completion=completion,
+        completion=_completion(spec.completion),
         max_fencing_token=(
             FencingToken(spec.max_fencing_token) if spec.max_fencing_token is not None else None
         ),
         holder_uid=spec.holder_uid,
         job_uid=spec.job_uid,
         base_fencing_token=FencingToken(spec.base_fencing_token),
+        failures=spec.failures,
+        last_failure=_completion(spec.last_failure),
     )
     return StoredLease(
         namespace=str(meta.get("namespace", "")),
@@ -178,6 +169,19 @@ def to_stored(body: dict[str, Any]) -> StoredLease:
         resource_version=str(meta.get("resourceVersion", "")),
         generation=int(meta.get("generation", 0)),
         body=body,
+    )
+
+
+def _completion(c: models.CompletionRecord | None) -> Completion | None:
+    if c is None:
+        return None
+    return Completion(
+        fencing_token=FencingToken(c.fencing_token),
+        holder_identity=HolderIdentity(c.holder_identity),
+        outcome=Outcome(c.outcome),
+        complete_time=c.complete_time or datetime.min.replace(tzinfo=UTC),
+        message=c.message or "",
+        exit_code=c.exit_code,
     )
 
 
@@ -742,6 +746,35 @@ class LeaseStore:
             ops += [{"op": "remove", "path": "/spec/holderIdentity"}, _UNBIND]
         return self._conditional(judged, ops, "stop")
 
+    def reopen(self, judged: StoredLease) -> Result:
+        """Reopen a lease whose worker failed, so the job can be retried (operator only).
+
+        One write moves ``spec.completion`` to ``spec.lastFailure`` and adds one
+        to ``spec.failures``; the lease stays unheld at its token (the CRD's
+        rules allow exactly this). Conditioned on ``judged.resource_version``.
+
+        Returns:
+            :class:`Accepted`, or :class:`Rejected` with ``COMPLETED`` (the
+            completion is not Failed) or ``NOT_EXPIRED`` (nothing to reopen, or
+            it changed since: re-read and decide again).
+        """
+        decision = protocol.reopen(judged.record)
+        if isinstance(decision, protocol.Denied):
+            return Rejected(decision.rejection, judged)
+        failure = judged.record.completion
+        assert failure is not None
+        ops: list[dict[str, Any]] = [
+            {
+                "op": "replace",
+                "path": "/metadata/resourceVersion",
+                "value": judged.resource_version,
+            },
+            {"op": "remove", "path": "/spec/completion"},
+            {"op": "add", "path": "/spec/failures", "value": decision.record.failures},
+            {"op": "add", "path": "/spec/lastFailure", "value": _completion_body(failure)},
+        ]
+        return self._conditional(judged, ops, "reopen")
+
     def _conditional(self, judged: StoredLease, ops: list[dict[str, Any]], action: str) -> Result:
         """Write ``ops`` only if the lease is still at ``judged``'s version."""
         try:
@@ -772,7 +805,7 @@ class LeaseStore:
 
         The lease is the fencing domain of its namespace/name: a LeasedJob deleted
         and created again under the same name gets the same lease, with the old
-        incarnation's holder removed, its completion dropped, ``baseFencingToken``
+        incarnation's holder removed, its completion and failures dropped, ``baseFencingToken``
         set to the current token and the cap to ``token + max_attempts``. Its
         first claim takes the next token, so tokens (and with them pod names and
         idempotency keys) never repeat and never go down. Its timing
@@ -806,6 +839,8 @@ class LeaseStore:
             {"op": "add", "path": "/spec/holderIdentity", "value": None},
             _UNBIND,
             {"op": "add", "path": "/spec/completion", "value": None},
+            {"op": "add", "path": "/spec/failures", "value": 0},
+            {"op": "add", "path": "/spec/lastFailure", "value": None},
         ]
         if judged.body.get("metadata", {}).get("ownerReferences"):
             # A lease made before leases outlived their jobs: let it outlive them.
