@@ -12,7 +12,7 @@ import pytest
 
 from leasehold.controller import reconcile
 from leasehold.controller.reconcile import Action
-from leasehold.lease.models import ConditionStatus, LeasedJob, Phase
+from leasehold.lease.models import AttemptRecord, ConditionStatus, LeasedJob, Phase
 from leasehold.lease.protocol import Completion, FencingToken, HolderIdentity, LeaseRecord, Outcome
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "reconcile"
@@ -277,36 +277,37 @@ def failed_at(token: int, exit_code: int = 3) -> Completion:
 
 def test_failure_within_backoff_limit_is_retried_after_the_delay() -> None:
     spec: dict[str, Any] = {"backoffLimit": 2, "backoff": {"initialDelaySeconds": 10, "factor": 3}}
-    p = reconcile.plan(
-        job(**spec), lease(1, completion=failed_at(1)), now=NOW, pod_created_for_holder=False
-    )
-    assert p.action is Action.RETRY
-    assert p.requeue_after_seconds == 10
-    assert p.status.next_attempt_after == NOW + timedelta(seconds=10)
-    assert p.status.failed == 1
+    failed = lease(2, completion=failed_at(2), failures=1, last_failure=failed_at(1))
+    p = reconcile.plan(job(**spec), failed, now=NOW, pod_created_for_holder=False)
+    # The second failure: 10 * 3 s; the lease stays completed until then.
+    assert p.action is Action.NONE
+    assert p.requeue_after_seconds == 30
+    assert p.status.next_attempt_after == NOW + timedelta(seconds=30)
+    assert p.status.failed == 2
     assert [e.reason for e in p.events] == ["BackingOff"]
-    # Reopened (second failure): nothing starts before the delay, then a claim.
+    seen = job(**spec).model_copy(update={"status": p.status})
+    again = reconcile.plan(
+        seen, failed, now=NOW + timedelta(seconds=5), pod_created_for_holder=False
+    )
+    assert (again.action, again.requeue_after_seconds, again.events) == (Action.NONE, 25, [])
+    due = reconcile.plan(
+        seen, failed, now=NOW + timedelta(seconds=30), pod_created_for_holder=False
+    )
+    assert due.action is Action.RETRY
+    # Reopened: the next claim at once, the history says attempt 2 failed.
     reopened = lease(2, failures=2, last_failure=failed_at(2))
-    waiting = reconcile.plan(
-        job(**spec).model_copy(update={"status": p.status.model_copy(update={"failed": 2})}),
-        reopened,
-        now=NOW,
-        pod_created_for_holder=False,
+    history = [
+        AttemptRecord(fencing_token=2, pod_name="hello-2", start_time=NOW)  # still open
+    ]
+    open_job = job(**spec).model_copy(
+        update={"status": p.status.model_copy(update={"attempt_history": history})}
     )
-    assert waiting.action is Action.NONE
-    assert waiting.requeue_after_seconds == 10  # the status' time stands
-    lost = reconcile.plan(job(**spec), reopened, now=NOW, pod_created_for_holder=False)
-    assert lost.requeue_after_seconds == 30  # status write lost: 10 * 3 from now
-    later = NOW + timedelta(seconds=11)
-    assert (
-        reconcile.plan(
-            job(**spec).model_copy(update={"status": waiting.status}),
-            reopened,
-            now=later,
-            pod_created_for_holder=False,
-        ).action
-        is Action.CLAIM_AND_START
-    )
+    claim = reconcile.plan(open_job, reopened, now=NOW, pod_created_for_holder=False)
+    assert claim.action is Action.CLAIM_AND_START
+    assert claim.pod_name == "hello-3"
+    assert claim.status.attempt_history is not None
+    assert [(a.reason, a.exit_code) for a in claim.status.attempt_history] == [("Failed", 3)]
+    assert claim.status.next_attempt_after is None
 
 
 def test_failure_past_backoff_limit_fails_the_job() -> None:
@@ -390,3 +391,14 @@ def test_history_keeps_the_last_ten() -> None:
     assert [a.fencing_token for a in status.attempt_history] == list(range(3, 13))
     assert status.last_attempt_reason is None  # attempt 12 is running
     assert status.attempt_history[-2].reason == "Reclaimed"
+
+
+def test_cancel_while_backing_off_ends_the_job_cancelled() -> None:
+    p = reconcile.plan(
+        job(backoffLimit=2, cancel=True),
+        lease(1, completion=failed_at(1)),
+        now=NOW,
+        pod_created_for_holder=False,
+    )
+    assert (p.action, p.status.phase) == (Action.NONE, Phase.FAILED)
+    assert [e.reason for e in p.events] == ["Cancelled"]

@@ -73,9 +73,9 @@ class Action(enum.StrEnum):
     """The lease is held for a pod the operator never created (it crashed
     between the claim and the pod): create it now."""
     RETRY = "Retry"
-    """The worker failed and ``backoffLimit`` allows another try: reopen the
-    lease (its Failed completion kept as ``lastFailure``); the next attempt is
-    claimed once the backoff delay has passed."""
+    """The worker failed, ``backoffLimit`` allows another try and the backoff
+    delay is over: reopen the lease (its Failed completion kept as
+    ``lastFailure``), then plan again on it (a claim)."""
     STOP = "Stop"
     """Take the lease back for good (deadline passed, attempts used up, cancelled)."""
 
@@ -530,12 +530,13 @@ def _plan(
             message=c.message or None,
             exit_code=c.exit_code,
         )
-        budget_left = lease.failures < job.spec.backoff_limit
-        if failed_now and budget_left and attempts < attempt_limit(job, lease):
-            return _retry(ctx, status, lease, c)
+        retry = lease.failures < job.spec.backoff_limit
+        retry = failed_now and retry and attempts < attempt_limit(job, lease)
+        if retry and not job.spec.cancel:
+            return _retry(ctx, status, lease, c, first_sight=known_failed != status.failed)
         reason = "Completed" if c.outcome == Outcome.SUCCEEDED else "WorkerFailed"
         if failed_now and job.spec.backoff_limit:
-            reason = "BackoffLimitExceeded"
+            reason = CANCELLED if retry else "BackoffLimitExceeded"
         message = f"{c.holder_identity} completed with {c.outcome} under fencing token" + (
             f" {c.fencing_token}" + (f": {c.message}" if c.message else "")
         )
@@ -610,16 +611,6 @@ def _plan(
     # Unheld and not completed: released, reclaimed, reopened after a failure,
     # or never claimed.
     limit = attempt_limit(job, lease)
-    failure = lease.last_failure
-    if failure is not None and failure.fencing_token == lease.fencing_token:
-        # The last attempt failed and was reopened: back off. The time was set
-        # when it was reopened; if that status write was lost, it starts now.
-        after = status.next_attempt_after
-        if after is None or known_failed != lease.failures:
-            after = now + timedelta(seconds=job.spec.backoff.delay_seconds(lease.failures))
-        status.next_attempt_after = after
-        if now < after:
-            return _backing_off(ctx, status, lease, after)
     status.next_attempt_after = None
     never_started = last_reclaim_reason == STARTUP_DEADLINE_EXCEEDED
     ended = (
@@ -672,18 +663,36 @@ def _plan(
     )
 
 
-def _retry(ctx: _Ctx, status: LeasedJobStatus, lease: LeaseRecord, failure: Completion) -> Plan:
-    """The plan that reopens a failed attempt's lease and waits out the backoff."""
+def _retry(
+    ctx: _Ctx,
+    status: LeasedJobStatus,
+    lease: LeaseRecord,
+    failure: Completion,
+    *,
+    first_sight: bool,
+) -> Plan:
+    """The plan for a failed attempt that ``backoffLimit`` lets retry.
+
+    The Failed completion stays on the lease until the backoff delay is
+    over, so nothing (not a pool's worker either) can claim it early; then
+    the plan is ``RETRY``: reopen it, and claim. The delay's end is kept in
+    ``status.nextAttemptAfter``; if that status write was lost, the delay
+    starts again when the failure is seen again (late, never early).
+    """
     failures = lease.failures + 1
-    limit = ctx.job.spec.backoff_limit
     delay = ctx.job.spec.backoff.delay_seconds(failures)
-    after = ctx.now + timedelta(seconds=delay)
+    after = status.next_attempt_after
+    if first_sight or after is None:
+        after = ctx.now + timedelta(seconds=delay)
+    status = status.model_copy(update={"next_attempt_after": after})
+    if ctx.now >= after:
+        return Plan(Action.RETRY, status)
     message = (
         f"Attempt {failure.fencing_token} failed"
         + (f" (exit code {failure.exit_code})" if failure.exit_code is not None else "")
-        + f"; retrying in {delay:g}s (failure {failures} of backoffLimit={limit})."
+        + f"; retrying in {delay:g}s (failure {failures} of"
+        f" backoffLimit={ctx.job.spec.backoff_limit})."
     )
-    status = status.model_copy(update={"next_attempt_after": after})
     status = _with(
         ctx,
         status,
@@ -692,28 +701,11 @@ def _retry(ctx: _Ctx, status: LeasedJobStatus, lease: LeaseRecord, failure: Comp
         ("Ready", ConditionStatus.FALSE, BACKING_OFF, message),
     )
     return Plan(
-        Action.RETRY,
+        Action.NONE,
         status,
-        events=[JobEvent("Warning", BACKING_OFF, message)],
-        requeue_after_seconds=delay,
+        events=[JobEvent("Warning", BACKING_OFF, message)] if first_sight else [],
+        requeue_after_seconds=(after - ctx.now).total_seconds(),
     )
-
-
-def _backing_off(ctx: _Ctx, status: LeasedJobStatus, lease: LeaseRecord, after: datetime) -> Plan:
-    """The plan while a retry waits for ``after`` (``status.nextAttemptAfter``)."""
-    message = (
-        f"Attempt {lease.fencing_token} failed (failure {lease.failures} of"
-        f" backoffLimit={ctx.job.spec.backoff_limit}); the next attempt starts after"
-        f" {after.isoformat()}."
-    )
-    status = _with(
-        ctx,
-        status,
-        Phase.PENDING,
-        ("LeaseHeld", ConditionStatus.FALSE, BACKING_OFF, message),
-        ("Ready", ConditionStatus.FALSE, BACKING_OFF, message),
-    )
-    return Plan(Action.NONE, status, requeue_after_seconds=(after - ctx.now).total_seconds())
 
 
 def build_pod(

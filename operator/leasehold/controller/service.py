@@ -314,10 +314,9 @@ class JobService:
             return plan
         if plan.action is Action.RETRY and lease is not None:
             reopened = self._store.reopen(lease)
-            if not isinstance(reopened, Accepted):
-                raise _LeaseMoved(reopened.lease)
-            self._wrote_lease(reopened.lease)
-            return plan
+            if isinstance(reopened, Accepted):
+                self._wrote_lease(reopened.lease)
+            raise _LeaseMoved(reopened.lease)  # plan again on it: the next claim
         if plan.delete_pods_below_token:
             self._delete_stale_pods(namespace, name, plan.delete_pods_below_token)
         if plan.action is Action.CREATE_LEASE:
