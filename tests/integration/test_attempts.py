@@ -15,9 +15,11 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from leasehold import names
 from leasehold.lease.errors import LeaseNotFoundError
+from leasehold.lease.models import LeaseMode
 from leasehold.lease.protocol import Outcome
-from leasehold.lease.store import LeaseStore, Rejected
+from leasehold.lease.store import Accepted, LeaseStore, Rejected
 from operatorproc import OperatorProcess
 from podrunner import PodRunner
 from tests.integration.test_lifecycle import patch_spec
@@ -238,3 +240,52 @@ def test_backoff_limit_cannot_be_edited(api_client: client.ApiClient, namespace:
         patch_spec(api_client, namespace, "fixed", {"backoffLimit": 5})
     assert refused.value.status == 422
     assert "spec.backoffLimit is immutable" in str(refused.value.body)
+
+
+def test_the_api_server_allows_reopening_only_a_failure_and_counts_it(
+    store: LeaseStore, api_client: client.ApiClient, namespace: str
+) -> None:
+    custom = client.CustomObjectsApi(api_client)
+
+    def refused(spec: dict[str, Any]) -> str:
+        with pytest.raises(ApiException) as caught:
+            custom.patch_namespaced_custom_object(
+                names.GROUP, names.VERSION, namespace, "jobleases", "job", {"spec": spec}
+            )
+        assert caught.value.status == 422
+        return str(caught.value.body)
+
+    uid_a, uid_b = "00000000-0000-0000-0000-0000000000a1", "00000000-0000-0000-0000-0000000000b1"
+    store.create(
+        namespace,
+        "job",
+        job_name="job",
+        lease_duration_seconds=60,
+        max_fencing_token=3,
+        job_uid=uid_a,
+        mode=LeaseMode.PULL,
+    )
+    assert isinstance(store.claim(namespace, "job", "job-1"), Accepted)
+    assert isinstance(store.complete(namespace, "job", "job-1", 1, Outcome.FAILED), Accepted)
+    assert "spec.failures goes up by exactly one" in refused({"failures": 3})
+    reopened = store.reopen(store.get(namespace, "job"))
+    assert isinstance(reopened, Accepted), reopened
+    record = reopened.lease.record
+    assert (record.completion, record.failures, record.fencing_token) == (None, 1, 1)
+    assert record.last_failure is not None and record.last_failure.fencing_token == 1
+    assert "spec.lastFailure changes only" in refused({"lastFailure": None})
+    # The failed holder is fenced off; the next claim bumps the token.
+    late = store.complete(namespace, "job", "job-1", 1, Outcome.SUCCEEDED)
+    assert isinstance(late, Rejected)
+    assert isinstance(store.claim(namespace, "job", "job-2"), Accepted)
+    assert isinstance(store.complete(namespace, "job", "job-2", 2, Outcome.SUCCEEDED), Accepted)
+    # A success is final: neither the store nor a hand-made write reopens it.
+    done = store.get(namespace, "job")
+    assert isinstance(store.reopen(done), Rejected)
+    assert "recorded once" in refused({"completion": None, "failures": 2})
+    # A new incarnation starts with no failures.
+    taken = store.rearm(
+        done, job_uid=uid_b, mode=LeaseMode.PULL, lease_duration_seconds=60, max_attempts=3
+    )
+    assert isinstance(taken, Accepted), taken
+    assert (taken.lease.record.failures, taken.lease.record.last_failure) == (0, None)
