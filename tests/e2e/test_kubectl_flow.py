@@ -24,8 +24,16 @@ def test_apply_example_and_watch_it_complete(
         "--timeout=60s",
     )
     table = kubectl("-n", namespace, "get", "ljob", "hello").stdout.splitlines()
-    assert table[0].split() == ["NAME", "PHASE", "HOLDER", "TOKEN", "ATTEMPTS", "AGE"]
-    assert table[1].split()[:4] == ["hello", "Succeeded", "1", "1"]
+    assert table[0].split() == [
+        "NAME",
+        "PHASE",
+        "HOLDER",
+        "TOKEN",
+        "ATTEMPTS",
+        "LAST-ATTEMPT",
+        "AGE",
+    ]
+    assert table[1].split()[:5] == ["hello", "Succeeded", "1", "1", "Succeeded"]
     leases = kubectl("-n", namespace, "get", "jlease", "hello").stdout.splitlines()
     assert leases[0].split()[:7] == [
         "NAME",
@@ -40,6 +48,26 @@ def test_apply_example_and_watch_it_complete(
     by_category = kubectl("-n", namespace, "get", "leasehold").stdout
     assert "leasedjob.leasehold.dev/hello" in by_category
     assert "joblease.leasehold.dev/hello" in by_category
+
+
+def test_retry_example_fails_once_then_succeeds(
+    kubectl: Kubectl, operator: OperatorProcess, pod_runner: PodRunner | None, namespace: str
+) -> None:
+    kubectl("-n", namespace, "apply", "-f", str(EXAMPLES / "leasedjob-retry.yaml"))
+    kubectl(
+        "-n",
+        namespace,
+        "wait",
+        "--for=jsonpath={.status.phase}=Succeeded",
+        "leasedjob/retry",
+        "--timeout=60s",
+    )
+    reasons = kubectl(
+        "-n", namespace, "get", "ljob", "retry", "-o", "jsonpath={.status.attemptHistory[*].reason}"
+    ).stdout.split()
+    assert reasons == ["Failed", "Succeeded"]
+    described = kubectl("-n", namespace, "describe", "ljob", "retry").stdout
+    assert "BackingOff" in described
 
 
 def test_kubectl_rejects_bad_input_naming_the_field(
