@@ -277,7 +277,7 @@ class JobService:
                 wanted = reconcile.wants_pod_facts(job, record)
                 plan = reconcile.plan(
                     job,
-                    lease.record if lease else None,
+                    record,
                     now=self._clock(),
                     pod_created_for_holder=holder is not None and status.pod_name == holder,
                     elapsed_seconds=self._elapsed(job, server_now),
