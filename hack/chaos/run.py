@@ -71,6 +71,10 @@ NS = "chaos"
 FAKETIME_LIB = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
 LEASE_SECONDS = 3
 MAX_ATTEMPTS = 8
+# A pod the stand-in kubelet could not start (its set-up hit a control-plane
+# restart) stays Pending, as a real one may; the operator waits for it up to
+# startupDeadlineSeconds, which must end well within the drain.
+STARTUP_SECONDS = 30
 
 
 def log(message: str) -> None:
@@ -213,6 +217,7 @@ class Run:
             "metadata": {"name": name},
             "spec": {
                 "leaseDurationSeconds": LEASE_SECONDS,
+                "startupDeadlineSeconds": STARTUP_SECONDS,
                 "maxAttempts": MAX_ATTEMPTS,
                 "template": {
                     "spec": {

@@ -336,3 +336,43 @@ def test_an_attempt_past_its_startup_deadline_is_reported_as_such(
     lease = store.get(namespace, "never")
     assert lease.body["status"]["lastReclaimReason"] == "StartupDeadlineExceeded"
     assert lease.body["spec"]["startupDeadlineSeconds"] == 3
+
+
+def test_a_pod_that_failed_before_renewing_is_retried_after_the_lease(
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    store: LeaseStore,
+    namespace: str,
+) -> None:
+    # The operator sees the pod only once it has failed (it was down while the
+    # pod ran): the attempt never renewed, yet it is over, so the lease's
+    # duration bounds it from then on, not startupDeadlineSeconds.
+    duration = 2
+    create_job(
+        api_client,
+        namespace,
+        "dies",
+        "sleep 1; exit 3",
+        lease_seconds=duration,
+        max_attempts=3,
+        startupDeadlineSeconds=120,
+    )
+    local_pod_runner.wait_for_pid(namespace, "dies-1", timeout=30)
+    operator.kill()
+    core = client.CoreV1Api(api_client)
+    wait_for(
+        "the pod Failed",
+        lambda: (
+            (core.read_namespaced_pod("dies-1", namespace).status or client.V1PodStatus()).phase
+            == "Failed"
+        ),
+        30,
+    )
+    operator.start()
+    restarted_at = time.monotonic()
+    wait_for("attempt 2", lambda: (lease_token(store, namespace, "dies") or 0) >= 2, 30)
+    waited = time.monotonic() - restarted_at
+    assert waited >= duration, f"reclaimed {waited:.2f}s after restart: before the lease ran out"
+    reasons = [r for r, _ in events(api_client, namespace, "dies")]
+    assert "StartupDeadlineExceeded" not in reasons

@@ -255,3 +255,16 @@ def test_pull_mode_and_renewed_leases_at_first_sight_are_started() -> None:
     assert left(watch, "pool") == (ExpiryReason.LEASE_EXPIRED, round(3 + MARGIN, 6))
     watch.observe(push_lease(5, acquireTime="t0", renewTime="t9"))  # an operator restart
     assert left(watch, "job") == (ExpiryReason.LEASE_EXPIRED, round(3 + MARGIN, 6))
+
+
+def test_a_claim_not_for_the_operators_pod_is_started_at_once() -> None:
+    watch, mono = startup_watch()
+    watch.observe(push_lease(1, acquireTime="t0", renewTime="t0"))
+    assert left(watch, "job")[0] == ExpiryReason.STARTUP_DEADLINE_EXCEEDED
+    watch.observe(push_lease(2, holder=None))  # reclaimed
+    # A worker's SDK claim of the unheld lease: no pod of the operator's starts for it.
+    watch.observe(push_lease(3, holder="pull-0", fencingToken=2, acquireTime="t1", renewTime="t1"))
+    assert left(watch, "job") == (ExpiryReason.LEASE_EXPIRED, round(3 + MARGIN, 6))
+    mono.now += 1
+    watch.observe(push_lease(3, holder="pull-0", fencingToken=2, acquireTime="t1", renewTime="t1"))
+    assert left(watch, "job") == (ExpiryReason.LEASE_EXPIRED, round(2 + MARGIN, 6))

@@ -25,6 +25,7 @@ from typing import Any
 from leasehold.controller import metrics
 from leasehold.controller.changes import LeaseChange, LeaseSignature
 from leasehold.controller.peering import ActivityGate
+from leasehold.controller.reconcile import pod_name
 from leasehold.lease.protocol import MonotonicClock
 
 log = logging.getLogger(__name__)
@@ -221,9 +222,10 @@ class ExpiryWatch:
     def started(self, namespace: str, lease_name: str, holder: str, token: int) -> bool:
         """The attempt's pod runs: its expiry clock starts now (if it had not yet).
 
-        Called when the operator sees the holder's pod running. A worker that
-        never renews (a plain container) is then judged by the lease
-        duration from this moment on, not by the startup bound.
+        Called when the operator sees the holder's pod running, ended or
+        deleted. A worker that never renews (a plain container, or a pod that
+        died before its first renewal) is then judged by the lease duration
+        from this moment on, not by the startup bound.
 
         Args:
             namespace: the lease's namespace.
@@ -366,6 +368,9 @@ def _started_at(
     An attempt starts at its first renewal: a new spec generation under the
     same holder and token that moved ``renewTime`` (the operator's own write
     binding the lease to the pod it created, ``spec.holderUID``, is no renewal).
+    A claim whose holder is not the pod the operator creates for that token
+    (a worker's SDK claim of the unheld lease) starts at once: no pod of the
+    operator's is starting for it.
     At first sight (an operator start), a lease whose ``renewTime`` differs
     from its ``acquireTime`` was renewed: it counts as started now (the two
     stamps are compared for equality only, never as times).
@@ -382,6 +387,13 @@ def _started_at(
     """
     if spec.get("startupDeadlineSeconds") is None:
         return now  # pull mode: the claimant is the worker; it can renew at once
+    holder, token = _claim(signature)
+    job_name = str(spec.get("jobName") or "")
+    if holder is not None and job_name and holder != pod_name(job_name, token):
+        # Claimed by a worker, not for a pod the operator creates (an SDK
+        # claim of the unheld lease): no pod to wait for; it can renew at once.
+        same = old is not None and _claim(old.signature) == (holder, token)
+        return old.started_at if same and old is not None and old.started_at else now
     if old is None:
         renewed = spec.get("renewTime") not in (None, spec.get("acquireTime"))
         return now if renewed else None

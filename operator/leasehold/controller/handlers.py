@@ -88,12 +88,16 @@ async def leased_job_event(*, type: str, body: kopf.Body, memo: Any, **_: Any) -
 
 @kopf.on.event("", "v1", "pods", labels={names.LABEL_JOB: kopf.PRESENT})
 async def attempt_pod_event(*, type: str, body: kopf.Body, memo: Any, **_: Any) -> None:
-    """An attempt's pod changed: once it runs, its lease's expiry clock starts.
+    """An attempt's pod changed: once it runs, ends or goes, its lease's expiry clock starts.
 
     Until then the attempt is starting (scheduling, image pull, init
-    containers) and only the lease's ``startupDeadlineSeconds`` bounds it.
+    containers) and only the lease's ``startupDeadlineSeconds`` bounds it. A
+    pod that ended (Succeeded, Failed) or was deleted before its first
+    renewal will never renew: its attempt is judged by the lease duration
+    from now, so the job is retried promptly, not after the startup bound.
     """
-    if type == "DELETED" or (body.get("status") or {}).get("phase") != "Running":
+    phase = (body.get("status") or {}).get("phase")
+    if type != "DELETED" and phase not in ("Running", "Succeeded", "Failed"):
         return
     meta = body["metadata"]
     annotations = meta.get("annotations") or {}
@@ -103,4 +107,9 @@ async def attempt_pod_event(*, type: str, body: kopf.Body, memo: Any, **_: Any) 
     if not lease or not holder or not token.isdigit():
         return
     if memo.runtime.expiry.started(meta["namespace"], lease, holder, int(token)):
-        log.debug("pod %s/%s runs: its lease's expiry clock started", meta["namespace"], holder)
+        log.debug(
+            "pod %s/%s %s: its lease's expiry clock started",
+            meta["namespace"],
+            holder,
+            "is gone" if type == "DELETED" else f"is {phase}",
+        )
