@@ -28,13 +28,15 @@ $(VENV)/.installed: pyproject.toml
 .PHONY: venv
 venv: $(VENV)/.installed ## Create .venv with the package and its dev tools.
 
-.PHONY: syspkgs syspkgs-test syspkgs-chaos
+.PHONY: syspkgs syspkgs-test syspkgs-chaos syspkgs-model
 syspkgs: ## Check (and apt-install where missing) Go, npm, unzip: what the builds need.
 	hack/syspkgs.sh build
-syspkgs-test: ## Also PostgreSQL, Prometheus, libfaketime: what the test suite needs.
-	hack/syspkgs.sh build test
+syspkgs-test: ## Also PostgreSQL, Prometheus, libfaketime, Spin: what the test suite needs.
+	hack/syspkgs.sh build test model
 syspkgs-chaos:
 	hack/syspkgs.sh build chaos
+syspkgs-model: ## Spin and gcc: what the model check needs.
+	hack/syspkgs.sh model
 
 .PHONY: controlplane
 controlplane: syspkgs ## Build etcd + kube-apiserver + controller-manager + scheduler from Go modules (cached).
@@ -75,6 +77,10 @@ test: test-local ## Everything: lint, unit, integration, e2e, then the kind tier
 .PHONY: test-local
 test-local: syspkgs-test venv controlplane tools lint ## Lint, unit, integration and e2e tests (no Docker, no kind).
 	$(VENV)/bin/pytest tests
+
+.PHONY: model-check
+model-check: syspkgs-model ## Exhaustive Spin search of the protocol model (model/), then every seeded mutation.
+	nice -n 10 model/check.sh deep
 
 ##@ Image (Docker: an engine of the project's own is started when none answers)
 

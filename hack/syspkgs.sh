@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Check, and install with apt where missing, the system packages a make target needs.
 #
-# Usage: hack/syspkgs.sh GROUP...      groups: build, test, chaos
+# Usage: hack/syspkgs.sh GROUP...      groups: build, test, chaos, model
 #   build  Go, npm, unzip, make, tar: the control plane and kubectl/helm builds
 #   test   + PostgreSQL server binaries (fencing tests), Prometheus (metrics test),
 #            libfaketime (clock-skew tests)
 #   chaos  libfaketime (the chaos run skews workers' clocks)
+#   model  Spin and a C compiler (the Promela model of the protocol, model/)
 # Installs only what is missing, so it is a no-op (a few stat calls) on a set-up
 # machine. Needs root or sudo for apt; without either it names what to install.
 set -euo pipefail
@@ -36,7 +37,11 @@ for group in "$@"; do
     chaos)
       want libfaketime faketime_lib
       ;;
-    *) echo "syspkgs.sh: unknown group '$group' (build, test, chaos)" >&2; exit 2 ;;
+    model)
+      want spin need_cmd spin
+      want gcc need_cmd gcc
+      ;;
+    *) echo "syspkgs.sh: unknown group '$group' (build, test, chaos, model)" >&2; exit 2 ;;
   esac
 done
 

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Check the Promela model of the lifecycle protocol (model/lifecycle.pml) with Spin.
+#
+# Usage: model/check.sh [quick|deep]
+#   quick  bitstate search (a 2^29-bit table, 64 MB) of every scenario together, then
+#          each seeded mutation: Spin must report its violation (default)
+#   deep   exhaustive search (-DCOLLAPSE) of every scenario together, larger
+#          bounds, up to MODEL_MEMLIM_MB (default 6000) of memory, then the mutations
+# Prints one line per run: name, verdict, states stored, seconds.
+# Exit 1 when the correct model has an error or a mutation is not caught.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+mode="${1:-quick}"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+cp "$here/lifecycle.pml" "$work/"
+cd "$work"
+all="-DS_RECREATE -DS_REPLACE -DS_FOREIGN -DS_HANDOVER"
+
+# run NAME EXPECT PANFLAGS -- SPINFLAGS...: build pan and search; EXPECT: ok|caught
+run() {
+  local name="$1" expect="$2" panflags="$3"; shift 4
+  spin "$@" -a lifecycle.pml >/dev/null
+  # shellcheck disable=SC2086
+  gcc -O2 -w -DSAFETY -DNOFAIR $panflags -o pan pan.c
+  local out start end errors states
+  start=$(date +%s.%N)
+  out="$(./pan -m1000000 -w"${PAN_W:-27}" 2>&1 || true)"
+  end=$(date +%s.%N)
+  errors="$(sed -n 's/.*errors: \([0-9]*\).*/\1/p' <<<"$out")"
+  states="$(sed -n 's/^ *\([0-9.e+]*\) states, stored.*/\1/p' <<<"$out")"
+  local verdict
+  if [[ "$errors" == 0 ]]; then verdict=ok; else verdict=caught; fi
+  if [[ "$verdict" == caught ]]; then
+    local what
+    what="$(grep -m1 -E 'assertion violated|invalid end state' <<<"$out" || true)"
+    verdict="caught: ${what#pan:1: }"
+  fi
+  printf '%-28s %-70s states=%s seconds=%.1f\n' "$name" "$verdict" "$states" "$(echo "$end - $start" | bc)"
+  if [[ "$expect" == ok && "$errors" != 0 ]] || [[ "$expect" == caught && "$errors" == 0 ]]; then
+    echo "model/check.sh: $name: expected $expect" >&2
+    [[ "$errors" != 0 ]] && spin "$@" -t -p lifecycle.pml | tail -40 >&2
+    failed=1
+  fi
+}
+
+failed=0
+if [[ "$mode" == deep ]]; then
+  run correct ok "-DCOLLAPSE -DMEMLIM=${MODEL_MEMLIM_MB:-6000}" -- $all -DRENEWS=2 -DTMAX=9
+else
+  PAN_W=29 run correct ok "-DBITSTATE" -- $all
+fi
+# Each invariant's seeded bugs: the scenario that exposes it, and the mutation.
+run complete-no-token-check caught "-DBITSTATE" -- -DCOMPLETE_NO_TOKEN_CHECK
+run complete-twice caught "-DBITSTATE" -- -DCOMPLETE_TWICE
+run rearm-resets-token caught "-DBITSTATE" -- -DS_RECREATE -DREARM_RESETS_TOKEN
+run target-no-fence caught "-DBITSTATE" -- -DTARGET_NO_FENCE
+run stop-by-name caught "-DBITSTATE" -- -DS_RECREATE -DSTOP_BY_NAME
+run no-local-deadline caught "-DBITSTATE" -- -DNO_LOCAL_DEADLINE
+run deadline-from-reply caught "-DBITSTATE" -- -DDEADLINE_FROM_REPLY
+run reclaim-no-precondition caught "-DBITSTATE" -- -DRENEWS=2 -DRECLAIM_NO_PRECONDITION
+run adopt-any caught "-DBITSTATE" -- -DS_FOREIGN -DADOPT_ANY
+run no-uid-check caught "-DBITSTATE" -- -DS_REPLACE -DNO_UID_CHECK
+exit "$failed"
