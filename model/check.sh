@@ -2,7 +2,7 @@
 # Check the Promela model of the lifecycle protocol (model/lifecycle.pml) with Spin.
 #
 # Usage: model/check.sh [quick|deep]
-#   quick  bitstate search (a 2^29-bit table, 64 MB) of every scenario together, then
+#   quick  bitstate search (a 2^26-bit table, 8 MB) of every scenario together, then
 #          each seeded mutation: Spin must report its violation (default)
 #   deep   exhaustive search (-DCOLLAPSE) of every scenario together, larger
 #          bounds, up to MODEL_MEMLIM_MB (default 6000) of memory, then the mutations
@@ -48,7 +48,7 @@ failed=0
 if [[ "$mode" == deep ]]; then
   run correct ok "-DCOLLAPSE -DMEMLIM=${MODEL_MEMLIM_MB:-6000}" -- $all -DRENEWS=2 -DTMAX=9
 else
-  PAN_W=29 run correct ok "-DBITSTATE" -- $all
+  PAN_W=26 run correct ok "-DBITSTATE" -- $all
 fi
 # Each invariant's seeded bugs: the scenario that exposes it, and the mutation.
 run complete-no-token-check caught "-DBITSTATE" -- -DCOMPLETE_NO_TOKEN_CHECK
