@@ -239,6 +239,46 @@ def test_a_pod_replaced_under_the_same_name_is_not_the_holder(
     assert isinstance(late, Rejected)
 
 
+def test_a_pod_the_operator_did_not_create_cannot_bind_the_lease_by_renewing(
+    store: LeaseStore, namespace: str
+) -> None:
+    # The operator claimed for pod w-1, its pod create got 409 (someone made
+    # w-1 first, UID_B) and it has yet to release. The foreign pod, holding
+    # the name and a worker token, renews in that window: it must not bind.
+    store.create(namespace, "w", job_name="w", lease_duration_seconds=60, mode=LeaseMode.PUSH)
+    claimed = store.claim(namespace, "w", "w-1")
+    assert isinstance(claimed, Accepted) and claimed.lease.record.holder_uid is None
+    renewed = store.renew(namespace, "w", "w-1", claimed.token, holder_uid=UID_B)
+    assert isinstance(renewed, Rejected) and renewed.rejection is Rejection.NOT_BOUND
+    done = store.complete(namespace, "w", "w-1", claimed.token, Outcome.SUCCEEDED, holder_uid=UID_B)
+    assert isinstance(done, Rejected) and done.rejection is Rejection.NOT_BOUND
+    gone = store.release(namespace, "w", "w-1", claimed.token, holder_uid=UID_B)
+    assert isinstance(gone, Rejected) and gone.rejection is Rejection.NOT_BOUND
+    record = store.get(namespace, "w").record
+    assert (record.holder_uid, record.completion, record.renew_time) == (
+        None,
+        None,
+        claimed.lease.record.renew_time,
+    )
+    # The operator releases (its pod was never created); the token is spent.
+    assert isinstance(store.release(namespace, "w", "w-1", claimed.token), Accepted)
+    late = store.complete(namespace, "w", "w-1", claimed.token, Outcome.SUCCEEDED, holder_uid=UID_B)
+    assert isinstance(late, Rejected) and late.rejection is Rejection.NOT_HOLDER
+
+    # The next attempt: the operator binds its own pod (UID_A); only that pod
+    # renews and completes, a pod of the same name with another UID never.
+    again = store.claim(namespace, "w", "w-2")
+    assert isinstance(again, Accepted)
+    assert isinstance(store.bind(namespace, "w", "w-2", again.token, UID_A), Accepted)
+    other = store.renew(namespace, "w", "w-2", again.token, holder_uid=UID_B)
+    assert isinstance(other, Rejected) and other.rejection is Rejection.NOT_HOLDER
+    assert isinstance(store.renew(namespace, "w", "w-2", again.token, holder_uid=UID_A), Accepted)
+    finished = store.complete(
+        namespace, "w", "w-2", again.token, Outcome.SUCCEEDED, holder_uid=UID_A
+    )
+    assert isinstance(finished, Accepted)
+
+
 def test_a_pool_skips_push_mode_leases(store: LeaseStore, namespace: str) -> None:
     # The push-mode lease is the oldest and unheld (as after a reclaim): the
     # operator claims it for the pod it creates, never a pool.

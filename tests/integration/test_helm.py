@@ -581,6 +581,26 @@ def test_worker_token_is_confined_to_its_own_lease(
     assert "only pull-mode leases" in refused(
         lambda: store_b.claim(namespace, "lease-push", "worker-b", holder_uid=uids["worker-b"])
     )
+    # A push-mode lease the operator claimed for pod worker-a, not yet bound:
+    # worker-a may not bind it (as a renewal binding its own UID would), nor
+    # renew it unbound; once the operator bound it to worker-a's UID, it may.
+    admin = LeaseStore(config.new_client_from_config(config_file=str(kubeconfig)))
+    pushed = admin.claim(namespace, "lease-push", "worker-a")
+    assert isinstance(pushed, Accepted) and pushed.lease.record.holder_uid is None, pushed
+    binding = ("--type=merge", "-p", json.dumps({"spec": {"holderUID": uids["worker-a"]}}))
+    as_a = Kubectl(kubectl.binary, kubeconfigs["worker-a"])
+    result = as_a("patch", "joblease", "lease-push", *binding, check=False)
+    assert result.returncode != 0 and "not yet bound to a pod" in result.stderr, result.stderr
+    assert "not yet bound to a pod" in refused(
+        lambda: store_a.renew(namespace, "lease-push", "worker-a", pushed.token)
+    )
+    assert admin.get(namespace, "lease-push").record.holder_uid is None
+    bound = admin.bind(namespace, "lease-push", "worker-a", pushed.token, uids["worker-a"])
+    assert isinstance(bound, Accepted), bound
+    renewal = store_a.renew(
+        namespace, "lease-push", "worker-a", pushed.token, holder_uid=uids["worker-a"]
+    )
+    assert isinstance(renewal, Accepted), renewal
     # ... only a pull-mode lease for itself; then it may renew and release it.
     mine = store_b.claim(namespace, "lease-b", "worker-b", holder_uid=uids["worker-b"])
     assert isinstance(mine, Accepted), mine

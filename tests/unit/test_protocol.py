@@ -27,6 +27,7 @@ from leasehold.lease.protocol import (
     LeaseRecord,
     Outcome,
     Rejection,
+    bind,
     claim,
     complete,
     reclaim,
@@ -354,3 +355,25 @@ def test_reopen_refuses_a_success_and_an_open_lease() -> None:
     refused(reopen(held), held, Rejection.NOT_EXPIRED)
     done = accepted(complete(held, HolderIdentity("w-1"), FencingToken(1), Outcome.SUCCEEDED, T0))
     refused(reopen(done), done, Rejection.COMPLETED)
+
+
+def test_a_pod_never_binds_a_lease_by_its_own_writes() -> None:
+    # Push mode: the operator claimed for pod name A and has yet to bind the
+    # pod it created. A pod of that name (perhaps one the operator did not
+    # create) is refused, as not yet bound, for every write.
+    held = accepted(claim(fresh(), A, T0))
+    refused(renew(held, A, FencingToken(1), T0, holder_uid="uid-2"), held, Rejection.NOT_BOUND)
+    refused(
+        complete(held, A, FencingToken(1), Outcome.SUCCEEDED, T0, holder_uid="uid-2"),
+        held,
+        Rejection.NOT_BOUND,
+    )
+    refused(release(held, A, FencingToken(1), holder_uid="uid-2"), held, Rejection.NOT_BOUND)
+    # Only the operator's bind binds, to its holder under its token, once.
+    bound = accepted(bind(held, A, FencingToken(1), "uid-1"))
+    assert bound.holder_uid == "uid-1"
+    assert accepted(bind(bound, A, FencingToken(1), "uid-1")) == bound
+    refused(bind(bound, A, FencingToken(1), "uid-2"), bound, Rejection.NOT_HOLDER)
+    refused(bind(held, B, FencingToken(1), "uid-1"), held, Rejection.NOT_HOLDER)
+    refused(bind(held, A, FencingToken(2), "uid-1"), held, Rejection.STALE_TOKEN)
+    accepted(renew(bound, A, FencingToken(1), T0, holder_uid="uid-1"))

@@ -359,7 +359,36 @@ class JobService:
         if plan.action is Action.START_POD and lease is not None:
             assert plan.pod_name is not None
             return self._start_pod(job, body, plan, lease.record.fencing_token, lease)
+        if lease is not None and job.spec.template is not None:
+            self._bind_own_pod(body, lease)
         return plan
+
+    def _bind_own_pod(self, body: dict[str, Any], lease: StoredLease) -> None:
+        """Bind a held, unbound push lease to its pod, if this job created that pod.
+
+        The bind right after the pod create can fail (a crash, an API error);
+        until it lands the pod's renewals are refused as ``NOT_BOUND``. Only
+        a pod whose controller ownerReference is this job's UID is bound: a
+        pod of the holder's name that someone else made never is.
+        """
+        record = lease.record
+        if record.holder_identity is None or record.holder_uid is not None:
+            return
+        namespace, _ = _ns_name(body)
+        try:
+            pod: Any = self._core.read_namespaced_pod(record.holder_identity, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return  # not created yet, or gone: the plan takes care of it
+            raise api_error(exc, f"get pod {namespace}/{record.holder_identity}") from exc
+        job_uid = str(body["metadata"]["uid"])
+        refs = pod.metadata.owner_references or []
+        if pod.metadata.deletion_timestamp is None and any(
+            ref.controller and ref.uid == job_uid for ref in refs
+        ):
+            self._bind(
+                lease, record.holder_identity, record.fencing_token, str(pod.metadata.uid), job_uid
+            )
 
     def _create_lease(self, job: LeasedJob, body: dict[str, Any], plan: Plan) -> Plan:
         namespace, name = _ns_name(body)

@@ -137,6 +137,10 @@ class Rejection(enum.StrEnum):
     """Claim refused: the token reached ``max_fencing_token`` (attempts used up)."""
     NOT_EXPIRED = "NotExpired"
     """Reclaim refused: the lease changed within its duration, or is unheld."""
+    NOT_BOUND = "NotBound"
+    """A pod's write refused: the lease is not yet bound to a pod (push mode:
+    the operator binds it to the pod it created right after creating it).
+    Not a loss: retry within the lease window."""
 
 
 @dataclass(frozen=True)
@@ -179,7 +183,12 @@ def check_holder(
     a token mismatch beats a holder mismatch, since a worker with an old token
     must learn that it was fenced off. A caller that is a pod passes its
     ``holder_uid``: a lease bound to another pod UID (the same name, replaced)
-    is not the caller's (``NOT_HOLDER``).
+    is not the caller's (``NOT_HOLDER``), and an unbound one is not yet
+    (``NOT_BOUND``). A pod never binds a lease by renewing it: a pull claim
+    binds the claimant in the claim itself, and a push lease is bound by the
+    operator to the pod it created (:func:`bind`), so a pod of the same name
+    that the operator did not create can never make the lease its own
+    (docs/architecture.md, "A pod is its UID").
 
     Returns:
         ``None`` when ``holder`` holds ``record`` under ``token``, else why not.
@@ -190,9 +199,31 @@ def check_holder(
         return Rejection.STALE_TOKEN
     if record.holder_identity != holder:
         return Rejection.NOT_HOLDER
-    if holder_uid is not None and record.holder_uid not in (None, holder_uid):
+    if holder_uid is not None and record.holder_uid is None:
+        return Rejection.NOT_BOUND
+    if holder_uid is not None and record.holder_uid != holder_uid:
         return Rejection.NOT_HOLDER
     return None
+
+
+def bind(
+    record: LeaseRecord, holder: HolderIdentity, token: FencingToken, holder_uid: str
+) -> Decision:
+    """Decide the operator's bind of a held push lease to the pod it created.
+
+    Allowed when ``holder`` holds ``record`` under ``token`` and the lease is
+    unbound or bound to ``holder_uid`` already (a bind is never a change).
+
+    Returns:
+        :class:`Allowed` with holder_uid := ``holder_uid``, or :class:`Denied`
+        with ``COMPLETED``, ``STALE_TOKEN`` or ``NOT_HOLDER``.
+    """
+    rejection = check_holder(record, holder, token)
+    if rejection is None and record.holder_uid not in (None, holder_uid):
+        rejection = Rejection.NOT_HOLDER
+    if rejection is not None:
+        return Denied(rejection, record)
+    return Allowed(dataclasses.replace(record, holder_uid=holder_uid))
 
 
 def claim(record: LeaseRecord, claimant: HolderIdentity, now: datetime) -> Decision:

@@ -516,23 +516,22 @@ class LeaseStore:
         *,
         holder_uid: str | None = None,
         ends_hold: bool = False,
+        binds: bool = False,
     ) -> Result:
         """Write ``ops`` under holder + token tests; after a refusal, re-read and ``decide``.
 
-        With ``holder_uid``, a write that keeps the hold (renew) binds the lease
-        to that pod or confirms it (the CRD refuses a change), and one that ends
-        it (complete, release) tests it while the lease is bound. A write that
-        ends the hold always clears ``spec.holderUID``.
+        With ``holder_uid``, the write also tests that the lease is bound to
+        that pod (a pod's renew, complete, release: an unbound lease fails the
+        test and ``decide`` says ``NOT_BOUND``), or, with ``binds`` (the
+        operator's :meth:`bind` only), binds it (the CRD refuses a change). A
+        write that ends the hold always clears ``spec.holderUID``.
         """
-        expect_bound = True
+        uid_ops: list[dict[str, Any]] = []
+        if holder_uid is not None:
+            uid_ops.append(_bind(holder_uid) if binds else _uid_test(holder_uid))
+        if ends_hold:
+            uid_ops.append(_UNBIND)
         for _ in range(MAX_CONFLICT_RETRIES):
-            uid_ops: list[dict[str, Any]] = []
-            if holder_uid is not None and not ends_hold:
-                uid_ops.append(_bind(holder_uid))
-            elif holder_uid is not None and expect_bound:
-                uid_ops.append(_uid_test(holder_uid))
-            if ends_hold:
-                uid_ops.append(_UNBIND)
             try:
                 body = self._patch(
                     action,
@@ -546,7 +545,6 @@ class LeaseStore:
                 decision = decide(lease.record)
                 if isinstance(decision, protocol.Denied):
                     return Rejected(decision.rejection, lease)
-                expect_bound = lease.record.holder_uid is not None
                 # The protocol allows it on a fresh read: the failure was a
                 # race with a write that is gone now. Try again.
                 log.debug(
@@ -575,13 +573,16 @@ class LeaseStore:
         """Renew: the holder is alive. Exactly one write, no read before it.
 
         A holder passes as ``request_timeout`` the time left before its own deadline.
-        A holder that is a pod passes its ``holder_uid``: the first renewal binds
-        the lease to it, and a lease bound to another pod of the same name is
-        refused (``NOT_HOLDER``).
+        A holder that is a pod passes its ``holder_uid``: the lease must be
+        bound to it already (a pull claim binds it; in push mode the operator
+        binds it to the pod it created). A lease bound to another pod of the
+        same name is refused (``NOT_HOLDER``), an unbound one ``NOT_BOUND``
+        (not yet bound: retry within the window, it is no loss). A renewal
+        never binds.
 
         Returns:
             :class:`Accepted`, or :class:`Rejected` with ``NOT_HOLDER``,
-            ``STALE_TOKEN`` or ``COMPLETED``.
+            ``NOT_BOUND``, ``STALE_TOKEN`` or ``COMPLETED``.
         """
         h, t = HolderIdentity(holder), FencingToken(token)
         now = self._clock()
@@ -615,7 +616,8 @@ class LeaseStore:
     ) -> Result:
         """Complete: record ``{token, outcome}`` once, with ``message`` and ``exit_code``.
 
-        ``holder_uid`` as for :meth:`renew`: refused when bound to another pod.
+        ``holder_uid`` as for :meth:`renew`: refused when bound to another pod
+        (``NOT_HOLDER``) or unbound (``NOT_BOUND``).
 
         Returns:
             :class:`Accepted`, or :class:`Rejected` with ``NOT_HOLDER``,
@@ -673,7 +675,8 @@ class LeaseStore:
     ) -> Result:
         """Release: the holder gives the lease up; the token is kept.
 
-        ``holder_uid`` as for :meth:`renew`: refused when bound to another pod.
+        ``holder_uid`` as for :meth:`renew`: refused when bound to another pod
+        (``NOT_HOLDER``) or unbound (``NOT_BOUND``).
 
         Returns:
             :class:`Accepted`, or :class:`Rejected` with ``NOT_HOLDER``,
@@ -854,7 +857,8 @@ class LeaseStore:
         """Bind a held lease to its holder's pod (the operator's, after creating it).
 
         One write, under holder + token tests; the CRD refuses it when the lease
-        is bound to another pod already.
+        is bound to another pod already. Only the operator binds a push lease:
+        a pod's own writes never do (:func:`leasehold.lease.protocol.check_holder`).
 
         Returns:
             :class:`Accepted`, or :class:`Rejected` with ``NOT_HOLDER``,
@@ -868,8 +872,9 @@ class LeaseStore:
             h,
             t,
             [],
-            lambda r: protocol.renew(r, h, t, self._clock(), holder_uid=holder_uid),
+            lambda r: protocol.bind(r, h, t, holder_uid),
             holder_uid=holder_uid,
+            binds=True,
         )
 
     def drop_finalizer(self, namespace: str, name: str, finalizer: str) -> bool:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from leasehold.lease.errors import LeaseNotFoundError
-from leasehold.lease.protocol import MonotonicClock
+from leasehold.lease.protocol import MonotonicClock, Rejection
 from leasehold.lease.store import Accepted, Rejected, Result
 from leasehold.lease.waits import join_thread, wait_for_event
 from leasehold.worker.errors import LeaseLost, LossReason
@@ -139,7 +139,12 @@ class Renewer:
             log.debug("lease %s renewed", self.key)
             return None
         loss: LeaseLost | None = None
-        if isinstance(result, Rejected):
+        if isinstance(result, Rejected) and result.rejection is Rejection.NOT_BOUND:
+            # Push mode: the operator has not yet bound the lease to this pod
+            # (it does so right after creating it). No loss: retry, as for a
+            # failed request, until the local deadline.
+            error = RuntimeError(f"lease {self.key} is not yet bound to this pod")
+        elif isinstance(result, Rejected):
             lease = result.lease.record
             loss = LeaseLost(
                 result.rejection,
