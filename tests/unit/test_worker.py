@@ -442,6 +442,20 @@ def test_push_mode_start_renews_first_and_fails_if_refused() -> None:
     assert len(store.renews) == 1
 
 
+def test_push_mode_start_retries_a_lease_not_yet_bound_to_its_pod() -> None:
+    # The operator binds the lease to the pod it created just after creating
+    # it: a renewal before that is refused as NotBound, which is no loss.
+    answers = iter([Rejected(Rejection.NOT_BOUND, stored("a", 1))])
+    store = FakeStore(lambda: next(answers, Accepted(stored("a", 1))))
+    holder = make_holder(store, 3, margin=0.5).start()
+    try:
+        assert not holder.lost.is_set()
+        assert len(store.renews) == 2
+        assert holder.deadline is not None
+    finally:
+        holder.release()
+
+
 def test_push_mode_start_gets_its_deadline_from_the_first_renewal() -> None:
     store = FakeStore()
     before = time.monotonic()
