@@ -61,4 +61,5 @@ run deadline-from-reply caught "-DBITSTATE" -- -DDEADLINE_FROM_REPLY
 run reclaim-no-precondition caught "-DBITSTATE" -- -DRENEWS=2 -DRECLAIM_NO_PRECONDITION
 run adopt-any caught "-DBITSTATE" -- -DS_FOREIGN -DADOPT_ANY
 run no-uid-check caught "-DBITSTATE" -- -DS_REPLACE -DNO_UID_CHECK
+run renew-binds caught "-DBITSTATE" -- -DS_FOREIGN -DS_REPLACE -DRENEW_BINDS
 exit "$failed"

@@ -42,10 +42,20 @@
 #else
 #define IN_WINDOW(dl) (now <= dl)
 #endif
+/* A pod's renew is accepted only when the lease is bound to its own UID: a
+ * pod never binds (the operator does, to the pod it created; a pull claim
+ * binds its claimant in the claim). RENEW_BINDS is the rule before the fix
+ * (an unbound lease bound by the first renewal): a pod the operator did not
+ * create could bind itself between the claim and the release on 409. */
 #ifdef NO_UID_CHECK
 #define UID_OK(uid) (true)
-#else
+#define RENEW_BIND(uid) l_huid = uid
+#elif defined(RENEW_BINDS)
 #define UID_OK(uid) (l_huid == 0 || l_huid == uid)
+#define RENEW_BIND(uid) l_huid = uid
+#else
+#define UID_OK(uid) (l_huid == uid)
+#define RENEW_BIND(uid) skip
 #endif
 
 #define RUNNING 0
@@ -99,7 +109,7 @@ proctype Worker(byte uid; byte tok; bool renewing) {
        if
        :: atomic {   /* the renew request lands: LeaseStore.renew */
             ok = (l_held && l_tok == tok && UID_OK(uid));
-            if :: ok -> l_huid = uid; bump() :: else -> skip fi
+            if :: ok -> RENEW_BIND(uid); bump() :: else -> skip fi
           }
           if
           :: ok ->       /* the reply arrives: Renewer, worker/timing.py */

@@ -24,6 +24,7 @@ MUTATIONS = (
     "reclaim-no-precondition",
     "adopt-any",
     "no-uid-check",
+    "renew-binds",
 )
 
 
