@@ -1,12 +1,15 @@
 """The Promela model of the lifecycle protocol, checked by Spin (bounded run).
 
 Runs ``model/check.sh quick``: a bitstate search of the correct model with
-every scenario on must find no error, and each seeded protocol bug must be
-caught with a counterexample. ``make model-check`` runs the exhaustive search.
+every scenario on must find no error, and the seeded protocol bugs whose
+counterexample Spin finds within seconds must be caught. ``make model-check``
+runs the exhaustive search and every mutation (the five deep ones take 1.5 to
+2.5 minutes each on two busy cores, too long for every test run).
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -16,16 +19,12 @@ MODEL = Path(__file__).resolve().parents[2] / "model"
 MUTATIONS = (
     "complete-no-token-check",
     "complete-twice",
-    "rearm-resets-token",
     "target-no-fence",
     "stop-by-name",
-    "no-local-deadline",
-    "deadline-from-reply",
-    "reclaim-no-precondition",
     "adopt-any",
-    "no-uid-check",
     "renew-binds",
 )
+"""The mutations caught within seconds; ``make model-check`` runs all eleven."""
 
 
 def test_model_holds_and_every_mutation_is_caught() -> None:
@@ -33,6 +32,7 @@ def test_model_holds_and_every_mutation_is_caught() -> None:
     assert shutil.which("spin") and shutil.which("gcc"), "run hack/syspkgs.sh model"
     done = subprocess.run(
         ["nice", "-n", "10", str(MODEL / "check.sh"), "quick"],
+        env={**os.environ, "MODEL_MUTATIONS": " ".join(MUTATIONS)},
         capture_output=True,
         text=True,
         timeout=600,
