@@ -22,11 +22,11 @@ from leasehold.lease.protocol import Outcome
 from leasehold.lease.store import Accepted, LeaseStore, Rejected
 from operatorproc import OperatorProcess
 from podrunner import PodRunner
-from tests.integration.test_lifecycle import patch_spec
-from tests.integration.test_operator import (
+from tests.integration.jobs import (
     condition,
     create_job,
     events,
+    patch_spec,
     phase_is,
     run,
     status,

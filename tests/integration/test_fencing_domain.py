@@ -24,7 +24,7 @@ from leasehold.worker import pull
 from localcluster.kubectl import Kubectl
 from operatorproc import OperatorProcess
 from podrunner import PodRunner
-from tests.integration.test_operator import (
+from tests.integration.jobs import (
     create_job,
     events,
     get_job,

@@ -13,7 +13,7 @@ from kubernetes import client
 from operatorproc import OperatorProcess
 from podrunner import PodRunner
 from tests.conftest import REPO, _kubectl_bin
-from tests.integration.test_operator import create_job, phase_is, run, wait_for
+from tests.integration.jobs import create_job, phase_is, run, wait_for
 
 
 @pytest.fixture

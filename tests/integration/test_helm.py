@@ -39,7 +39,7 @@ from leasehold.lease.store import Accepted, LeaseStore
 from localcluster.binaries import tools_bin_dir
 from localcluster.kubectl import Kubectl
 from podrunner import PodRunner
-from tests.integration.test_operator import wait_for
+from tests.integration.jobs import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy" / "helm" / "leasehold"

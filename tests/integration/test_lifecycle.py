@@ -24,11 +24,12 @@ from leasehold.lease.protocol import Outcome
 from leasehold.lease.store import Accepted, LeaseStore, StoredLease
 from operatorproc import OperatorProcess
 from podrunner import PodRunner
-from tests.integration.test_operator import (
+from tests.integration.jobs import (
     condition,
     create_job,
     events,
     get_job,
+    patch_spec,
     phase_is,
     run,
     status,
@@ -41,12 +42,6 @@ G, V = names.GROUP, names.VERSION
 @pytest.fixture
 def store(api_client: client.ApiClient) -> LeaseStore:
     return LeaseStore(api_client)
-
-
-def patch_spec(api: client.ApiClient, namespace: str, name: str, spec: dict[str, Any]) -> None:
-    client.CustomObjectsApi(api).patch_namespaced_custom_object(
-        G, V, namespace, names.PLURAL_LEASED_JOBS, name, {"spec": spec}
-    )
 
 
 # -- item: timing comes from the lease ------------------------------------------

@@ -7,11 +7,9 @@ namespace; pods run as local processes through the pod runner, whose
 
 from __future__ import annotations
 
-import shlex
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import pytest
 from kubernetes import client, watch
@@ -21,89 +19,18 @@ from leasehold.lease.protocol import Outcome, Rejection
 from leasehold.lease.store import LeaseStore, Rejected
 from operatorproc import OperatorProcess
 from podrunner import PodRunner
-
-G, V = names.GROUP, names.VERSION
-T = TypeVar("T")
-
-
-def wait_for(what: str, check: Callable[[], T | None], timeout: float = 30.0) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
-
-
-def create_job(
-    api: client.ApiClient,
-    namespace: str,
-    name: str,
-    command: str | None,
-    *,
-    lease_seconds: int = 3,
-    max_attempts: int = 3,
-    **spec: Any,
-) -> None:
-    body: dict[str, Any] = {
-        "apiVersion": names.API_VERSION,
-        "kind": "LeasedJob",
-        "metadata": {"name": name},
-        "spec": {"leaseDurationSeconds": lease_seconds, "maxAttempts": max_attempts, **spec},
-    }
-    if command is not None:
-        body["spec"]["template"] = {
-            "spec": {
-                "containers": [
-                    {"name": "worker", "image": "local", "command": ["sh", "-c", command]}
-                ]
-            }
-        }
-    client.CustomObjectsApi(api).create_namespaced_custom_object(
-        G, V, namespace, "leasedjobs", body
-    )
-
-
-def get_job(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
-    body: Any = client.CustomObjectsApi(api).get_namespaced_custom_object(
-        G, V, namespace, "leasedjobs", name
-    )
-    return dict(body)
-
-
-def status(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
-    return dict(get_job(api, namespace, name).get("status") or {})
-
-
-def phase_is(api: client.ApiClient, namespace: str, name: str, phase: str) -> Callable[[], bool]:
-    return lambda: status(api, namespace, name).get("phase") == phase
-
-
-def condition(st: dict[str, Any], type_: str) -> dict[str, Any]:
-    return next(c for c in st.get("conditions", []) if c["type"] == type_)
-
-
-def events(api: client.ApiClient, namespace: str, name: str) -> list[tuple[str, str]]:
-    items = (
-        client.CoreV1Api(api)
-        .list_namespaced_event(
-            namespace, field_selector=f"involvedObject.name={name},involvedObject.kind=LeasedJob"
-        )
-        .items
-    )
-    return [(e.reason or "", e.message or "") for e in items]
-
-
-def lease_holder(store: LeaseStore, namespace: str, name: str) -> tuple[str | None, int]:
-    record = store.get(namespace, name).record
-    return record.holder_identity, record.fencing_token
-
-
-def run(seconds: float) -> str:
-    script = f"echo token $LEASEHOLD_FENCING_TOKEN; sleep {seconds}"
-    return f"leasehold run -- sh -c {shlex.quote(script)}"
+from tests.integration.jobs import (
+    G,
+    V,
+    condition,
+    create_job,
+    events,
+    lease_holder,
+    phase_is,
+    run,
+    status,
+    wait_for,
+)
 
 
 @pytest.fixture

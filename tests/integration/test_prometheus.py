@@ -17,7 +17,7 @@ from kubernetes import client
 
 from operatorproc import OperatorProcess
 from podrunner import PodRunner
-from tests.integration.test_operator import create_job, phase_is, run, wait_for
+from tests.integration.jobs import create_job, phase_is, run, wait_for
 
 
 def _free_port() -> int:
