@@ -332,10 +332,12 @@ class JobService:
                     job.spec.startup_deadline_seconds if job.spec.template is not None else None
                 ),
             )
-            if not isinstance(taken, Accepted):
-                raise _LeaseMoved(taken.lease)  # changed since judged: decide again
-            self._wrote_lease(taken.lease)
-            return plan
+            if isinstance(taken, Accepted):
+                self._wrote_lease(taken.lease)
+            # Plan again on it at once, as after a reopen: the take-over's own
+            # watch event is skipped as this operator's write, so nothing else
+            # would trigger the new incarnation's first claim.
+            raise _LeaseMoved(taken.lease)
         if plan.action is Action.CLAIM_AND_START and lease is not None:
             assert plan.pod_name is not None
             claimed = self._store.claim(namespace, lease.name, plan.pod_name, observed=lease)
