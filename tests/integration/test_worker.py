@@ -508,17 +508,16 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def test_a_sigterm_racing_a_successful_exit_records_the_success(
+def _run_gated_exit_0(
     store: LeaseStore,
     crds_installed: Path,
     namespace: str,
     tmp_path: Path,
     wrapper_procs: list[subprocess.Popen[str]],
-) -> None:
-    """The command exits 0; SIGTERM reaches the wrapper before it saw the exit.
+) -> tuple[subprocess.Popen[str], int, Path]:
+    """``leasehold run`` of a command that exits 0 once the returned path exists.
 
-    The wrapper is frozen while the command ends, then gets SIGTERM and
-    SIGCONT: it must record the success, not release the lease.
+    Returns the wrapper process, the command's pid and the path to touch.
     """
     token = push_claim(store, namespace, 10)
     pidfile, go = tmp_path / "pid", tmp_path / "go"
@@ -535,7 +534,22 @@ def test_a_sigterm_racing_a_successful_exit_records_the_success(
         text=True,
     )
     wrapper_procs.append(proc)
-    pid = _wait_for_pid(pidfile, proc)
+    return proc, _wait_for_pid(pidfile, proc), go
+
+
+def test_a_sigterm_racing_a_successful_exit_records_the_success(
+    store: LeaseStore,
+    crds_installed: Path,
+    namespace: str,
+    tmp_path: Path,
+    wrapper_procs: list[subprocess.Popen[str]],
+) -> None:
+    """The command exits 0; SIGTERM reaches the wrapper before it saw the exit.
+
+    The wrapper is frozen while the command ends, then gets SIGTERM and
+    SIGCONT: it must record the success, not release the lease.
+    """
+    proc, pid, go = _run_gated_exit_0(store, crds_installed, namespace, tmp_path, wrapper_procs)
     proc.send_signal(signal.SIGSTOP)
     try:
         go.touch()
@@ -567,22 +581,7 @@ def test_a_sigterm_after_the_command_ended_but_before_the_shim_did_records_the_s
     The shim is frozen so that the window is wide: the command's outcome
     stands, as when the signal comes after the shim exited.
     """
-    token = push_claim(store, namespace, 10)
-    pidfile, go = tmp_path / "pid", tmp_path / "go"
-    proc = subprocess.Popen(
-        [
-            *RUN,
-            "--",
-            "sh",
-            "-c",
-            f'echo $$ > "{pidfile}"; while [ ! -e "{go}" ]; do sleep 0.01; done; exit 0',
-        ],
-        env=run_env(crds_installed, namespace, token, 10),
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    wrapper_procs.append(proc)
-    pid = _wait_for_pid(pidfile, proc)
+    proc, pid, go = _run_gated_exit_0(store, crds_installed, namespace, tmp_path, wrapper_procs)
     (shim,) = _children(proc.pid)
     os.kill(shim, signal.SIGSTOP)
     try:
