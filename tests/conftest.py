@@ -46,6 +46,7 @@ def crds_installed(kubeconfig: Path) -> Path:
             "--timeout=60s",
             "crd/leasedjobs.leasehold.dev",
             "crd/jobleases.leasehold.dev",
+            "crd/leasedcronjobs.leasehold.dev",
         ],
         capture_output=True,
         text=True,

@@ -17,6 +17,7 @@ API_VERSION: Final = f"{GROUP}/{VERSION}"
 
 PLURAL_LEASED_JOBS: Final = "leasedjobs"
 PLURAL_JOB_LEASES: Final = "jobleases"
+PLURAL_LEASED_CRON_JOBS: Final = "leasedcronjobs"
 
 # The pod contract: env vars the operator injects into every attempt's pod,
 # read by the worker SDK (``LeaseHolder.from_env``) and ``leasehold run``.
@@ -41,3 +42,7 @@ FINALIZER_DOMAIN: Final = f"{GROUP}/fencing-domain"
 job; only the operator removes it, when the lease's namespace is deleted."""
 LABEL_FENCED: Final = f"{GROUP}/fenced"
 """Label (value ``"true"``) that opts a Kubernetes object into fencing."""
+LABEL_CRON_JOB: Final = f"{GROUP}/cronjob"
+"""On each run of a LeasedCronJob (its LeasedJob and JobLease): the cron job's name."""
+ANNOTATION_SCHEDULED_TIME: Final = f"{GROUP}/scheduled-timestamp"
+"""On each run's LeasedJob: the schedule time it was made for (RFC 3339)."""

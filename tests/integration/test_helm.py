@@ -104,7 +104,10 @@ def rules_of(role: dict[str, Any]) -> set[tuple[str, str, tuple[str, ...], tuple
 
 # What the operator calls (service.py, store.py) and what Kopf needs.
 OPERATOR_RULES = {
-    ("leasehold.dev", "leasedjobs", ("get", "list", "watch"), ()),
+    ("leasehold.dev", "leasedjobs", ("create", "delete", "get", "list", "watch"), ()),
+    ("leasehold.dev", "leasedcronjobs", ("get", "list", "watch"), ()),
+    ("leasehold.dev", "leasedcronjobs/status", ("get", "patch"), ()),
+    ("leasehold.dev", "leasedcronjobs/finalizers", ("update",), ()),
     ("leasehold.dev", "leasedjobs/status", ("get", "patch"), ()),
     ("leasehold.dev", "leasedjobs/finalizers", ("update",), ()),
     ("leasehold.dev", "jobleases", ("create", "get", "list", "patch", "watch"), ()),
@@ -537,6 +540,7 @@ def test_worker_token_is_confined_to_its_own_lease(
     allowed = [("get", "jobleases"), ("list", "jobleases"), ("patch", "jobleases")]
     denied = [
         *[(v, "leasedjobs") for v in ("get", "list", "create", "patch", "delete")],
+        *[(v, "leasedcronjobs") for v in ("get", "list", "create", "patch", "delete")],
         ("patch", "leasedjobs/status"),
         *[(v, "pods") for v in ("get", "list", "create", "delete")],
         ("create", "jobleases"),

@@ -86,6 +86,25 @@ async def leased_job_event(*, type: str, body: kopf.Body, memo: Any, **_: Any) -
         memo.runtime.queue.trigger(meta["namespace"], meta["name"])
 
 
+@kopf.on.event(names.GROUP, names.VERSION, names.PLURAL_LEASED_CRON_JOBS)
+async def leased_cron_job_event(*, type: str, body: kopf.Body, memo: Any, **_: Any) -> None:
+    """A LeasedCronJob changed: reconcile it (its runs go with it by ownerReference)."""
+    if type != "DELETED":
+        memo.crons.trigger(body["metadata"]["namespace"], body["metadata"]["name"])
+
+
+@kopf.on.event(
+    names.GROUP,
+    names.VERSION,
+    names.PLURAL_LEASED_JOBS,
+    labels={names.LABEL_CRON_JOB: kopf.PRESENT},
+)
+async def cron_run_event(*, body: kopf.Body, memo: Any, **_: Any) -> None:
+    """A cron job's run changed (started, ended, went): reconcile its cron job."""
+    meta = body["metadata"]
+    memo.crons.trigger(meta["namespace"], meta["labels"][names.LABEL_CRON_JOB])
+
+
 @kopf.on.event("", "v1", "pods", labels={names.LABEL_JOB: kopf.PRESENT})
 async def attempt_pod_event(*, type: str, body: kopf.Body, memo: Any, **_: Any) -> None:
     """An attempt's pod changed: once it runs, ends or goes, its lease's expiry clock starts.

@@ -14,7 +14,10 @@ from typing import Any
 import kopf
 from kubernetes import client, config
 
-from leasehold.controller import handlers  # noqa: F401 - importing registers the Kopf handlers
+from leasehold.controller import (
+    cron,
+    handlers,  # noqa: F401 - importing registers the Kopf handlers
+)
 from leasehold.controller.peering import own_identity
 from leasehold.controller.runtime import build_runtime
 from leasehold.controller.service import JobService
@@ -64,12 +67,17 @@ def run_operator(settings: OperatorSettings) -> int:
     identity = own_identity()
     service = JobService(api_client(pool_size=settings.reconcile_workers + 2))
     runtime = build_runtime(settings, service, api_client, identity)
+    crons = cron.build_queue(
+        cron.CronService(api_client(pool_size=2), service),
+        runtime.gate,
+        settings.retry_delay_seconds,
+    )
     kopf_identity: Any = identity  # Kopf's peering.Identity is a NewType of str
     kopf.run(
         identity=kopf_identity,
         liveness_endpoint=settings.liveness_endpoint or None,
         clusterwide=not settings.namespaces,
         namespaces=settings.namespaces,
-        memo=kopf.Memo(runtime=runtime),
+        memo=kopf.Memo(runtime=runtime, crons=crons),
     )
     return 0

@@ -23,7 +23,7 @@ import yaml
 from pydantic import BaseModel
 
 from leasehold import names
-from leasehold.lease import models
+from leasehold.lease import cronmodels, models
 
 _DROP_KEYS: Final = frozenset({"title"})
 
@@ -208,6 +208,37 @@ def job_lease_crd() -> dict[str, Any]:
     )
 
 
+def leased_cron_job_crd() -> dict[str, Any]:
+    """The ``LeasedCronJob`` CRD.
+
+    Returns:
+        The CRD object as a JSON-ready dict.
+    """
+    return _crd(
+        kind="LeasedCronJob",
+        plural=names.PLURAL_LEASED_CRON_JOBS,
+        short_names=["lcj", "lcjs"],
+        spec_model=cronmodels.LeasedCronJobSpec,
+        status_model=cronmodels.LeasedCronJobStatus,
+        description="LeasedJobs made on a cron schedule. The runs share one fencing domain:"
+        " every run's fencing tokens are above every earlier run's; Forbid and Replace are"
+        " enforced by the leases.",
+        columns=[
+            _col("Schedule", "string", ".spec.schedule", "The cron schedule."),
+            _col("Timezone", "string", ".spec.timeZone", "The schedule's time zone.", 1),
+            _col("Suspend", "boolean", ".spec.suspend", "No new runs while true."),
+            _col("Active", "string", ".status.active[*].name", "Unfinished runs."),
+            _col(
+                "Last Schedule",
+                "date",
+                ".status.lastScheduleTime",
+                "The last schedule time a run was started for.",
+            ),
+            _AGE,
+        ],
+    )
+
+
 def all_crds() -> dict[str, dict[str, Any]]:
     """All CRDs keyed by the file name they are written to.
 
@@ -217,6 +248,7 @@ def all_crds() -> dict[str, dict[str, Any]]:
     return {
         "leasedjobs.leasehold.dev.yaml": leased_job_crd(),
         "jobleases.leasehold.dev.yaml": job_lease_crd(),
+        "leasedcronjobs.leasehold.dev.yaml": leased_cron_job_crd(),
     }
 
 

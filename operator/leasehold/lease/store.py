@@ -749,6 +749,29 @@ class LeaseStore:
             ops += [{"op": "remove", "path": "/spec/holderIdentity"}, _UNBIND]
         return self._conditional(judged, ops, "stop")
 
+    def close(self, judged: StoredLease) -> Result:
+        """No claim past the current token, the holder kept: its attempt may still finish.
+
+        A LeasedCronJob's ``Forbid`` closes an earlier run's lease before a new
+        run may start (docs/architecture.md, "LeasedCronJob"): the holder can
+        renew, complete or release under its token, but once the lease is
+        unheld it can never be held again, so "unheld" is final. Conditioned
+        on ``judged.resource_version``.
+
+        Returns:
+            :class:`Accepted`, or :class:`Rejected` with ``NOT_EXPIRED`` (it
+            changed since: re-read and decide again).
+        """
+        ops: list[dict[str, Any]] = [
+            {
+                "op": "replace",
+                "path": "/metadata/resourceVersion",
+                "value": judged.resource_version,
+            },
+            {"op": "add", "path": "/spec/maxFencingToken", "value": judged.record.fencing_token},
+        ]
+        return self._conditional(judged, ops, "close")
+
     def reopen(self, judged: StoredLease) -> Result:
         """Reopen a lease whose worker failed, so the job can be retried (operator only).
 

@@ -1,0 +1,404 @@
+"""LeasedCronJob on the real API server, with the pod runner and a one-minute schedule.
+
+Every schedule here is ``* * * * *``. To spare the wait for the first minute,
+the operator runs under libfaketime with its wall clock a constant offset
+ahead (a skewed clock, nothing faster): the test starts just after a minute
+boundary of the operator's clock, so the first run is due at once (the
+schedule time lies after the cron job's creation) and the second comes a real
+minute later. Lease expiry is judged on the operator's monotonic clock as
+always. Each test takes one to two minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from kubernetes import client
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+from leasehold import names
+from leasehold.fencing import StaleToken
+from leasehold.fencing.postgres import fence, install
+from leasehold.lease.protocol import Outcome
+from leasehold.lease.store import LeaseStore, Rejected
+from operatorproc import OperatorProcess
+from podrunner import PodRunner
+from tests.integration.jobs import run, wait_for
+
+G, V = names.GROUP, names.VERSION
+FAKETIME_LIB = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+LEAD_SECONDS = 20
+"""The first minute boundary of the operator's clock is at least this far off in real time."""
+
+
+class Clock:
+    """The operator's wall clock: real time plus a whole number of seconds."""
+
+    def __init__(self) -> None:
+        now = time.time()
+        # The next real minute boundary at least LEAD_SECONDS away, then 2 s past it.
+        boundary = (int(now) // 60 + 1) * 60
+        if boundary - now < LEAD_SECONDS:
+            boundary += 60
+        self.offset = int(boundary - now) + 2
+
+    def now(self) -> float:
+        return time.time() + self.offset
+
+    def wait_until_second(self, second: int) -> None:
+        """Sleep until the operator's clock shows ``second`` past the minute."""
+        while int(self.now()) % 60 < second:
+            time.sleep(0.2)
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def operator_ahead(
+    crds_installed: Path, namespace: str, tmp_path: Path, worker_rbac: None, clock: Clock
+) -> Iterator[OperatorProcess]:
+    assert FAKETIME_LIB.exists(), "libfaketime is needed to set the operator's clock ahead"
+    proc = OperatorProcess(
+        crds_installed,
+        namespace,
+        tmp_path / "operator.log",
+        env={"LD_PRELOAD": str(FAKETIME_LIB), "FAKETIME": f"+{clock.offset}"},
+    )
+    try:
+        proc.start()
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def pg(postgres_dsn: str) -> Iterator[str]:
+    """A DSN whose ``search_path`` is a fresh schema with the fence's tables."""
+    schema = f"cron_{secrets.token_hex(4)}"
+    with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    dsn = make_conninfo(postgres_dsn, options=f"-c search_path={schema}")
+    with psycopg.connect(dsn) as conn:
+        install(conn)
+    yield dsn
+    with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+
+
+@pytest.fixture
+def store(api_client: client.ApiClient) -> LeaseStore:
+    return LeaseStore(api_client)
+
+
+def create_cron(
+    api: client.ApiClient,
+    namespace: str,
+    name: str,
+    command: str,
+    *,
+    lease_seconds: int = 20,
+    max_attempts: int = 3,
+    **spec: Any,
+) -> dict[str, Any]:
+    body = {
+        "apiVersion": names.API_VERSION,
+        "kind": "LeasedCronJob",
+        "metadata": {"name": name},
+        "spec": {
+            "schedule": "* * * * *",
+            **spec,
+            "jobTemplate": {
+                "metadata": {"labels": {"team": "tests"}},
+                "spec": {
+                    "leaseDurationSeconds": lease_seconds,
+                    "maxAttempts": max_attempts,
+                    "template": {
+                        "spec": {
+                            "containers": [
+                                {
+                                    "name": "worker",
+                                    "image": "local",
+                                    "command": ["sh", "-c", command],
+                                }
+                            ]
+                        }
+                    },
+                },
+            },
+        },
+    }
+    created: Any = client.CustomObjectsApi(api).create_namespaced_custom_object(
+        G, V, namespace, names.PLURAL_LEASED_CRON_JOBS, body
+    )
+    return dict(created)
+
+
+def get_cron(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    body: Any = client.CustomObjectsApi(api).get_namespaced_custom_object(
+        G, V, namespace, names.PLURAL_LEASED_CRON_JOBS, name
+    )
+    return dict(body)
+
+
+def runs(api: client.ApiClient, namespace: str, cron: str) -> dict[str, dict[str, Any]]:
+    """The cron job's runs (LeasedJobs) by name."""
+    body: Any = client.CustomObjectsApi(api).list_namespaced_custom_object(
+        G, V, namespace, names.PLURAL_LEASED_JOBS, label_selector=f"{names.LABEL_CRON_JOB}={cron}"
+    )
+    return {item["metadata"]["name"]: item for item in body["items"]}
+
+
+def cron_events(api: client.ApiClient, namespace: str, name: str) -> list[tuple[str, str]]:
+    items = (
+        client.CoreV1Api(api)
+        .list_namespaced_event(
+            namespace,
+            field_selector=f"involvedObject.name={name},involvedObject.kind=LeasedCronJob",
+        )
+        .items
+    )
+    return [(e.reason or "", e.message or "") for e in items]
+
+
+def held_run(store: LeaseStore, namespace: str, run: str) -> tuple[str, int, str] | None:
+    """(holder, token, holder UID) of a run's lease once its pod holds it, bound."""
+    record = store.get(namespace, run).record
+    if record.holder_identity is None or record.holder_uid is None:
+        return None
+    return record.holder_identity, record.fencing_token, record.holder_uid
+
+
+# -- the resource ------------------------------------------------------------------
+
+
+def test_the_crd_refuses_a_malformed_cron_job_naming_the_field(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    def refused(**spec: Any) -> str:
+        with pytest.raises(client.ApiException) as caught:
+            create_cron(api_client, namespace, "bad", "true", **spec)
+        assert caught.value.status == 422
+        return str(json.loads(caught.value.body or "{}")["message"])
+
+    assert "spec.schedule must be five cron fields" in refused(schedule="* * * *")
+    assert "spec.schedule must be five cron fields" in refused(schedule="@every 5m")
+    assert "use spec.timeZone" in refused(schedule="CRON_TZ=UTC 0 * * * *")
+    assert "spec.concurrencyPolicy" in refused(concurrencyPolicy="Sometimes")
+    assert "spec.successfulJobsHistoryLimit" in refused(successfulJobsHistoryLimit=-1)
+    assert "spec.startingDeadlineSeconds" in refused(startingDeadlineSeconds=-5)
+    # A template may change what a LeasedJob may not (each run is a new LeasedJob).
+    create_cron(api_client, namespace, "good", "true", schedule="@hourly")
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        G,
+        V,
+        namespace,
+        names.PLURAL_LEASED_CRON_JOBS,
+        "good",
+        {"spec": {"jobTemplate": {"spec": {"leaseDurationSeconds": 7, "maxAttempts": 5}}}},
+    )
+    cron = get_cron(api_client, namespace, "good")
+    assert cron["spec"]["concurrencyPolicy"] == "Allow"
+    assert (cron["spec"]["successfulJobsHistoryLimit"], cron["spec"]["failedJobsHistoryLimit"]) == (
+        3,
+        1,
+    )
+
+
+def test_an_invalid_schedule_or_zone_is_reported_by_the_operator(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    create_cron(api_client, namespace, "minute61", "true", schedule="61 * * * *")
+    create_cron(api_client, namespace, "nowhere", "true", timeZone="Mars/Olympus_Mons")
+
+    def ready(name: str) -> dict[str, Any] | None:
+        status = get_cron(api_client, namespace, name).get("status") or {}
+        return next((c for c in status.get("conditions", []) if c["type"] == "Ready"), None)
+
+    bad_minute = wait_for("Ready=False on minute61", lambda: ready("minute61"))
+    assert (bad_minute["status"], bad_minute["reason"]) == ("False", "InvalidSchedule")
+    assert "spec.schedule" in bad_minute["message"]
+    assert bad_minute["observedGeneration"] == 1
+    bad_zone = wait_for("Ready=False on nowhere", lambda: ready("nowhere"))
+    assert "spec.timeZone" in bad_zone["message"]
+    wait_for(
+        "an InvalidSchedule Event",
+        lambda: any(
+            r == "InvalidSchedule" for r, _ in cron_events(api_client, namespace, "nowhere")
+        ),
+    )
+    assert not runs(api_client, namespace, "minute61")
+
+
+# -- the runs share one fencing domain ------------------------------------------------
+
+
+def test_forbid_waits_for_a_frozen_runs_lease_then_claims_a_higher_token(
+    api_client: client.ApiClient,
+    namespace: str,
+    store: LeaseStore,
+    clock: Clock,
+    operator_ahead: OperatorProcess,
+    local_pod_runner: PodRunner,
+) -> None:
+    create_cron(api_client, namespace, "nightly", run(600), concurrencyPolicy="Forbid")
+    first = wait_for(
+        "the first run", lambda: next(iter(runs(api_client, namespace, "nightly")), None)
+    )
+    holder, token, holder_uid = wait_for(
+        "the first run's pod to hold its lease", lambda: held_run(store, namespace, first), 30
+    )
+    assert runs(api_client, namespace, "nightly")[first]["metadata"]["labels"]["team"] == "tests"
+    # Freeze its worker shortly before the next schedule time: it stops renewing,
+    # but its lease stays held for 20 s more, past that time.
+    clock.wait_until_second(50)
+    local_pod_runner.pause(namespace, holder)
+    frozen_at = time.monotonic()
+
+    def second_run() -> str | None:
+        return next((n for n in runs(api_client, namespace, "nightly") if n != first), None)
+
+    waited = wait_for(
+        "the cron job to wait for the frozen run",
+        lambda: [
+            m
+            for r, m in cron_events(api_client, namespace, "nightly")
+            if r == "EarlierRunHoldsLease"
+        ],
+        40,
+    )
+    assert first in waited[0]
+    # While the frozen run's lease is held, no second run exists to claim anything.
+    while store.get(namespace, first).record.holder_identity is not None:
+        assert second_run() is None
+        assert time.monotonic() - frozen_at < 40, "the frozen run's lease never expired"
+        time.sleep(0.2)
+    reclaimed = store.get(namespace, first)
+    assert reclaimed.body["status"]["lastReclaimedToken"] == token
+    assert reclaimed.record.max_fencing_token == token  # closed: the first run claims no more
+    assert time.monotonic() - frozen_at >= 20  # not before its lease expired
+
+    second = wait_for("the second run", second_run, 30)
+    _, token2, _ = wait_for(
+        "the second run's claim", lambda: held_run(store, namespace, second), 30
+    )
+    assert token2 > token
+    assert token2 > store.get(namespace, first).record.fencing_token
+    # The frozen worker, resumed, can neither renew nor complete.
+    late = store.complete(namespace, first, holder, token, Outcome.SUCCEEDED, holder_uid=holder_uid)
+    assert isinstance(late, Rejected), late
+    first_job = wait_for(
+        "the first run to end",
+        lambda: (
+            (runs(api_client, namespace, "nightly")[first].get("status") or {}).get("phase")
+            == "Failed"
+        ),
+        30,
+    )
+    assert first_job
+    local_pod_runner.resume(namespace, holder)
+
+
+def test_replace_fences_the_replaced_run_at_the_store_and_at_a_target(
+    api_client: client.ApiClient,
+    namespace: str,
+    store: LeaseStore,
+    clock: Clock,
+    operator_ahead: OperatorProcess,
+    pod_runner: PodRunner | None,
+    pg: str,
+) -> None:
+    create_cron(api_client, namespace, "sync", run(600), concurrencyPolicy="Replace")
+    first = wait_for("the first run", lambda: next(iter(runs(api_client, namespace, "sync")), None))
+    holder, token, holder_uid = wait_for(
+        "the first run's claim", lambda: held_run(store, namespace, first), 30
+    )
+    # The first run wrote to the target under its token.
+    with psycopg.connect(pg, autocommit=True) as conn:
+        fence(conn, "report", token)
+
+    second = wait_for(
+        "the second run",
+        lambda: next((n for n in runs(api_client, namespace, "sync") if n != first), None),
+        75,
+    )
+    _, token2, _ = wait_for(
+        "the second run's claim", lambda: held_run(store, namespace, second), 30
+    )
+    old = store.get(namespace, first).record
+    assert old.holder_identity is None and old.max_fencing_token == token
+    assert token2 > token
+    # The replaced run's late completion is refused at the store...
+    late = store.complete(namespace, first, holder, token, Outcome.SUCCEEDED, holder_uid=holder_uid)
+    assert isinstance(late, Rejected), late
+    # ...and once the new run has written, its late write at the target.
+    with psycopg.connect(pg, autocommit=True) as conn:
+        fence(conn, "report", token2)
+        with pytest.raises(StaleToken):
+            fence(conn, "report", token)
+    wait_for(
+        "the replaced run's LeasedJob to go",
+        lambda: first not in runs(api_client, namespace, "sync"),
+        30,
+    )
+    assert any(r == "Replaced" for r, _ in cron_events(api_client, namespace, "sync"))
+
+
+def test_history_limits_keep_the_latest_finished_runs(
+    api_client: client.ApiClient,
+    namespace: str,
+    store: LeaseStore,
+    operator_ahead: OperatorProcess,
+    pod_runner: PodRunner | None,
+) -> None:
+    create_cron(
+        api_client,
+        namespace,
+        "tidy",
+        run(1),
+        successfulJobsHistoryLimit=1,
+        failedJobsHistoryLimit=0,
+    )
+    first = wait_for("the first run", lambda: next(iter(runs(api_client, namespace, "tidy")), None))
+    wait_for(
+        "the first run to succeed",
+        lambda: (
+            (runs(api_client, namespace, "tidy")[first].get("status") or {}).get("phase")
+            == "Succeeded"
+        ),
+        30,
+    )
+    first_token = store.get(namespace, first).record.fencing_token
+    status = wait_for(
+        "lastSuccessfulTime",
+        lambda: (
+            get_cron(api_client, namespace, "tidy").get("status", {}).get("lastSuccessfulTime")
+            and get_cron(api_client, namespace, "tidy")["status"]
+        ),
+        30,
+    )
+    assert status["lastScheduleTime"].endswith(":00Z")
+    second = wait_for(
+        "the second run",
+        lambda: next((n for n in runs(api_client, namespace, "tidy") if n != first), None),
+        75,
+    )
+    wait_for(
+        "the first run to be deleted", lambda: first not in runs(api_client, namespace, "tidy"), 60
+    )
+    assert set(runs(api_client, namespace, "tidy")) == {second}
+    assert any(r == "SuccessfulDelete" for r, _ in cron_events(api_client, namespace, "tidy"))
+    # Its lease stays (the domain), and the second run's tokens are above its.
+    assert store.get(namespace, second).record.base_fencing_token >= first_token
+    assert int(second.rsplit("-", 1)[1]) - int(first.rsplit("-", 1)[1]) == 1  # unix minutes
