@@ -92,9 +92,25 @@ def pg(postgres_dsn: str) -> Iterator[str]:
     dsn = make_conninfo(postgres_dsn, options=f"-c search_path={schema}")
     with psycopg.connect(dsn) as conn:
         install(conn)
+        conn.execute("CREATE TABLE report (key text PRIMARY KEY, value text NOT NULL)")
+        conn.execute("INSERT INTO report VALUES ('daily', 'none')")
     yield dsn
     with psycopg.connect(postgres_dsn, autocommit=True) as admin:
         admin.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+
+
+def write_report(dsn: str, token: int, value: str) -> None:
+    """A fenced write: the fence and the effect in one transaction."""
+    with psycopg.connect(dsn) as conn, conn.transaction():
+        fence(conn, "report/daily", token)
+        conn.execute("UPDATE report SET value = %s WHERE key = 'daily'", (value,))
+
+
+def report(dsn: str) -> str:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT value FROM report WHERE key = 'daily'").fetchone()
+    assert row is not None
+    return str(row[0])
 
 
 @pytest.fixture
@@ -325,8 +341,7 @@ def test_replace_fences_the_replaced_run_at_the_store_and_at_a_target(
         "the first run's claim", lambda: held_run(store, namespace, first), 30
     )
     # The first run wrote to the target under its token.
-    with psycopg.connect(pg, autocommit=True) as conn:
-        fence(conn, "report", token)
+    write_report(pg, token, "first run")
 
     second = wait_for(
         "the second run",
@@ -343,10 +358,10 @@ def test_replace_fences_the_replaced_run_at_the_store_and_at_a_target(
     late = store.complete(namespace, first, holder, token, Outcome.SUCCEEDED, holder_uid=holder_uid)
     assert isinstance(late, Rejected), late
     # ...and once the new run has written, its late write at the target.
-    with psycopg.connect(pg, autocommit=True) as conn:
-        fence(conn, "report", token2)
-        with pytest.raises(StaleToken):
-            fence(conn, "report", token)
+    write_report(pg, token2, "second run")
+    with pytest.raises(StaleToken):
+        write_report(pg, token, "first run, late")
+    assert report(pg) == "second run"
     wait_for(
         "the replaced run's LeasedJob to go",
         lambda: first not in runs(api_client, namespace, "sync"),
