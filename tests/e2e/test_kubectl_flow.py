@@ -94,3 +94,15 @@ def test_kubectl_explain_documents_the_fields(kubectl: Kubectl, crds_installed: 
     assert "reclaimed" in out
     out = kubectl("explain", "joblease.spec.fencingToken").stdout
     assert "exactly one" in out
+
+
+def test_cron_example_applies_and_lists_with_its_columns(
+    kubectl: Kubectl, crds_installed: Path, namespace: str
+) -> None:
+    kubectl("-n", namespace, "apply", "-f", str(EXAMPLES / "leasedcronjob.yaml"))
+    header, row = kubectl("-n", namespace, "get", "lcj").stdout.strip().splitlines()
+    assert header.split()[:6] == ["NAME", "SCHEDULE", "SUSPEND", "ACTIVE", "LAST", "SCHEDULE"]
+    assert row.split()[:3] == ["nightly-report", "*/5", "*"]
+    out = kubectl("explain", "leasedcronjob.spec.concurrencyPolicy").stdout
+    assert "Forbid" in out
+    assert "leasedcronjob" in kubectl("get", "leasehold", "-n", namespace, "-o", "name").stdout
