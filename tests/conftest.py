@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -37,20 +38,26 @@ def crds_installed(kubeconfig: Path) -> Path:
     )
     if applied.returncode != 0:
         pytest.fail(f"kubectl apply of {CRD_DIR} failed:\n{applied.stderr}")
-    waited = subprocess.run(
-        [
-            kubectl,
-            *env_args,
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd/leasedjobs.leasehold.dev",
-            "crd/jobleases.leasehold.dev",
-            "crd/leasedcronjobs.leasehold.dev",
-        ],
-        capture_output=True,
-        text=True,
-    )
+    for _ in range(20):
+        waited = subprocess.run(
+            [
+                kubectl,
+                *env_args,
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                "crd/leasedjobs.leasehold.dev",
+                "crd/jobleases.leasehold.dev",
+                "crd/leasedcronjobs.leasehold.dev",
+            ],
+            capture_output=True,
+            text=True,
+        )
+        # A CRD created a moment ago may have no status.conditions yet, and
+        # kubectl wait then fails at once instead of waiting: ask again.
+        if waited.returncode == 0 or "accessor error" not in waited.stderr:
+            break
+        time.sleep(0.5)
     if waited.returncode != 0:
         pytest.fail(f"CRDs did not become Established:\n{waited.stderr}")
     return kubeconfig

@@ -27,6 +27,7 @@ from psycopg.conninfo import make_conninfo
 from leasehold import names
 from leasehold.fencing import StaleToken
 from leasehold.fencing.postgres import fence, install
+from leasehold.lease.errors import LeaseNotFoundError
 from leasehold.lease.protocol import Outcome
 from leasehold.lease.store import LeaseStore, Rejected
 from operatorproc import OperatorProcess
@@ -414,6 +415,16 @@ def test_history_limits_keep_the_latest_finished_runs(
     )
     assert set(runs(api_client, namespace, "tidy")) == {second}
     assert any(r == "SuccessfulDelete" for r, _ in cron_events(api_client, namespace, "tidy"))
-    # Its lease stays (the domain), and the second run's tokens are above its.
+    # The second run's tokens are above the first's; the first run's lease goes
+    # with it (the second run's, the domain's top, stays).
     assert store.get(namespace, second).record.base_fencing_token >= first_token
     assert int(second.rsplit("-", 1)[1]) - int(first.rsplit("-", 1)[1]) == 1  # unix minutes
+
+    def lease_gone() -> bool:
+        try:
+            store.get(namespace, first)
+        except LeaseNotFoundError:
+            return True
+        return False
+
+    wait_for("the first run's JobLease to go", lease_gone, 30)

@@ -110,7 +110,7 @@ OPERATOR_RULES = {
     ("leasehold.dev", "leasedcronjobs/finalizers", ("update",), ()),
     ("leasehold.dev", "leasedjobs/status", ("get", "patch"), ()),
     ("leasehold.dev", "leasedjobs/finalizers", ("update",), ()),
-    ("leasehold.dev", "jobleases", ("create", "get", "list", "patch", "watch"), ()),
+    ("leasehold.dev", "jobleases", ("create", "delete", "get", "list", "patch", "watch"), ()),
     ("leasehold.dev", "jobleases/status", ("patch",), ()),
     ("", "pods", ("create", "delete", "get", "list", "watch"), ()),
     ("", "events", ("create", "patch"), ()),

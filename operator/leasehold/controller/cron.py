@@ -224,6 +224,7 @@ class CronService:
         status.observed_generation = generation
         runs = self._runs(namespace, name, str(body["metadata"]["uid"]))
         runs = self._clean_history(body, cron, runs)
+        self._prune_leases(namespace, name, {r["metadata"]["name"] for r in runs})
         self._observe_runs(status, runs)
         reported = self._reported.setdefault(f"{namespace}/{name}", _Reported())
 
@@ -479,6 +480,27 @@ class CronService:
             self._delete_run(str(body["metadata"]["namespace"]), run)
             self._event(body, "Normal", "SuccessfulDelete", f"Deleted finished run {run}.")
         return [r for r in runs if r["metadata"]["name"] not in gone]
+
+    def _prune_leases(self, namespace: str, name: str, runs: set[str]) -> None:
+        """Delete the JobLeases of runs that are gone, all but the domain's top one.
+
+        A run's lease outlives its LeasedJob (the domain finalizer); once the run
+        left the history, only the lease with the highest cap or token is kept
+        (it carries the domain if the cron job is created again under its
+        name; ``status.reservedFencingToken`` carries it otherwise), so a cron
+        job keeps about as many leases as runs.
+        """
+        leases = self._store.list_leases(namespace, label_selector=f"{names.LABEL_CRON_JOB}={name}")
+        if not leases:
+            return
+        top = max(leases, key=lambda x: reserved_floor([x.record]))
+        for lease in leases:
+            if lease is top or lease.name in runs or not lease_is_final(lease.record):
+                continue
+            if not lease.body["metadata"].get("deletionTimestamp"):
+                self._store.delete(namespace, lease.name)
+            self._store.drop_finalizer(namespace, lease.name, names.FINALIZER_DOMAIN)
+            log.info("run %s/%s is gone: its JobLease deleted", namespace, lease.name)
 
     def _delete_run(self, namespace: str, run: str) -> None:
         try:

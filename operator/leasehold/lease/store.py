@@ -923,3 +923,21 @@ class LeaseStore:
         except LeaseNotFoundError:
             return False
         return True
+
+    def delete(self, namespace: str, name: str) -> None:
+        """Delete a lease (it stays, Terminating, while a finalizer is on it).
+
+        Only for a lease whose fencing domain lives on elsewhere: a
+        LeasedCronJob's run removed from its history (the cron job's
+        reservation and its newest run's lease keep the domain).
+
+        Raises:
+            TransientStoreError: the API server failed; try again.
+        """
+        try:
+            with api_errors("delete", namespace, name):
+                self._api.delete_namespaced_custom_object(
+                    names.GROUP, names.VERSION, namespace, PLURAL, name
+                )
+        except LeaseNotFoundError:
+            return

@@ -128,7 +128,7 @@ app.kubernetes.io/component: {{ index . 1 }}
   verbs: ["update"]
 - apiGroups: ["leasehold.dev"]
   resources: ["jobleases"]
-  verbs: ["get", "list", "watch", "create", "patch"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: ["leasehold.dev"]
   resources: ["jobleases/status"]
   verbs: ["patch"]
