@@ -428,3 +428,28 @@ def test_history_limits_keep_the_latest_finished_runs(
         return False
 
     wait_for("the first run's JobLease to go", lease_gone, 30)
+
+
+def test_a_suspended_cron_job_starts_no_run_until_resumed(
+    api_client: client.ApiClient,
+    namespace: str,
+    operator_ahead: OperatorProcess,
+    pod_runner: PodRunner | None,
+) -> None:
+    # The operator's clock is just past a minute boundary that lies after the
+    # creation: a run would be due at once.
+    create_cron(api_client, namespace, "paused", run(1), suspend=True)
+
+    def ready_reason() -> str | None:
+        status = get_cron(api_client, namespace, "paused").get("status") or {}
+        ready = next((c for c in status.get("conditions", []) if c["type"] == "Ready"), None)
+        return ready["reason"] if ready else None
+
+    assert wait_for("Ready reason Suspended", lambda: ready_reason() == "Suspended")
+    time.sleep(2)
+    assert not runs(api_client, namespace, "paused")
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        G, V, namespace, names.PLURAL_LEASED_CRON_JOBS, "paused", {"spec": {"suspend": False}}
+    )
+    assert wait_for("a run once resumed", lambda: runs(api_client, namespace, "paused"), 30)
+    assert wait_for("Ready reason Scheduling", lambda: ready_reason() == "Scheduling")
