@@ -230,6 +230,7 @@ class CronService:
 
         if cron.spec.suspend:
             self._condition(status, "Ready", "True", "Suspended", "Suspended: no new runs.", now)
+            self._not_waiting(status, now)
             self._write_status(body, status)
             return None
         self._condition(status, "Ready", "True", "Scheduling", "The schedule is valid.", now)
@@ -252,6 +253,7 @@ class CronService:
                 f" startingDeadlineSeconds ({cron.spec.starting_deadline_seconds}) ago.",
             )
         if d.scheduled_time is None:
+            self._not_waiting(status, now)
             self._write_status(body, status)
             return until_next
         if d.too_many_missed and reported.too_many != d.scheduled_time:
@@ -266,6 +268,7 @@ class CronService:
             )
         run = schedule.run_name(name, d.scheduled_time)
         if any(r["metadata"]["name"] == run for r in runs):
+            self._not_waiting(status, now)
             status.last_schedule_time = d.scheduled_time
             self._write_status(body, status)
             return until_next
@@ -291,8 +294,7 @@ class CronService:
                 return min(WAIT_POLL_SECONDS, until_next or WAIT_POLL_SECONDS)
         elif policy is ConcurrencyPolicy.REPLACE:
             self._replace_earlier(body, earlier, runs)
-        self._condition(status, "Waiting", "False", "NotWaiting", "", now)
-
+        self._not_waiting(status, now)
         body, base = self._reserve(body, status, cron, leases)
         self._start_run(body, cron, run, d.scheduled_time, base)
         status.last_schedule_time = d.scheduled_time
@@ -325,7 +327,12 @@ class CronService:
     def _replace_earlier(
         self, body: dict[str, Any], earlier: list[StoredLease], runs: list[dict[str, Any]]
     ) -> None:
-        """Replace: take every earlier run's lease back now, then delete its LeasedJob."""
+        """Replace: take every earlier run's lease back now, then delete its LeasedJob.
+
+        Only runs whose lease this call stopped are deleted: a run that completed
+        first keeps its LeasedJob (its status may not say so yet).
+        """
+        stopped: set[str] = set()
         for lease in earlier:
             if lease_is_final(lease.record):
                 continue
@@ -333,6 +340,7 @@ class CronService:
             if not isinstance(result, Accepted) and result.lease.record.completion is None:
                 raise TransientStoreError(f"stop lease {lease.name}: it moved, retrying")
             if isinstance(result, Accepted):
+                stopped.add(lease.name)
                 self._event(
                     body,
                     "Normal",
@@ -340,10 +348,9 @@ class CronService:
                     f"Run {lease.name} replaced: its lease was taken back at fencing token"
                     f" {lease.record.fencing_token}; its late writes are refused.",
                 )
-        stopped = {lease.name for lease in earlier}
         for run in runs:
             meta = run["metadata"]
-            if meta["name"] in stopped and (run.get("status") or {}).get("phase") not in FINISHED:
+            if meta["name"] in stopped:
                 self._delete_run(str(meta["namespace"]), str(meta["name"]))
 
     # -- the fencing domain ---------------------------------------------------------
@@ -535,6 +542,10 @@ class CronService:
                 if status.last_successful_time is None or done > status.last_successful_time:
                     status.last_successful_time = done
         status.active = active or None
+
+    def _not_waiting(self, status: LeasedCronJobStatus, now: datetime) -> None:
+        if any(c.type == "Waiting" and c.status == "True" for c in status.conditions or []):
+            self._condition(status, "Waiting", "False", "NotWaiting", "No run waits.", now)
 
     def _condition(
         self,

@@ -13,5 +13,7 @@ writes a JobLease live here, below both, so neither re-implements them.
   to the API server, the only code that writes JobLeases;
 * :mod:`~leasehold.lease.kubeclient` — the API client, found the way a pod
   finds its cluster;
-* :mod:`~leasehold.lease.waits` — waits that still work under libfaketime.
+* :mod:`~leasehold.lease.waits` — waits that still work under libfaketime;
+* :mod:`~leasehold.lease.schedule` and :mod:`~leasehold.lease.cronmodels` —
+  when a ``LeasedCronJob``'s run is due (pure), and the resource itself.
 """
