@@ -483,3 +483,43 @@ def test_a_suspended_cron_job_starts_no_run_until_resumed(
     )
     assert wait_for("a run once resumed", lambda: runs(api_client, namespace, "paused"), 30)
     assert wait_for("Ready reason Scheduling", lambda: ready_reason() == "Scheduling")
+
+
+def test_allow_overlapping_runs_take_disjoint_token_ranges(
+    api_client: client.ApiClient,
+    namespace: str,
+    store: LeaseStore,
+    clock: Clock,
+    operator_ahead: OperatorProcess,
+    local_pod_runner: PodRunner,
+) -> None:
+    # Runs overlap; the first run's retry, after the second run started, still
+    # takes a token below every token of the second run.
+    create_cron(api_client, namespace, "often", run(600), lease_seconds=5)
+    first = wait_for(
+        "the first run", lambda: next(iter(runs(api_client, namespace, "often")), None)
+    )
+    holder, token, _ = wait_for(
+        "the first run's claim", lambda: held_run(store, namespace, first), 30
+    )
+    cap = store.get(namespace, first).record.max_fencing_token
+    assert cap == token - 1 + 3  # its range: maxAttempts 3 above its base
+    second = wait_for(
+        "the second run",
+        lambda: next((n for n in runs(api_client, namespace, "often") if n != first), None),
+        75,
+    )
+    _, token2, _ = wait_for(
+        "the second run's claim", lambda: held_run(store, namespace, second), 30
+    )
+    assert token2 > cap
+    assert store.get(namespace, first).record.holder_identity == holder  # Allow: both run
+    # The first run's worker freezes; its lease is reclaimed and it runs again.
+    local_pod_runner.pause(namespace, holder)
+
+    def retried() -> int | None:
+        held = held_run(store, namespace, first)
+        return held[1] if held and held[1] > token else None
+
+    retry_token = wait_for("the first run's retry", retried, 40)
+    assert token < retry_token <= cap < token2
