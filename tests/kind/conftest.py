@@ -20,6 +20,8 @@ REPO = Path(__file__).resolve().parents[2]
 CLUSTER = "leasehold-kind-tier"
 FIRST = "test_quickstart.py"
 LAST = "test_operator_ha.py"
+QUICKSTART_RAN = "LEASEHOLD_KIND_QUICKSTART_RAN"
+"""Set in kind_env by a passed quickstart: cluster up, image loaded, chart installed."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -63,8 +65,9 @@ def kind_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str
 def operator_env(kind_env: dict[str, str]) -> dict[str, str]:
     """The cluster, image and chart as the quickstart leaves them (set up if it did not run)."""
     env = kind_env
-    run(env, "make", "-s", "kind-up")
-    run(env, "make", "-s", "image", "kind-load")
+    if not env.get(QUICKSTART_RAN):  # else the quickstart just did both
+        run(env, "make", "-s", "kind-up")
+        run(env, "make", "-s", "image", "kind-load")
     if subprocess.run(
         ["helm", "status", "leasehold", "-n", OPERATOR_NAMESPACE], env=env, capture_output=True
     ).returncode:
