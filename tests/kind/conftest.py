@@ -14,14 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.kind.kube import NAMESPACE, OPERATOR_NAMESPACE, OPERATOR_SELECTOR, run
+from tests.kind.kube import (
+    NAMESPACE,
+    OPERATOR_NAMESPACE,
+    OPERATOR_SELECTOR,
+    QUICKSTART_RAN,
+    run,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER = "leasehold-kind-tier"
 FIRST = "test_quickstart.py"
 LAST = "test_operator_ha.py"
-QUICKSTART_RAN = "LEASEHOLD_KIND_QUICKSTART_RAN"
-"""Set in kind_env by a passed quickstart: cluster up, image loaded, chart installed."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -21,6 +21,8 @@ NAMESPACE = "demo"
 """The namespace the chart's operator watches (the quickstart's)."""
 OPERATOR_NAMESPACE = "leasehold-system"
 OPERATOR_SELECTOR = "app.kubernetes.io/instance=leasehold"
+QUICKSTART_RAN = "LEASEHOLD_KIND_QUICKSTART_RAN"
+"""Set in the tier's environment by a passed quickstart: cluster up, image loaded, chart in."""
 T = TypeVar("T")
 
 

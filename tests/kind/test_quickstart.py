@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.kind.conftest import QUICKSTART_RAN
+from tests.kind.kube import QUICKSTART_RAN
 
 REPO = Path(__file__).resolve().parents[2]
 TRANSCRIPT = REPO / "build" / "kind-quickstart-transcript.txt"
