@@ -15,7 +15,8 @@ replica's node is frozen (``docker pause``). Two jobs run meanwhile:
   and runs attempt 2 on its own node.
 
 This module runs last in the tier (see conftest.py) and puts the chart back
-to one replica at the end.
+to the values it found (one replica) at the end: a Deployment going from
+RollingUpdate back to Recreate, which the chart must allow.
 """
 
 from __future__ import annotations
@@ -114,8 +115,11 @@ def _renewed(env: dict[str, str], job: str) -> tuple[int, datetime] | None:
 @pytest.fixture
 def ha_env(operator_env: dict[str, str], tmp_path: Path) -> Iterator[dict[str, str]]:
     env = operator_env
-    values = tmp_path / "ha-values.yaml"
+    values, before = tmp_path / "ha-values.yaml", tmp_path / "values-before.yaml"
     values.write_text(HA_VALUES)
+    before.write_text(
+        run(env, "helm", "get", "values", "leasehold", "-n", OPERATOR_NAMESPACE, "-o", "yaml")
+    )
     for job in ("ha-remote", "ha-local"):
         run(env, "kubectl", "-n", NAMESPACE, "delete", "ljob", job, "--ignore-not-found")
     run(
@@ -140,7 +144,20 @@ def ha_env(operator_env: dict[str, str], tmp_path: Path) -> Iterator[dict[str, s
             run(env, "kubectl", "uncordon", node, check=False)
         for job in ("ha-remote", "ha-local"):
             delete_job(env, job)
-        run(env, "helm", "rollback", "leasehold", "-n", OPERATOR_NAMESPACE, "--wait", check=False)
+        run(
+            env,
+            "helm",
+            "upgrade",
+            "leasehold",
+            "deploy/helm/leasehold",
+            "-n",
+            OPERATOR_NAMESPACE,
+            "--reset-values",
+            "-f",
+            str(before),
+            "--wait",
+            "--timeout=5m",
+        )
 
 
 def test_standby_takes_over_from_a_frozen_node_and_reclaims_nothing_early(
