@@ -45,7 +45,7 @@ from tests.kind.kube import (
 pytestmark = [pytest.mark.kind, pytest.mark.timeout(15 * 60)]
 
 LEASE_SECONDS = 10
-REMOTE_SECONDS = 150
+REMOTE_SECONDS = 120
 """How long ha-remote works: past the take-over (~60-75 s) and the unfreeze after it."""
 
 HA_VALUES = """
