@@ -113,6 +113,10 @@ kind-up: ## A kind cluster KIND_CLUSTER=kind: 1 control plane + 2 workers, pod n
 kind-down: ## Delete the kind cluster KIND_CLUSTER=kind.
 	DOCKER_HOST=$$(hack/docker/ensure.sh) $$(hack/kind/kind.sh) delete cluster --name $(KIND_CLUSTER)
 
+.PHONY: k9s
+k9s: syspkgs ## Build k9s from Go modules into the cache (once; slow) and print its path: docs/dashboards.md.
+	@hack/k9s.sh
+
 .PHONY: test-kind
 test-kind: venv tools ## The kind tier: the README's Helm quickstart verbatim, then real-node faults, on a kind cluster.
 	$(VENV)/bin/pytest -m kind tests/kind

@@ -265,7 +265,12 @@ def test_deployment_is_locked_down(helm: Helm) -> None:
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["LEASEHOLD_METRICS_PORT"] == "9090"
     assert container["resources"]["limits"]["memory"]
-    assert find(docs, "Deployment")["spec"]["strategy"]["type"] == "Recreate"
+    # rollingUpdate: null drops what an earlier RollingUpdate left (HA back to one replica).
+    assert find(docs, "Deployment")["spec"]["strategy"] == {
+        "type": "Recreate",
+        "rollingUpdate": None,
+    }
+    assert "affinity" not in pod
 
 
 def test_rbac_is_least_privilege(helm: Helm) -> None:
@@ -302,6 +307,19 @@ def test_ha_pods_get_distinct_peering_priorities(helm: Helm, tmp_path: Path) -> 
     args = container["args"]
     assert args[args.index("--peering") + 1] == "lh-leasehold"
     assert find(docs, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
+    deployment = find(docs, "Deployment")["spec"]
+    # No surge: with a required anti-affinity and as many nodes as replicas, a
+    # surge pod would find no node and the rollout would hang.
+    assert deployment["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+    }
+    spread = deployment["template"]["spec"]["affinity"]["podAntiAffinity"]
+    term = spread["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert term["labelSelector"]["matchLabels"] == deployment["selector"]["matchLabels"]
+    own = helm.template("lh", "ns", "-f", str(CI_VALUES), "--set", "affinity.x=1")
+    assert find(own, "Deployment")["spec"]["template"]["spec"]["affinity"] == {"x": 1}
     # Run the container's command as a kubelet would, with a stand-in
     # `leasehold` that prints its arguments.
     fake = tmp_path / "leasehold"

@@ -1,0 +1,141 @@
+"""Helpers of the kind tier: kubectl and docker calls, waits, the jobs' pods and logs.
+
+Every call runs with the tier's environment (``kind_env``: its KUBECONFIG,
+kubectl/helm/kind on PATH, DOCKER_HOST) in the repository.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+NAMESPACE = "demo"
+"""The namespace the chart's operator watches (the quickstart's)."""
+OPERATOR_NAMESPACE = "leasehold-system"
+OPERATOR_SELECTOR = "app.kubernetes.io/instance=leasehold"
+QUICKSTART_RAN = "LEASEHOLD_KIND_QUICKSTART_RAN"
+"""Set in the tier's environment by a passed quickstart: cluster up, image loaded, chart in."""
+T = TypeVar("T")
+
+
+def run(env: dict[str, str], *args: str, stdin: str | None = None, check: bool = True) -> str:
+    """Run a command; return its stdout. Fails the test when it fails (unless check=False)."""
+    done = subprocess.run(args, env=env, input=stdin, capture_output=True, text=True, cwd=REPO)
+    if check and done.returncode != 0:
+        pytest.fail(f"{' '.join(args)} failed:\n{done.stdout}{done.stderr}")
+    return done.stdout
+
+
+def wait(what: str, seconds: float, probe: Callable[[], T | None]) -> T:
+    """Poll probe() every 0.5 s until it returns something truthy; fail after seconds."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        got = probe()
+        if got:
+            return got
+        time.sleep(0.5)
+    pytest.fail(f"timed out after {seconds:g}s waiting for {what}")
+
+
+def get(env: dict[str, str], kind: str, name: str, namespace: str = NAMESPACE) -> dict[str, Any]:
+    """One object as JSON (``kubectl get KIND NAME -o json``)."""
+    got: dict[str, Any] = json.loads(
+        run(env, "kubectl", "-n", namespace, "get", kind, name, "-o", "json")
+    )
+    return got
+
+
+def apply(env: dict[str, str], manifest: str) -> None:
+    """``kubectl apply`` a manifest in the demo namespace."""
+    run(env, "kubectl", "-n", NAMESPACE, "apply", "-f", "-", stdin=manifest)
+
+
+def delete_job(env: dict[str, str], job: str) -> None:
+    """Delete a LeasedJob without waiting (its pods go with it)."""
+    run(env, "kubectl", "-n", NAMESPACE, "delete", "ljob", job, "--wait=false", check=False)
+
+
+def pods(env: dict[str, str], selector: str, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
+    """The pods matching a label selector."""
+    out = run(env, "kubectl", "-n", namespace, "get", "pods", "-o", "json", "-l", selector)
+    items: list[dict[str, Any]] = json.loads(out)["items"]
+    return items
+
+
+def running_pod(env: dict[str, str], job: str, token: int) -> dict[str, str] | None:
+    """The job's pod of one attempt (by its fencing-token label) once it runs: name, node."""
+    for pod in pods(env, f"leasehold.dev/job={job},leasehold.dev/fencing-token={token}"):
+        if pod["status"].get("phase") == "Running":
+            return {"name": pod["metadata"]["name"], "node": pod["spec"]["nodeName"]}
+    return None
+
+
+def phase(env: dict[str, str], job: str) -> str:
+    """The LeasedJob's status.phase ('' before the operator wrote one)."""
+    return run(
+        env, "kubectl", "-n", NAMESPACE, "get", "ljob", job, "-o", "jsonpath={.status.phase}"
+    )
+
+
+def operator_pods(env: dict[str, str]) -> list[dict[str, str]]:
+    """The chart's operator pods that run: name, node."""
+    return [
+        {"name": p["metadata"]["name"], "node": p["spec"]["nodeName"]}
+        for p in pods(env, OPERATOR_SELECTOR, OPERATOR_NAMESPACE)
+        if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+    ]
+
+
+def worker_nodes(env: dict[str, str]) -> list[str]:
+    """The cluster's nodes that take pods (the control-plane node is tainted)."""
+    return sorted(
+        n
+        for n in run(env, "kind", "get", "nodes", "--name", env["KIND_CLUSTER"]).split()
+        if not n.endswith("-control-plane")
+    )
+
+
+class LogFollower:
+    """``kubectl logs -f`` of one pod, read in the background (the pod may be gone later).
+
+    Args:
+        env: the tier's environment.
+        pod: the pod's name (in the demo namespace).
+    """
+
+    def __init__(self, env: dict[str, str], pod: str) -> None:
+        self.lines: list[str] = []
+        self._process = subprocess.Popen(
+            ["kubectl", "-n", NAMESPACE, "logs", "-f", pod],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self._reader = threading.Thread(
+            target=lambda: self.lines.extend(self._process.stdout or []), daemon=True
+        )
+        self._reader.start()
+
+    def saw(self, text: str) -> bool:
+        """Whether a line read so far contains text."""
+        return any(text in line for line in self.lines)
+
+    def ended(self) -> bool:
+        """Whether the log stream ended (the container exited)."""
+        return self._process.poll() is not None
+
+    def stop(self) -> str:
+        """Stop following; return the log read."""
+        if self._process.poll() is None:
+            self._process.terminate()
+        self._reader.join(timeout=5)
+        return "".join(self.lines)

@@ -1,0 +1,103 @@
+"""An eviction on a real cluster: ``kubectl drain`` of the worker's node (the Eviction API).
+
+The drain cordons the node and evicts the job's pod: the API server marks it
+with the ``DisruptionTarget`` condition and deletes it gracefully, the
+kubelet sends SIGTERM, ``leasehold run`` forwards it and releases the lease
+when the command ends. The attempt ends without a completion and the next
+attempt runs on another node under the next fencing token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.kind.kube import (
+    NAMESPACE,
+    apply,
+    delete_job,
+    get,
+    run,
+    running_pod,
+    wait,
+    worker_nodes,
+)
+
+pytestmark = [pytest.mark.kind, pytest.mark.timeout(10 * 60)]
+
+JOB = "evicted"
+EVICTED_ATTEMPT_REASON = "Reclaimed"
+"""How main records the evicted attempt today: its lease was released without a
+completion. The operator does not read the pod's DisruptionTarget condition
+yet; once it does (issue 14), this becomes "Evicted"."""
+LEASE_SECONDS = 60
+
+LEASED_JOB = f"""
+apiVersion: leasehold.dev/v1alpha1
+kind: LeasedJob
+metadata:
+  name: {JOB}
+spec:
+  leaseDurationSeconds: {LEASE_SECONDS}
+  maxAttempts: 3
+  backoffLimit: 0
+  template:
+    spec:
+      serviceAccountName: leasehold-worker
+      containers:
+        - name: worker
+          image: leasehold:0.1.0
+          # Works until evicted under token 1; finishes at once under any later token.
+          command: ["leasehold", "run", "--", "sh", "-c",
+                    "[ $LEASEHOLD_FENCING_TOKEN != 1 ] || sleep 600"]
+"""
+
+
+@pytest.fixture
+def env(operator_env: dict[str, str]) -> Iterator[dict[str, str]]:
+    run(operator_env, "kubectl", "-n", NAMESPACE, "delete", "ljob", JOB, "--ignore-not-found")
+    try:
+        yield operator_env
+    finally:
+        delete_job(operator_env, JOB)
+        for node in worker_nodes(operator_env):
+            run(operator_env, "kubectl", "uncordon", node, check=False)
+
+
+def test_drained_node_ends_the_attempt_and_the_next_runs_elsewhere(env: dict[str, str]) -> None:
+    apply(env, LEASED_JOB)
+    first = wait("attempt 1's pod to run", 180, lambda: running_pod(env, JOB, 1))
+    wait("attempt 1 to renew", 60, lambda: get(env, "jlease", JOB)["spec"].get("renewTime"))
+
+    drained = run(
+        env,
+        "kubectl",
+        "drain",
+        first["node"],
+        f"--pod-selector=leasehold.dev/job={JOB}",
+        "--ignore-daemonsets",
+        "--delete-emptydir-data",
+        "--timeout=120s",
+    )
+    assert f"pod/{first['name']} evicted" in drained, drained
+    second = wait("attempt 2's pod to run", 60, lambda: running_pod(env, JOB, 2))
+    assert second["node"] != first["node"]
+    wait(
+        "the job to succeed",
+        120,
+        lambda: get(env, "ljob", JOB)["status"].get("phase") == "Succeeded",
+    )
+
+    status = get(env, "ljob", JOB)["status"]
+    history = {a["fencingToken"]: a for a in status["attemptHistory"]}
+    print(f"attempts: {history}")
+    # The evicted attempt ended without a completion (its lease was released) and
+    # did not count as a failure: backoffLimit 0 would have failed the job.
+    assert history[1]["reason"] == EVICTED_ATTEMPT_REASON, history
+    assert history[1]["nodeName"] == first["node"], history
+    assert history[2]["nodeName"] == second["node"], history
+    assert history[2]["reason"] == "Succeeded", history
+    assert not status.get("failed"), status
+    lease = get(env, "jlease", JOB)["spec"]
+    assert lease["completion"] == {**lease["completion"], "fencingToken": 2, "outcome": "Succeeded"}
