@@ -135,8 +135,12 @@ demo: venv controlplane tools ## The main job: control plane, CRDs, an example L
 
 SEED ?= $(shell date +%s)
 
+.PHONY: porcupine
+porcupine: syspkgs ## Build the porcupine judge of chaos histories (hack/porcupine, Go modules, cached).
+	hack/porcupine/build.sh >/dev/null
+
 .PHONY: chaos
-chaos: syspkgs-chaos venv controlplane tools ## Jepsen-style run: 200 jobs under faults, history checked (SEED=n to replay).
+chaos: syspkgs-chaos venv controlplane tools porcupine ## Jepsen-style run: 200 jobs under faults, history checked (SEED=n to replay).
 	PYTHONPATH=hack $(PY) -m chaos.run --seed $(SEED) --jobs 200
 
 .PHONY: bench

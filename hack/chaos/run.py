@@ -16,8 +16,11 @@ injects faults on a seeded, logged schedule:
   releases or writes in flight are lost), ``delay-db`` (added latency).
 
 Workers reach the API server and PostgreSQL through the fault proxies; the
-operator talks to the API server directly. Afterwards :mod:`chaos.checker`
-checks the history and the run prints the table; exit code 1 on a violation.
+operator talks to the API server directly. Afterwards :mod:`chaos.judge`
+judges the history (JSON lines, ``history.jsonl`` in the run's folder) with
+the project's checker and with porcupine, and the run prints the table; exit
+code 1 unless both find no violation (porcupine's visualisation of a failure
+is written next to the log, ``porcupine.html``).
 
 Clock assumptions (what the protocol needs, and what is tested; see
 ``docs/architecture.md``, "How expiry is judged"): expiry is judged on
@@ -37,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import random
 import shutil
@@ -55,8 +57,8 @@ import psycopg
 import yaml
 from kubernetes import client, config, watch
 
-from chaos import checker
-from chaos.worker import SCHEMA_SQL, record, work
+from chaos import judge
+from chaos.worker import SCHEMA_SQL, clock, record, work
 from faultproxy import TcpProxy
 from leasehold import worker as sdk
 from leasehold.fencing.postgres import install
@@ -306,12 +308,14 @@ class Run:
                 if not leases:
                     continue
                 target = self.rng.choice(leases)
+                call = clock()
                 holder = sdk.claim(NS, target.name, identity, store=store)
                 if holder is None:
                     continue
                 record(
                     self.history,
                     kind="pull-claim",
+                    call=call,
                     lease=f"{NS}/{target.name}",
                     holder=identity,
                     token=int(holder.token),
@@ -434,8 +438,8 @@ class Run:
 
     # -- the run -----------------------------------------------------------------
 
-    def execute(self) -> checker.Report:
-        """Run the workload under faults; check the history."""
+    def execute(self) -> judge.Judgement:
+        """Run the workload under faults; judge the history with both checkers."""
         threading.Thread(target=self.watch_leases, daemon=True).start()
         for i in range(self.args.pull_claimers):
             threading.Thread(target=self.pull_claimer, args=(i,), daemon=True).start()
@@ -499,8 +503,7 @@ class Run:
                 "SELECT seq, key, token FROM chaos_effect ORDER BY seq"
             ):
                 record(self.history, kind="applied", seq=seq, key=key, token=token)
-        lines = Path(self.history).read_text().splitlines()
-        return checker.check([json.loads(line) for line in lines if line.strip()])
+        return judge.judge(Path(self.history), self.dir / "porcupine.html")
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -543,6 +546,7 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM (a CI timeout, Ctrl-C's cousin) tears everything down too.
     signal.signal(signal.SIGTERM, _interrupt)
     work_dir = Path(tempfile.mkdtemp(prefix="chaos-", dir="/tmp"))
+    judge.porcupine_binary()  # built (or found in the cache) before the run
     run = Run(args, work_dir)
     began = time.monotonic()
     try:
@@ -559,6 +563,8 @@ def main(argv: list[str] | None = None) -> int:
             )
     print(report.table())
     verdict = "0 violations" if report.ok else "VIOLATIONS FOUND"
+    if not report.agree:
+        verdict += " (the checkers DISAGREE)"
     log(f"seed {args.seed}: {verdict} in {time.monotonic() - began:.0f}s (history: {run.history})")
     return 0 if report.ok else 1
 
