@@ -15,6 +15,10 @@ injects faults on a seeded, logged schedule:
   ``drop-api``/``drop-db`` (open connections cut, so replies to renewals,
   releases or writes in flight are lost), ``delay-db`` (added latency).
 
+``--scenario NAME`` replaces the random faults by a named incident's fault
+schedule (:mod:`chaos.scenarios`: ``partition-during-write``,
+``gc-pause-past-lease``, ``apiserver-restart-during-renew``).
+
 Workers reach the API server and PostgreSQL through the fault proxies; the
 operator talks to the API server directly. Afterwards :mod:`chaos.judge`
 judges the history (JSON lines, ``history.jsonl`` in the run's folder) with
@@ -58,6 +62,7 @@ import yaml
 from kubernetes import client, config, watch
 
 from chaos import judge
+from chaos.scenarios import LEASE_SECONDS, SCENARIOS
 from chaos.worker import SCHEMA_SQL, clock, record, work
 from faultproxy import TcpProxy
 from leasehold import worker as sdk
@@ -71,7 +76,6 @@ from podrunner import PodRunner
 REPO = Path(__file__).resolve().parents[2]
 NS = "chaos"
 FAKETIME_LIB = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
-LEASE_SECONDS = 3
 MAX_ATTEMPTS = 8
 # A pod the stand-in kubelet could not start (its set-up hit a control-plane
 # restart) stays Pending, as a real one may; the operator waits for it up to
@@ -449,6 +453,8 @@ class Run:
         stepped = False
         faulty = True
         drain_until = started + budget + self.args.drain_minutes * 60
+        scenario = SCENARIOS[self.args.scenario] if self.args.scenario else None
+        steps = list(scenario.steps) if scenario else []
         while time.monotonic() < drain_until:
             if faulty and time.monotonic() - started >= budget:
                 faulty = False
@@ -463,7 +469,14 @@ class Run:
                 active += 1
             if created == self.args.jobs and active == 0:
                 break
-            if faulty:
+            if faulty and scenario is not None:
+                if steps and steps[0](self):
+                    steps.pop(0)
+                if not steps:
+                    faulty = False
+                    log(f"scenario {scenario.name} done: the remaining jobs run without faults")
+                time.sleep(0.3)
+            elif faulty:
                 if not stepped and time.monotonic() - started > budget / 3:
                     self.clock_step()
                     stepped = True
@@ -472,6 +485,8 @@ class Run:
             else:
                 time.sleep(1)
         log(f"workload over after {time.monotonic() - started:.0f}s")
+        if scenario is not None and steps:
+            log(f"scenario {scenario.name}: {len(steps)} steps left when the jobs ran out")
         self.stop.set()
         time.sleep(1)
         for name, status in sorted(self.phases().items()):
@@ -534,12 +549,19 @@ def main(argv: list[str] | None = None) -> int:
         default=2.5,
         help="then, without faults, time for the remaining jobs to run (default 2.5)",
     )
+    parser.add_argument(
+        "--scenario",
+        choices=sorted(SCENARIOS),
+        help="replay a named incident (chaos/scenarios.py) instead of random faults",
+    )
     parser.add_argument("--keep", type=Path, help="copy the history and logs here")
     args = parser.parse_args(argv)
     log(
         f"seed {args.seed}: {args.jobs} jobs, {args.concurrency} at a time,"
         f" {args.pull_claimers} pull claimers, {args.minutes:g} min budget"
     )
+    if args.scenario:
+        log(f"scenario {args.scenario}: {SCENARIOS[args.scenario].incident}")
     if not FAKETIME_LIB.exists():
         log(f"libfaketime not found at {FAKETIME_LIB}: apt-get install libfaketime")
         return 2
