@@ -141,9 +141,10 @@ porcupine: syspkgs ## Build the porcupine judge of chaos histories (hack/porcupi
 	hack/porcupine/build.sh >/dev/null
 
 .PHONY: chaos
-chaos: syspkgs-chaos venv controlplane tools porcupine ## Jepsen-style run: 200 jobs under faults, history judged by 2 checkers (SEED=n, JOBS=n, MINUTES=n, SCENARIO=name).
+chaos: syspkgs-chaos venv controlplane tools porcupine ## Jepsen-style run: 200 jobs under faults, history judged by 2 checkers (SEED, JOBS, MINUTES, DRAIN, SCENARIO).
 	PYTHONPATH=hack $(PY) -m chaos.run --seed $(SEED) --jobs $(JOBS) \
-	  $(if $(MINUTES),--minutes $(MINUTES)) $(if $(SCENARIO),--scenario $(SCENARIO))
+	  $(if $(MINUTES),--minutes $(MINUTES)) $(if $(DRAIN),--drain-minutes $(DRAIN)) \
+	  $(if $(SCENARIO),--scenario $(SCENARIO))
 
 .PHONY: bench
 bench: venv controlplane tools ## Benchmarks vs a raw compare-and-swap baseline; writes bench/results.md (~9 min; QUICK=1: ~2 min).

@@ -186,7 +186,12 @@ class Run:
             extra_env={"PYTHONPATH": f"{REPO / 'hack'}"},
         ).start()
         self.operator = OperatorProcess(
-            self.kubeconfig, NS, self.dir / "operator.log", env=faketime_env("+1h")
+            self.kubeconfig,
+            NS,
+            self.dir / "operator.log",
+            env=faketime_env("+1h"),
+            # A restart under load (the run shares its cores) may take a while.
+            start_timeout_seconds=120,
         )
         self.operator.start()
         self.api = config.new_client_from_config(config_file=str(self.kubeconfig))
