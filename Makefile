@@ -138,10 +138,17 @@ demo: venv controlplane tools ## The main job: control plane, CRDs, an example L
 ##@ Acceptance and benchmarks
 
 SEED ?= $(shell date +%s)
+JOBS ?= 200
+
+.PHONY: porcupine
+porcupine: syspkgs ## Build the porcupine judge of chaos histories (hack/porcupine, Go modules, cached).
+	hack/porcupine/build.sh >/dev/null
 
 .PHONY: chaos
-chaos: syspkgs-chaos venv controlplane tools ## Jepsen-style run: 200 jobs under faults, history checked (SEED=n to replay).
-	PYTHONPATH=hack $(PY) -m chaos.run --seed $(SEED) --jobs 200
+chaos: syspkgs-chaos venv controlplane tools porcupine ## Jepsen-style run: 200 jobs under faults, history judged by 2 checkers (SEED, JOBS, MINUTES, DRAIN, SCENARIO).
+	PYTHONPATH=hack $(PY) -m chaos.run --seed $(SEED) --jobs $(JOBS) \
+	  $(if $(MINUTES),--minutes $(MINUTES)) $(if $(DRAIN),--drain-minutes $(DRAIN)) \
+	  $(if $(SCENARIO),--scenario $(SCENARIO))
 
 .PHONY: bench
 bench: venv controlplane tools ## Benchmarks vs a raw compare-and-swap baseline; writes bench/results.md (~9 min; QUICK=1: ~2 min).

@@ -24,23 +24,35 @@ run() {
   if [[ "$expect" == caught && -n "${MODEL_MUTATIONS:-}" && " $MODEL_MUTATIONS " != *" $name "* ]]; then
     return 0
   fi
+  rm -f lifecycle.pml.trail
   spin "$@" -a lifecycle.pml >/dev/null
   # shellcheck disable=SC2086
   gcc -O2 -w -DSAFETY -DNOFAIR $panflags -o pan pan.c
   local out start end errors states
   start=$(date +%s.%N)
-  out="$(./pan -m1000000 -w"${PAN_W:-27}" 2>&1 || true)"
+  out="$(./pan -m"${PAN_M:-100000}" -w"${PAN_W:-27}" 2>&1 || true)"
   end=$(date +%s.%N)
   errors="$(sed -n 's/.*errors: \([0-9]*\).*/\1/p' <<<"$out")"
   states="$(sed -n 's/^ *\([0-9.e+]*\) states, stored.*/\1/p' <<<"$out")"
+  mem="$(sed -n 's/^ *\([0-9.]*\)[[:space:]]*total actual memory usage.*/\1/p' <<<"$out")"
   local verdict
   if [[ "$errors" == 0 ]]; then verdict=ok; else verdict=caught; fi
   if [[ "$verdict" == caught ]]; then
     local what
     what="$(grep -m1 -E 'assertion violated|invalid end state' <<<"$out" || true)"
     verdict="caught: ${what#pan:1: }"
+    # The counterexample: Spin replays the trail pan wrote and must hit the
+    # same violation; its length is printed.
+    local steps=0
+    if [[ -f lifecycle.pml.trail ]] && spin "$@" -t lifecycle.pml 2>&1 | grep -qE 'assertion violated|invalid end state'; then
+      steps="$(wc -l <lifecycle.pml.trail)"
+    else
+      verdict="no trail: ${verdict}"
+      errors=0
+    fi
+    verdict="${verdict} trail=${steps}"
   fi
-  printf '%-28s %-70s states=%s seconds=%.1f\n' "$name" "$verdict" "$states" "$(echo "$end - $start" | bc)"
+  printf '%-28s %-70s states=%s memMB=%s seconds=%.1f\n' "$name" "$verdict" "$states" "$mem" "$(echo "$end - $start" | bc)"
   if [[ "$expect" == ok && "$errors" != 0 ]] || [[ "$expect" == caught && "$errors" == 0 ]]; then
     echo "model/check.sh: $name: expected $expect" >&2
     [[ "$errors" != 0 ]] && spin "$@" -t -p lifecycle.pml | tail -40 >&2

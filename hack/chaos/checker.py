@@ -12,16 +12,27 @@ A history is a list of records (dicts, one JSON line each). Kinds:
   ``{"kind": "observed", "t": ..., "lease": "ns/name", "holder": str|None,
   "token": int, "completion": {"token": int, "holder": str, "outcome": str}|None}``
 * ``complete`` — a worker's completion and the store's answer:
-  ``{"kind": "complete", "t", "job", "holder", "token", "ok": bool}``
+  ``{"kind": "complete", "t", "call", "job", "holder", "token", "ok": bool,
+  "reason": str|None}``
 * ``write`` — a fenced write to the target and its answer:
-  ``{"kind": "write", "t", "job", "key", "holder", "token", "ok": bool,
-  "check_at": float, "deadline": float|None}`` (monotonic seconds; ``check_at``
+  ``{"kind": "write", "t", "call", "job", "key", "holder", "token", "ok": bool,
+  "reason": str|None, "check_at": float, "deadline": float|None}`` (monotonic seconds; ``check_at``
   is when the worker's lease check before the write passed)
 * ``applied`` — the target's own log of accepted writes, in commit order:
   ``{"kind": "applied", "seq": int, "key": str, "token": int}``
 * ``job_end`` — how each job ended:
   ``{"kind": "job_end", "job", "phase": str|None, "reason": str|None}``
+* ``pull-claim`` — a pull-mode claimer was granted the lease:
+  ``{"kind": "pull-claim", "t", "call", "lease", "holder", "token"}``
+* ``write-unknown``, ``complete-unknown`` — the answer was lost (counted here;
+  porcupine lets them take effect or not).
 * ``fault`` and any other kind are counted, not checked.
+
+``t`` is the machine's raw monotonic clock (:func:`chaos.worker.clock`,
+comparable across processes); answered operations also carry ``call`` (when
+they were sent) and, when refused, ``reason`` (``StaleToken``, ``NotHolder``,
+``DuplicateEffect``, ...). The porcupine judge (:mod:`chaos.judge`) reads the
+same records.
 
 Invariants (each violation is reported with the records that show it):
 
@@ -161,14 +172,14 @@ def _check_claims_and_completions(history: list[dict[str, Any]], report: Report)
                     f" {completion['holder']} while the lease was at token {token}"
                     f" (last claim seen: {held})"
                 )
-    accepted: dict[str, set[int]] = defaultdict(set)
+    accepted: dict[str, set[tuple[int, str]]] = defaultdict(set)
     for record in history:
         if record.get("kind") == "complete" and record.get("ok"):
-            accepted[str(record["job"])].add(int(record["token"]))
-    for job, tokens in accepted.items():
-        if len(tokens) > 1:
+            accepted[str(record["job"])].add((int(record["token"]), str(record["holder"])))
+    for job, completions in accepted.items():
+        if len(completions) > 1:
             report.violations["one-completion-per-job"].append(
-                f"{job}: completions accepted under tokens {sorted(tokens)}"
+                f"{job}: completions accepted under (token, holder) {sorted(completions)}"
             )
 
 

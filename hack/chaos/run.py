@@ -15,9 +15,16 @@ injects faults on a seeded, logged schedule:
   ``drop-api``/``drop-db`` (open connections cut, so replies to renewals,
   releases or writes in flight are lost), ``delay-db`` (added latency).
 
+``--scenario NAME`` replaces the random faults by a named incident's fault
+schedule (:mod:`chaos.scenarios`: ``partition-during-write``,
+``gc-pause-past-lease``, ``apiserver-restart-during-renew``).
+
 Workers reach the API server and PostgreSQL through the fault proxies; the
-operator talks to the API server directly. Afterwards :mod:`chaos.checker`
-checks the history and the run prints the table; exit code 1 on a violation.
+operator talks to the API server directly. Afterwards :mod:`chaos.judge`
+judges the history (JSON lines, ``history.jsonl`` in the run's folder) with
+the project's checker and with porcupine, and the run prints the table; exit
+code 1 unless both find no violation (porcupine's visualisation of a failure
+is written next to the log, ``porcupine.html``).
 
 Clock assumptions (what the protocol needs, and what is tested; see
 ``docs/architecture.md``, "How expiry is judged"): expiry is judged on
@@ -37,7 +44,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import random
 import shutil
@@ -55,8 +61,9 @@ import psycopg
 import yaml
 from kubernetes import client, config, watch
 
-from chaos import checker
-from chaos.worker import SCHEMA_SQL, record, work
+from chaos import judge
+from chaos.scenarios import LEASE_SECONDS, SCENARIOS
+from chaos.worker import SCHEMA_SQL, clock, record, work
 from faultproxy import TcpProxy
 from leasehold import worker as sdk
 from leasehold.fencing.postgres import install
@@ -69,7 +76,6 @@ from podrunner import PodRunner
 REPO = Path(__file__).resolve().parents[2]
 NS = "chaos"
 FAKETIME_LIB = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
-LEASE_SECONDS = 3
 MAX_ATTEMPTS = 8
 # A pod the stand-in kubelet could not start (its set-up hit a control-plane
 # restart) stays Pending, as a real one may; the operator waits for it up to
@@ -180,7 +186,12 @@ class Run:
             extra_env={"PYTHONPATH": f"{REPO / 'hack'}"},
         ).start()
         self.operator = OperatorProcess(
-            self.kubeconfig, NS, self.dir / "operator.log", env=faketime_env("+1h")
+            self.kubeconfig,
+            NS,
+            self.dir / "operator.log",
+            env=faketime_env("+1h"),
+            # A restart under load (the run shares its cores) may take a while.
+            start_timeout_seconds=120,
         )
         self.operator.start()
         self.api = config.new_client_from_config(config_file=str(self.kubeconfig))
@@ -306,12 +317,14 @@ class Run:
                 if not leases:
                     continue
                 target = self.rng.choice(leases)
+                call = clock()
                 holder = sdk.claim(NS, target.name, identity, store=store)
                 if holder is None:
                     continue
                 record(
                     self.history,
                     kind="pull-claim",
+                    call=call,
                     lease=f"{NS}/{target.name}",
                     holder=identity,
                     token=int(holder.token),
@@ -434,8 +447,8 @@ class Run:
 
     # -- the run -----------------------------------------------------------------
 
-    def execute(self) -> checker.Report:
-        """Run the workload under faults; check the history."""
+    def execute(self) -> judge.Judgement:
+        """Run the workload under faults; judge the history with both checkers."""
         threading.Thread(target=self.watch_leases, daemon=True).start()
         for i in range(self.args.pull_claimers):
             threading.Thread(target=self.pull_claimer, args=(i,), daemon=True).start()
@@ -445,6 +458,8 @@ class Run:
         stepped = False
         faulty = True
         drain_until = started + budget + self.args.drain_minutes * 60
+        scenario = SCENARIOS[self.args.scenario] if self.args.scenario else None
+        steps = list(scenario.steps) if scenario else []
         while time.monotonic() < drain_until:
             if faulty and time.monotonic() - started >= budget:
                 faulty = False
@@ -459,7 +474,14 @@ class Run:
                 active += 1
             if created == self.args.jobs and active == 0:
                 break
-            if faulty:
+            if faulty and scenario is not None:
+                if steps and steps[0](self):
+                    steps.pop(0)
+                if not steps:
+                    faulty = False
+                    log(f"scenario {scenario.name} done: the remaining jobs run without faults")
+                time.sleep(0.3)
+            elif faulty:
                 if not stepped and time.monotonic() - started > budget / 3:
                     self.clock_step()
                     stepped = True
@@ -468,6 +490,8 @@ class Run:
             else:
                 time.sleep(1)
         log(f"workload over after {time.monotonic() - started:.0f}s")
+        if scenario is not None and steps:
+            log(f"scenario {scenario.name}: {len(steps)} steps left when the jobs ran out")
         self.stop.set()
         time.sleep(1)
         for name, status in sorted(self.phases().items()):
@@ -499,8 +523,7 @@ class Run:
                 "SELECT seq, key, token FROM chaos_effect ORDER BY seq"
             ):
                 record(self.history, kind="applied", seq=seq, key=key, token=token)
-        lines = Path(self.history).read_text().splitlines()
-        return checker.check([json.loads(line) for line in lines if line.strip()])
+        return judge.judge(Path(self.history), self.dir / "porcupine.html")
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -531,18 +554,26 @@ def main(argv: list[str] | None = None) -> int:
         default=2.5,
         help="then, without faults, time for the remaining jobs to run (default 2.5)",
     )
+    parser.add_argument(
+        "--scenario",
+        choices=sorted(SCENARIOS),
+        help="replay a named incident (chaos/scenarios.py) instead of random faults",
+    )
     parser.add_argument("--keep", type=Path, help="copy the history and logs here")
     args = parser.parse_args(argv)
     log(
         f"seed {args.seed}: {args.jobs} jobs, {args.concurrency} at a time,"
         f" {args.pull_claimers} pull claimers, {args.minutes:g} min budget"
     )
+    if args.scenario:
+        log(f"scenario {args.scenario}: {SCENARIOS[args.scenario].incident}")
     if not FAKETIME_LIB.exists():
         log(f"libfaketime not found at {FAKETIME_LIB}: apt-get install libfaketime")
         return 2
     # SIGTERM (a CI timeout, Ctrl-C's cousin) tears everything down too.
     signal.signal(signal.SIGTERM, _interrupt)
     work_dir = Path(tempfile.mkdtemp(prefix="chaos-", dir="/tmp"))
+    judge.porcupine_binary()  # built (or found in the cache) before the run
     run = Run(args, work_dir)
     began = time.monotonic()
     try:
@@ -559,6 +590,8 @@ def main(argv: list[str] | None = None) -> int:
             )
     print(report.table())
     verdict = "0 violations" if report.ok else "VIOLATIONS FOUND"
+    if not report.agree:
+        verdict += " (the checkers DISAGREE)"
     log(f"seed {args.seed}: {verdict} in {time.monotonic() - began:.0f}s (history: {run.history})")
     return 0 if report.ok else 1
 

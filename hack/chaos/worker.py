@@ -12,8 +12,10 @@ The same :func:`work` runs in-process for the run's pull-mode claimers.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import platform
 import random
 import sys
 import time
@@ -41,9 +43,36 @@ CREATE TABLE IF NOT EXISTS chaos_effect (
 """
 
 
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+_CLOCK_GETTIME = {"x86_64": 228, "aarch64": 113}.get(platform.machine())
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def clock() -> float:
+    """The machine's monotonic clock in seconds, the same in every process.
+
+    Why: workers run under libfaketime, which moves ``time.monotonic()`` too;
+    the history's ``t`` and ``call`` must be comparable across processes (the
+    porcupine judge orders operations by them), so the clock is read with the
+    raw system call, which libfaketime does not intercept.
+    """
+    if _CLOCK_GETTIME is None:
+        return time.monotonic()
+    spec = _Timespec()
+    if _LIBC.syscall(_CLOCK_GETTIME, 1, ctypes.byref(spec)) != 0:  # 1: CLOCK_MONOTONIC
+        return time.monotonic()
+    return float(spec.tv_sec) + float(spec.tv_nsec) / 1e9
+
+
 def record(path: str, **fields: Any) -> None:
-    """Append one history record (one write of less than a page: atomic)."""
-    line = json.dumps({"t": time.monotonic(), **fields}) + "\n"
+    """Append one history record (one write of less than a page: atomic).
+
+    ``t`` is :func:`clock` now: the operation's return, or when it was seen.
+    """
+    line = json.dumps({"t": clock(), **fields}) + "\n"
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
     try:
         os.write(fd, line.encode())
@@ -74,6 +103,7 @@ def work(holder: LeaseHolder, dsn: str, history: str, writes: int, job: str) -> 
         except LeaseLost:
             break
         check_at, deadline = time.monotonic(), holder.deadline
+        call, reason = clock(), None
         ok: bool | None
         try:
             if conn is None or conn.closed:
@@ -93,22 +123,33 @@ def work(holder: LeaseHolder, dsn: str, history: str, writes: int, job: str) -> 
                     },
                 )
             ok = True
-        except (StaleToken, DuplicateEffect):
-            ok = False
+        except (StaleToken, DuplicateEffect) as exc:
+            ok, reason = False, type(exc).__name__
         except psycopg.Error as exc:  # dropped or held connection: outcome unknown
-            record(history, kind="write-unknown", error=type(exc).__name__, **base)
+            record(history, kind="write-unknown", call=call, error=type(exc).__name__, **base)
             conn = None
             continue
-        record(history, kind="write", ok=ok, check_at=check_at, deadline=deadline, **base)
+        record(
+            history,
+            kind="write",
+            ok=ok,
+            reason=reason,
+            call=call,
+            check_at=check_at,
+            deadline=deadline,
+            **base,
+        )
     if conn is not None:
         conn.close()
+    call = clock()
     try:
         result = holder.complete(Outcome.SUCCEEDED, message=f"{writes} writes")
     except Exception as exc:
-        record(history, kind="complete-unknown", error=type(exc).__name__, **base)
+        record(history, kind="complete-unknown", call=call, error=type(exc).__name__, **base)
         return False
     accepted = isinstance(result, Accepted)
-    record(history, kind="complete", ok=accepted, **base)
+    reason = None if isinstance(result, Accepted) else str(result.rejection)
+    record(history, kind="complete", ok=accepted, reason=reason, call=call, **base)
     return accepted
 
 

@@ -32,6 +32,7 @@ class OperatorProcess:
         peering: run with Kopf peering under this name (HA), or standalone.
         priority: this replica's peering priority.
         env: extra environment (e.g. libfaketime's, to skew its clock).
+        start_timeout_seconds: how long :meth:`start` waits for liveness.
     """
 
     def __init__(
@@ -44,8 +45,10 @@ class OperatorProcess:
         peering: str | None = None,
         priority: int = 0,
         env: dict[str, str] | None = None,
+        start_timeout_seconds: float = 30.0,
     ) -> None:
         self.kubeconfig = kubeconfig
+        self.start_timeout_seconds = start_timeout_seconds
         self.namespace = namespace
         self.log_path = log_path
         self.margin_seconds = margin_seconds
@@ -82,7 +85,7 @@ class OperatorProcess:
             stderr=subprocess.STDOUT,
             env=env,
         )
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + self.start_timeout_seconds
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"operator exited with {self.proc.returncode}:\n{self.logs()}")
@@ -91,7 +94,9 @@ class OperatorProcess:
                     return
             except OSError:
                 time.sleep(0.2)
-        raise RuntimeError(f"operator did not become live in 30 s:\n{self.logs()}")
+        raise RuntimeError(
+            f"operator did not become live in {self.start_timeout_seconds:g} s:\n{self.logs()}"
+        )
 
     def metrics(self) -> dict[str, float]:
         """Scrape its ``/metrics``: ``{"name{labels}": value}`` (no comments)."""

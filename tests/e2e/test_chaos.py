@@ -36,6 +36,7 @@ def test_short_chaos_run_has_no_violations(tmp_path: Path) -> None:
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-6000:]
     assert "0 violations" in output
+    assert "checkers agree: yes" in output  # the project's checker and porcupine
     faults = output.split("faults injected:", 1)[1].split("operations:", 1)[0]
     assert len([line for line in faults.splitlines() if line.strip()]) >= 3, faults
     assert "write accepted" in output

@@ -45,4 +45,6 @@ def test_model_holds_and_every_mutation_is_caught() -> None:
     assert verdicts.get("correct") == "ok", done.stdout + done.stderr
     for name in MUTATIONS:
         assert verdicts.get(name, "").startswith("caught"), (name, done.stdout, done.stderr)
+        # Spin replayed the counterexample pan wrote (its trail) to the same violation.
+        assert re.search(r"trail=[1-9]", verdicts[name]), (name, done.stdout)
     assert done.returncode == 0, done.stdout + done.stderr
