@@ -312,6 +312,21 @@ class JobService:
             if plan.delete_pods_below_token:
                 self._delete_stale_pods(namespace, name, plan.delete_pods_below_token)
             return plan
+        if plan.action is Action.SUSPEND and lease is not None:
+            # As a stop: the lease first (a completion that landed first
+            # stands), then the suspended attempt's pods.
+            suspended = self._store.suspend(lease)
+            if not isinstance(suspended, Accepted):
+                raise _LeaseMoved(suspended.lease)
+            self._wrote_lease(suspended.lease)
+            if plan.delete_pods_below_token:
+                self._delete_stale_pods(namespace, name, plan.delete_pods_below_token)
+            return plan
+        if plan.action is Action.RESUME and lease is not None:
+            resumed = self._store.resume(lease)
+            if isinstance(resumed, Accepted):
+                self._wrote_lease(resumed.lease)
+            raise _LeaseMoved(resumed.lease)  # plan again on it: the next claim
         if plan.action is Action.RETRY and lease is not None:
             reopened = self._store.reopen(lease)
             if isinstance(reopened, Accepted):
@@ -331,6 +346,7 @@ class JobService:
                 startup_deadline_seconds=(
                     job.spec.startup_deadline_seconds if job.spec.template is not None else None
                 ),
+                suspended=job.spec.suspend,
             )
             if isinstance(taken, Accepted):
                 self._wrote_lease(taken.lease)
@@ -413,6 +429,7 @@ class JobService:
             job_uid=str(body["metadata"]["uid"]),
             mode=_mode(job),
             finalizers=[names.FINALIZER_DOMAIN],
+            suspended=job.spec.suspend,
         )
         if carried:
             self.record_event(

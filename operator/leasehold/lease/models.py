@@ -205,9 +205,11 @@ _LEASE_RULES: Final[list[dict[str, str]]] = [
     },
     {
         "rule": f"{REARM} || !has(oldSelf.maxFencingToken) || (has(self.maxFencingToken)"
-        " && self.maxFencingToken <= oldSelf.maxFencingToken)",
+        " && self.maxFencingToken <= oldSelf.maxFencingToken"
+        " + self.suspensions - oldSelf.suspensions)",
         "message": "spec.maxFencingToken (the attempt limit) can only be lowered, never raised"
-        " or removed (except by a new incarnation of the job)",
+        " or removed (except by a new incarnation of the job, or by one in the write that"
+        " counts a suspension: a suspended attempt uses no budget)",
         "fieldPath": ".maxFencingToken",
         "reason": "FieldValueForbidden",
     },
@@ -242,6 +244,23 @@ _LEASE_RULES: Final[list[dict[str, str]]] = [
         " of the job starts without one; only a Failed one may be moved to"
         " spec.lastFailure, to retry the job)",
         "fieldPath": ".completion",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": "self.fencingToken == oldSelf.fencingToken || !self.suspended",
+        "message": "a suspended lease (spec.suspended) cannot be claimed: its job is suspended",
+        "fieldPath": ".suspended",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": f"self.suspensions == oldSelf.suspensions"
+        f" || ({REARM} && self.suspensions == 0)"
+        " || (self.suspensions == oldSelf.suspensions + 1 && self.suspended"
+        " && !oldSelf.suspended && has(oldSelf.holderIdentity)"
+        " && !has(self.holderIdentity) && self.fencingToken == oldSelf.fencingToken)",
+        "message": "spec.suspensions goes up by exactly one, only in the write that suspends a"
+        " held lease (unheld, same token); a new incarnation starts at 0",
+        "fieldPath": ".suspensions",
         "reason": "FieldValueForbidden",
     },
     {
@@ -298,6 +317,13 @@ _LEASE_CREATE_RULES: Final[list[dict[str, str]]] = [
         "rule": "!has(self.completion) || !has(self.holderIdentity)",
         "message": "a completed lease is unheld: remove spec.holderIdentity in the same write"
         " that records spec.completion",
+        "fieldPath": ".holderIdentity",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": "!self.suspended || !has(self.holderIdentity)",
+        "message": "a suspended lease (spec.suspended) is unheld: remove spec.holderIdentity in"
+        " the same write",
         "fieldPath": ".holderIdentity",
         "reason": "FieldValueForbidden",
     },
@@ -416,6 +442,18 @@ class JobLeaseSpec(_Model):
         default=None,
         description="The last Failed completion reopened: kept so the failure stays on record.",
     )
+    suspended: bool = Field(
+        default=False,
+        description="The job is suspended (its spec.suspend): no claim is possible and the"
+        " lease is unheld. Written by the operator only.",
+    )
+    suspensions: int = Field(
+        default=0,
+        ge=0,
+        description="Attempts ended by a suspension. Goes up by one in the write that suspends"
+        " a held lease, which may also raise spec.maxFencingToken by one: a suspended"
+        " attempt uses no budget.",
+    )
     startup_deadline_seconds: int | None = Field(
         default=None,
         ge=1,
@@ -467,6 +505,8 @@ class Phase(enum.StrEnum):
     """Accepted; no attempt holds the lease yet."""
     RUNNING = "Running"
     """An attempt holds the lease."""
+    SUSPENDED = "Suspended"
+    """``spec.suspend`` is true: no attempt runs until it is resumed."""
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
 
@@ -659,6 +699,15 @@ class LeasedJobSpec(_Model):
         description="Fail the job when it has run this long since it was created (API server"
         " clock). May be changed: the operator's timer follows the new value.",
     )
+    suspend: bool = Field(
+        default=False,
+        description="As batch/v1 Job's: true keeps the job from running (a queue such as Kueue"
+        " admits it by setting false). A job created suspended creates no pod; suspending a"
+        " running job ends its attempt fenced (the lease is released at once, so the"
+        " attempt's late writes carry a stale token) and deletes its pod; resuming starts a"
+        " new attempt under a higher token. Suspended attempts use neither maxAttempts nor"
+        " backoffLimit.",
+    )
     cancel: bool = Field(
         default=False,
         description="Set to true to stop the job for good: it fails with reason Cancelled and"
@@ -682,6 +731,8 @@ class AttemptReason(enum.StrEnum):
     """The job's ``activeDeadlineSeconds`` passed while the attempt ran."""
     CANCELLED = "Cancelled"
     """The job was cancelled while the attempt ran."""
+    SUSPENDED = "Suspended"
+    """The job was suspended while the attempt ran (no budget used)."""
 
 
 class AttemptRecord(_Model):

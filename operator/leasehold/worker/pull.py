@@ -79,7 +79,7 @@ def claim_any(
 ) -> LeaseHolder | None:
     """Claim the oldest free lease of a namespace (matching ``label_selector``, e.g. ``pool=gpu``).
 
-    Held, completed, exhausted and push-mode leases are skipped (the chart's
+    Held, completed, exhausted, suspended and push-mode leases are skipped (the chart's
     admission policy refuses a worker's claim of a push-mode lease too), and so is a lease
     taken (or deleted) by someone else between the LIST and the claim.
     Requests: one LIST, then one PATCH per lease tried. Arguments as :func:`claim`.
@@ -99,7 +99,7 @@ def claim_any(
             record = lease.record
             cap = record.max_fencing_token
             exhausted = cap is not None and record.fencing_token >= cap
-            if record.held or record.completion is not None or exhausted:
+            if record.held or record.completion is not None or exhausted or record.suspended:
                 continue
             if lease.body.get("spec", {}).get("mode") == "Push":
                 continue  # the operator claims it for the pod it creates
