@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any, Final, NamedTuple
 
 from leasehold import names
-from leasehold.controller import suspension
+from leasehold.controller import retention, suspension
 from leasehold.lease import models
 from leasehold.lease.models import (
     AttemptReason,
@@ -110,6 +110,10 @@ class Plan:
             (stale attempts); ``0`` for none.
         requeue_after_seconds: reconcile the job again after this many
             seconds even if nothing changes (a deadline, a backoff).
+        keep_ended_pods: spare the pods below ``delete_pods_below_token``
+            that have ended (``spec.podRetention: All``).
+        keep_pod_tokens: spare the pods of these tokens too (``All``: their
+            attempts completed).
     """
 
     action: Action
@@ -118,6 +122,8 @@ class Plan:
     pod_name: str | None = None
     delete_pods_below_token: int = 0
     requeue_after_seconds: float | None = None
+    keep_ended_pods: bool = False
+    keep_pod_tokens: frozenset[int] = frozenset()
 
 
 def lease_name(job_name: str) -> str:
@@ -443,6 +449,13 @@ def plan(
     flip = suspension.transition(job.status, decided.status)
     if flip is not None:
         decided = replace(decided, events=[JobEvent(*flip), *decided.events])
+    pods_gone = retention.pod_deletion(job, decided.status, decided.delete_pods_below_token)
+    decided = replace(
+        decided,
+        delete_pods_below_token=pods_gone.below_token,
+        keep_ended_pods=pods_gone.keep_ended,
+        keep_pod_tokens=pods_gone.keep_tokens,
+    )
     deadline = job.spec.active_deadline_seconds
     if deadline is None or decided.status.phase in (Phase.SUCCEEDED, Phase.FAILED):
         return decided

@@ -35,6 +35,7 @@ MAX_ACTIVE_DEADLINE_SECONDS: Final = 7 * 24 * 3600
 DEFAULT_STARTUP_DEADLINE_SECONDS: Final = 600
 """Ten minutes to start: an image pull, a node from the autoscaler, init containers."""
 MAX_STARTUP_DEADLINE_SECONDS: Final = 24 * 3600
+MAX_TTL_SECONDS_AFTER_FINISHED: Final = 365 * 24 * 3600
 MAX_MESSAGE_LENGTH: Final = 1024
 MAX_ATTEMPT_HISTORY: Final = 10
 """Attempts kept in ``status.attemptHistory``: the last ten (the oldest go first)."""
@@ -640,6 +641,17 @@ class Backoff(_Model):
         )
 
 
+class PodRetention(enum.StrEnum):
+    """Which attempt pods the operator keeps (``spec.podRetention``)."""
+
+    LAST = "Last"
+    """Fenced-off attempts' pods are deleted; the last attempt's pod is kept."""
+    NONE = "None"
+    """The last attempt's pod is deleted too, once the job finished."""
+    ALL = "All"
+    """Every attempt's pod that ended is kept; only still-running fenced-off ones go."""
+
+
 class LeasedJobSpec(_Model):
     """What to run, and how long a worker may stall before it is replaced."""
 
@@ -707,6 +719,23 @@ class LeasedJobSpec(_Model):
         " attempt's late writes carry a stale token) and deletes its pod; resuming starts a"
         " new attempt under a higher token. Suspended attempts use neither maxAttempts nor"
         " backoffLimit.",
+    )
+    pod_retention: PodRetention = Field(
+        default=PodRetention.LAST,
+        description="Which attempts' pods are kept. Last (default): an attempt's pod is"
+        " deleted as soon as the attempt is fenced off (reclaimed, retried, suspended,"
+        " stopped) and the last attempt's pod is kept for kubectl logs. None: the last one is"
+        " deleted too once the job finished. All: every pod that ended is kept (a fenced-off"
+        " pod still running is deleted all the same).",
+    )
+    ttl_seconds_after_finished: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_TTL_SECONDS_AFTER_FINISHED,
+        description="As batch/v1 Job's: delete the job (and its pods) this many seconds after"
+        " it finished (Succeeded or Failed, cancelled included). Unset: kept until deleted."
+        " Its JobLease stays (the name's fencing domain), so a job created again under the"
+        " name never reuses a token. May be changed.",
     )
     cancel: bool = Field(
         default=False,
