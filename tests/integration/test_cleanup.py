@@ -49,7 +49,12 @@ def test_ttl_deletes_a_finished_job_and_its_pods_but_keeps_the_fencing_domain(
 ) -> None:
     store = LeaseStore(api_client)
     create_job(
-        api_client, namespace, "brief", "exec leasehold run -- true", ttlSecondsAfterFinished=6
+        api_client,
+        namespace,
+        "brief",
+        "exec leasehold run -- true",
+        lease_seconds=30,
+        ttlSecondsAfterFinished=6,
     )
     wait_for("Succeeded", phase_is(api_client, namespace, "brief", "Succeeded"), 60)
     finished_at = time.monotonic()
@@ -64,7 +69,7 @@ def test_ttl_deletes_a_finished_job_and_its_pods_but_keeps_the_fencing_domain(
     # The lease outlives the job: a job created again goes on above its token.
     record = store.get(namespace, "brief").record
     assert record.fencing_token == 1 and record.completion is not None
-    create_job(api_client, namespace, "brief", "exec leasehold run -- true")
+    create_job(api_client, namespace, "brief", "exec leasehold run -- true", lease_seconds=30)
     wait_for("Succeeded again", phase_is(api_client, namespace, "brief", "Succeeded"), 60)
     assert status(api_client, namespace, "brief")["completion"]["fencingToken"] == 2
     time.sleep(1.0)  # no TTL on this incarnation: it stays
@@ -98,7 +103,7 @@ def test_pod_retention_keeps_the_pods_it_says(
     retention: str | None,
     kept: list[str],
 ) -> None:
-    spec: dict[str, Any] = {"backoffLimit": 1, "backoff": NO_DELAY}
+    spec: dict[str, Any] = {"backoffLimit": 1, "backoff": NO_DELAY, "lease_seconds": 30}
     if retention is not None:
         spec["podRetention"] = retention
     create_job(api_client, namespace, "keep", FAIL_THEN_SUCCEED, **spec)

@@ -647,6 +647,9 @@ def test_worker_token_is_confined_to_its_own_lease(
     suspend = {"spec": {"suspended": True, "holderIdentity": None, "holderUID": None}}
     suspend_own = ("--type=merge", "-p", json.dumps(suspend))
     assert "suspend or resume" in forbidden("patch", "joblease", "lease-b", *suspend_own)
+    for work in ({"priority": 7}, {"params": {"evil": True}}):
+        own_work = ("--type=merge", "-p", json.dumps({"spec": work}))
+        assert "the work it carries" in forbidden("patch", "joblease", "lease-b", *own_work)
     for spec in ({"leaseDurationSeconds": 1}, {"mode": "Push"}, {"failures": 1}):  # CRD rules first
         forbidden("patch", "joblease", "lease-b", "--type=merge", "-p", json.dumps({"spec": spec}))
     renewed = ("--type=merge", "-p", '{"spec":{"renewTime":"2026-01-01T00:00:01.000000Z"}}')

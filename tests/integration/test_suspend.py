@@ -141,7 +141,14 @@ def test_a_job_created_suspended_creates_no_pod_until_resumed(
     store: LeaseStore,
     namespace: str,
 ) -> None:
-    create_job(api_client, namespace, "queued", "exec leasehold run -- true", suspend=True)
+    create_job(
+        api_client,
+        namespace,
+        "queued",
+        "exec leasehold run -- true",
+        lease_seconds=30,
+        suspend=True,
+    )
     wait_for("Suspended", phase_is(api_client, namespace, "queued", "Suspended"), 30)
     record = store.get(namespace, "queued").record
     assert (record.suspended, record.fencing_token, record.suspensions) == (True, 0, 0)

@@ -47,7 +47,14 @@ from leasehold.lease.errors import (
 )
 from leasehold.lease.models import LeasedJob, LeasedJobStatus
 from leasehold.lease.protocol import MonotonicClock
-from leasehold.lease.store import Accepted, LeaseStore, StoredLease, format_time, to_stored
+from leasehold.lease.store import (
+    Accepted,
+    LeaseStore,
+    StoredLease,
+    WorkItem,
+    format_time,
+    to_stored,
+)
 
 log = logging.getLogger(__name__)
 
@@ -324,7 +331,7 @@ class JobService:
             f"Deleting the job: it finished more than ttlSecondsAfterFinished={ttl}s ago"
             " (its JobLease stays, so the name's fencing tokens never repeat).",
         )
-        self._delete_stale_pods(namespace, name, 2**62)
+        self._delete_stale_pods(namespace, name, 2**62, owner_uid=str(body["metadata"]["uid"]))
         options = client.V1DeleteOptions(
             preconditions=client.V1Preconditions(uid=str(body["metadata"]["uid"])),
             propagation_policy="Background",
@@ -388,6 +395,7 @@ class JobService:
                     job.spec.startup_deadline_seconds if job.spec.template is not None else None
                 ),
                 suspended=job.spec.suspend,
+                work=_work(job),
             )
             if isinstance(taken, Accepted):
                 self._wrote_lease(taken.lease)
@@ -471,6 +479,7 @@ class JobService:
             mode=_mode(job),
             finalizers=[names.FINALIZER_DOMAIN],
             suspended=job.spec.suspend,
+            work=_work(job),
         )
         if carried:
             self.record_event(
@@ -761,6 +770,7 @@ class JobService:
         *,
         keep_ended: bool = False,
         keep_tokens: frozenset[int] = frozenset(),
+        owner_uid: str | None = None,
     ) -> None:
         pods = self._core.list_namespaced_pod(namespace, label_selector=f"{names.LABEL_JOB}={name}")
         for pod in pods.items:
@@ -769,6 +779,10 @@ class JobService:
                 continue
             if keep_ended and pod.status is not None and pod.status.phase in _ENDED:
                 continue  # spec.podRetention: All
+            if owner_uid is not None and not any(
+                ref.uid == owner_uid for ref in meta.owner_references or []
+            ):
+                continue  # another incarnation's pod
             try:
                 token = int((meta.labels or {}).get(names.LABEL_TOKEN, "0"))
             except ValueError:
@@ -1087,3 +1101,15 @@ def _owner_job(lease: StoredLease) -> dict[str, Any] | None:
 def _mode(job: LeasedJob) -> models.LeaseMode:
     """Push when the job has a pod template (the operator claims), else pull."""
     return models.LeaseMode.PUSH if job.spec.template is not None else models.LeaseMode.PULL
+
+
+def _work(job: LeasedJob) -> WorkItem:
+    """What the job's lease carries for a pull-mode claimer: params, priority, creation."""
+    created = job.metadata.get("creationTimestamp")
+    return WorkItem(
+        params=job.spec.params,
+        priority=job.spec.priority,
+        job_created=(
+            datetime.fromisoformat(str(created).replace("Z", "+00:00")) if created else None
+        ),
+    )

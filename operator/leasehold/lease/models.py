@@ -15,10 +15,11 @@ attributes are their snake_case twins (aliases are camelCase).
 from __future__ import annotations
 
 import enum
+import json
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 from leasehold.lease.protocol import Outcome
@@ -36,6 +37,11 @@ DEFAULT_STARTUP_DEADLINE_SECONDS: Final = 600
 """Ten minutes to start: an image pull, a node from the autoscaler, init containers."""
 MAX_STARTUP_DEADLINE_SECONDS: Final = 24 * 3600
 MAX_TTL_SECONDS_AFTER_FINISHED: Final = 365 * 24 * 3600
+MAX_PRIORITY: Final = 1_000_000
+"""``spec.priority`` lies within plus or minus this."""
+MAX_PARAMS_BYTES: Final = 32 * 1024
+"""``spec.params`` as compact JSON is at most this long (it is copied to the JobLease)."""
+MAX_PARAMS_PROPERTIES: Final = 256
 MAX_MESSAGE_LENGTH: Final = 1024
 MAX_ATTEMPT_HISTORY: Final = 10
 """Attempts kept in ``status.attemptHistory``: the last ten (the oldest go first)."""
@@ -443,6 +449,23 @@ class JobLeaseSpec(_Model):
         default=None,
         description="The last Failed completion reopened: kept so the failure stays on record.",
     )
+    params: dict[str, Any] | None = Field(
+        default=None,
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+        description="The job's spec.params, copied by the operator when the incarnation takes"
+        " the lease: the input a claimer gets with the lease (the SDK's LeaseHolder.params).",
+    )
+    priority: int = Field(
+        default=0,
+        ge=-MAX_PRIORITY,
+        le=MAX_PRIORITY,
+        description="The job's spec.priority, copied likewise: pull pools claim higher first.",
+    )
+    job_creation_timestamp: datetime | None = Field(
+        default=None,
+        description="The served incarnation's metadata.creationTimestamp: pull pools claim the"
+        " older first among equal priorities (the lease itself may be older: it outlives jobs).",
+    )
     suspended: bool = Field(
         default=False,
         description="The job is suspended (its spec.suspend): no claim is possible and the"
@@ -582,6 +605,21 @@ _JOB_RULES: Final[list[dict[str, str]]] = [
         "reason": "FieldValueForbidden",
     },
     {
+        "rule": "has(self.params) == has(oldSelf.params)"
+        " && (!has(self.params) || self.params == oldSelf.params)",
+        "message": "spec.params is immutable: every attempt gets the same input, copied to the"
+        " JobLease (create a new LeasedJob)",
+        "fieldPath": ".params",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": "self.priority == oldSelf.priority",
+        "message": "spec.priority is immutable: it is copied to the JobLease (create a new"
+        " LeasedJob)",
+        "fieldPath": ".priority",
+        "reason": "FieldValueForbidden",
+    },
+    {
         "rule": "self.cancel || !oldSelf.cancel",
         "message": "spec.cancel cannot be undone: a cancelled job stays cancelled"
         " (create a new LeasedJob)",
@@ -659,6 +697,18 @@ class LeasedJobSpec(_Model):
         json_schema_extra=cast("JsonDict", {"x-kubernetes-validations": _JOB_RULES})
     )
 
+    @field_validator("params")
+    @classmethod
+    def _params_fit(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        """``spec.params`` is at most :data:`MAX_PARAMS_BYTES` as compact JSON."""
+        if value is not None:
+            size = len(json.dumps(value, separators=(",", ":")).encode())
+            if size > MAX_PARAMS_BYTES:
+                raise ValueError(
+                    f"spec.params is {size} bytes as JSON; at most {MAX_PARAMS_BYTES} are allowed"
+                )
+        return value
+
     template: PodTemplate | None = Field(
         default=None,
         description="Pod to run for each attempt (push mode). Without it the job waits for"
@@ -719,6 +769,24 @@ class LeasedJobSpec(_Model):
         " attempt's late writes carry a stale token) and deletes its pod; resuming starts a"
         " new attempt under a higher token. Suspended attempts use neither maxAttempts nor"
         " backoffLimit.",
+    )
+    params: dict[str, Any] | None = Field(
+        default=None,
+        json_schema_extra={
+            "x-kubernetes-preserve-unknown-fields": True,
+            "maxProperties": MAX_PARAMS_PROPERTIES,
+        },
+        description="Pull mode: the job's input, any JSON object (at most 256 keys and 32 KiB"
+        " as JSON), handed to the worker that claims it (LeaseHolder.params in the SDK)."
+        " Copied to the JobLease. Immutable: every attempt gets the same input.",
+    )
+    priority: int = Field(
+        default=0,
+        ge=-MAX_PRIORITY,
+        le=MAX_PRIORITY,
+        description="Pull mode: a pool's claim_any takes the highest first (ties: the oldest"
+        " job first). Between -1000000 and 1000000; default 0. Immutable (copied to the"
+        " JobLease).",
     )
     pod_retention: PodRetention = Field(
         default=PodRetention.LAST,

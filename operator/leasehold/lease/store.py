@@ -79,6 +79,18 @@ class StoredLease:
     generation: int
     body: dict[str, Any]
 
+    @property
+    def params(self) -> dict[str, Any] | None:
+        """The job's ``spec.params`` as copied to the lease (pull mode's input), if any."""
+        params = (self.body.get("spec") or {}).get("params")
+        return dict(params) if isinstance(params, dict) else None
+
+    @property
+    def priority(self) -> int:
+        """The job's ``spec.priority`` as copied to the lease (``0`` when absent)."""
+        priority = (self.body.get("spec") or {}).get("priority")
+        return priority if isinstance(priority, int) else 0
+
 
 @dataclass(frozen=True)
 class Accepted:
@@ -268,6 +280,29 @@ def _claim_ops(
     ]
 
 
+@dataclass(frozen=True)
+class WorkItem:
+    """What a pull-mode claimer gets with a lease, copied from its job.
+
+    Attributes:
+        params: the job's ``spec.params``.
+        priority: the job's ``spec.priority``.
+        job_created: the job's ``metadata.creationTimestamp`` (ties of priority).
+    """
+
+    params: dict[str, Any] | None = None
+    priority: int = 0
+    job_created: datetime | None = None
+
+    def fields(self) -> dict[str, Any]:
+        """The JobLease spec fields, by their Python names."""
+        return {
+            "params": self.params,
+            "priority": self.priority,
+            "job_creation_timestamp": self.job_created,
+        }
+
+
 # --------------------------------------------------------------------------
 # The store
 
@@ -360,6 +395,7 @@ class LeaseStore:
         mode: models.LeaseMode | None = None,
         finalizers: list[str] | None = None,
         suspended: bool = False,
+        work: WorkItem | None = None,
     ) -> StoredLease:
         """Create an unheld lease of the LeasedJob ``job_name``.
 
@@ -371,7 +407,8 @@ class LeaseStore:
         when someone deletes it. ``job_uid`` names the incarnation it serves,
         ``mode`` who claims it;
         ``startup_deadline_seconds`` bounds an attempt's start (push mode; ``None`` in
-        pull mode); ``suspended`` creates it suspended (its job is: nothing may claim).
+        pull mode); ``suspended`` creates it suspended (its job is: nothing may claim);
+        ``work`` is the job's params, priority and creation time.
 
         Raises:
             WriteRefusedError: it exists already (status 409), or the schema refused it.
@@ -395,6 +432,7 @@ class LeaseStore:
                 startup_deadline_seconds=startup_deadline_seconds,
                 base_fencing_token=initial_fencing_token,
                 suspended=suspended,
+                **(work or WorkItem()).fields(),
             ),
         )
         with api_errors("create", namespace, name):
@@ -864,6 +902,7 @@ class LeaseStore:
         max_attempts: int,
         startup_deadline_seconds: int | None = None,
         suspended: bool = False,
+        work: WorkItem | None = None,
     ) -> Result:
         """Hand the lease to a new incarnation of its job, at the same token.
 
@@ -874,8 +913,8 @@ class LeaseStore:
         first claim takes the next token, so tokens (and with them pod names and
         idempotency keys) never repeat and never go down. Its timing
         (``lease_duration_seconds``, ``startup_deadline_seconds``: ``None`` in
-        pull mode) and ``suspended`` are the new incarnation's (its suspensions
-        start at 0). The CRD allows these
+        pull mode), ``suspended`` and ``work`` (params, priority, creation time)
+        are the new incarnation's (its suspensions start at 0). The CRD allows these
         changes only together with a new ``spec.jobUID``. Any
         ``ownerReferences`` (a lease made before leases outlived their jobs) are
         removed. Conditioned on ``judged.resource_version``.
@@ -909,6 +948,9 @@ class LeaseStore:
             {"op": "add", "path": "/spec/suspended", "value": suspended},
             {"op": "add", "path": "/spec/suspensions", "value": 0},
         ]
+        api_work = models.JobLeaseSpec(job_name="x", **(work or WorkItem()).fields()).to_api()
+        for key in ("params", "priority", "jobCreationTimestamp"):
+            ops.append({"op": "add", "path": f"/spec/{key}", "value": api_work.get(key)})
         if judged.body.get("metadata", {}).get("ownerReferences"):
             # A lease made before leases outlived their jobs: let it outlive them.
             ops.append({"op": "remove", "path": "/metadata/ownerReferences"})
