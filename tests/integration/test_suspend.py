@@ -8,7 +8,7 @@ tested are written down in docs/architecture.md, "Suspend and resume".
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from kubernetes import client
@@ -16,7 +16,9 @@ from kubernetes.client.exceptions import ApiException
 
 from leasehold import names
 from leasehold.fencing import MemoryFence, StaleToken
+from leasehold.fencing.kube import annotate, fenced_patch, opt_in
 from leasehold.fencing.revocation import RevocationReason, RevokedTokens, TokenRevoked
+from leasehold.lease.models import LeaseMode
 from leasehold.lease.protocol import Outcome, Rejection
 from leasehold.lease.store import Accepted, LeaseStore, Rejected
 from operatorproc import OperatorProcess
@@ -31,6 +33,7 @@ from tests.integration.jobs import (
     wait_for,
 )
 from tests.integration.test_attempts import on_token
+from tests.integration.test_fencing_kube import fencing_policy  # noqa: F401 - a fixture
 
 
 @pytest.fixture
@@ -71,6 +74,7 @@ def _read_lease(api: client.ApiClient) -> Any:
     return read
 
 
+@pytest.mark.usefixtures("fencing_policy")
 def test_suspend_fences_the_running_attempt_and_resume_goes_on_above_it(
     operator: OperatorProcess,
     local_pod_runner: PodRunner,
@@ -86,6 +90,10 @@ def test_suspend_fences_the_running_attempt_and_resume_goes_on_above_it(
     # A target fenced by token, as attempt 1 writes to it.
     fence = MemoryFence()
     fence.admit("result", 1)
+    # ... and a Kubernetes object fenced by the admission policy (deploy/fencing/).
+    core = client.CoreV1Api(api_client)
+    report = opt_in({"metadata": {"name": "report"}, "data": {"by": "attempt 1"}})
+    core.create_namespaced_config_map(namespace, cast(Any, annotate(report, 1)))
     revoked = RevokedTokens(_read_lease(api_client))
     revoked.check(namespace, "pause", 1)  # the live token passes
 
@@ -132,6 +140,12 @@ def test_suspend_fences_the_running_attempt_and_resume_goes_on_above_it(
     fence.admit("result", 2)
     with pytest.raises(StaleToken):
         fence.admit("result", 1)
+    core.patch_namespaced_config_map("report", namespace, fenced_patch(2, {"data": {"by": "2"}}))
+    with pytest.raises(ApiException) as denied:
+        core.patch_namespaced_config_map(
+            "report", namespace, fenced_patch(1, {"data": {"by": "the suspended attempt"}})
+        )
+    assert denied.value.status == 403 and "ValidatingAdmissionPolicy" in str(denied.value.body)
 
 
 def test_a_job_created_suspended_creates_no_pod_until_resumed(
@@ -182,3 +196,38 @@ def test_a_pull_job_suspended_cannot_be_claimed_until_resumed(
     wait_for("lease resumed", lambda: not store.get(namespace, "pulled").record.suspended)
     second = store.claim(namespace, "pulled", "worker-b")
     assert isinstance(second, Accepted) and second.token == 2
+
+
+def test_the_api_server_counts_a_suspension_only_in_the_write_that_suspends(
+    store: LeaseStore, api_client: client.ApiClient, namespace: str
+) -> None:
+    custom = client.CustomObjectsApi(api_client)
+
+    def refused(spec: dict[str, Any]) -> str:
+        with pytest.raises(ApiException) as caught:
+            custom.patch_namespaced_custom_object(
+                names.GROUP, names.VERSION, namespace, names.PLURAL_JOB_LEASES, "q", {"spec": spec}
+            )
+        assert caught.value.status == 422
+        return str(caught.value.body)
+
+    store.create(
+        namespace, "q", job_name="q", lease_duration_seconds=60, max_fencing_token=1,
+        mode=LeaseMode.PULL,
+    )  # fmt: skip
+    assert isinstance(store.claim(namespace, "q", "w-1"), Accepted)
+    # No cap raise and no count without a suspension; a held lease is never suspended.
+    assert "can only be lowered" in refused({"maxFencingToken": 2})
+    assert "spec.suspensions goes up" in refused({"suspensions": 1, "maxFencingToken": 2})
+    assert "is unheld" in refused({"suspended": True})
+    suspended = store.suspend(store.get(namespace, "q"))
+    assert isinstance(suspended, Accepted), suspended
+    record = suspended.lease.record
+    assert (record.holder_identity, record.suspensions, record.max_fencing_token) == (None, 1, 2)
+    # Suspending an unheld lease again counts nothing; nothing claims it, by hand either.
+    assert "spec.suspensions goes up" in refused({"suspensions": 2, "maxFencingToken": 3})
+    assert "cannot be claimed" in refused({"fencingToken": 2, "holderIdentity": "w-2"})
+    resumed = store.resume(store.get(namespace, "q"))
+    assert isinstance(resumed, Accepted) and not resumed.lease.record.suspended
+    again = store.claim(namespace, "q", "w-2")
+    assert isinstance(again, Accepted) and again.token == 2  # within the raised cap
