@@ -665,6 +665,13 @@ def test_worker_token_is_confined_to_its_own_lease(
         assert "may not change the metadata" in refusal or "ownerRef" in refusal, refusal
     lower_cap = ("--type=merge", "-p", '{"spec":{"maxFencingToken":2}}')
     assert "may change only" in forbidden("patch", "joblease", "lease-b", *lower_cap)
+    # Nor suspend its own lease (a release the operator would count as a suspension).
+    suspend = {"spec": {"suspended": True, "holderIdentity": None, "holderUID": None}}
+    suspend_own = ("--type=merge", "-p", json.dumps(suspend))
+    assert "suspend or resume" in forbidden("patch", "joblease", "lease-b", *suspend_own)
+    for work in ({"priority": 7}, {"params": {"evil": True}}):
+        own_work = ("--type=merge", "-p", json.dumps({"spec": work}))
+        assert "the work it carries" in forbidden("patch", "joblease", "lease-b", *own_work)
     for spec in ({"leaseDurationSeconds": 1}, {"mode": "Push"}, {"failures": 1}):  # CRD rules first
         forbidden("patch", "joblease", "lease-b", "--type=merge", "-p", json.dumps({"spec": spec}))
     renewed = ("--type=merge", "-p", '{"spec":{"renewTime":"2026-01-01T00:00:01.000000Z"}}')

@@ -51,7 +51,7 @@ WATCH_LAG: Final = Histogram(
 )
 JOBS: Final = Gauge("leasehold_jobs", "LeasedJobs by phase.", ["phase"], registry=REGISTRY)
 
-PHASES: Final = ("Pending", "Running", "Succeeded", "Failed")
+PHASES: Final = ("Pending", "Running", "Suspended", "Succeeded", "Failed")
 
 
 def serve(port: int, address: str = "0.0.0.0") -> None:

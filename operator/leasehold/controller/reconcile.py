@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any, Final, NamedTuple
 
 from leasehold import names
+from leasehold.controller import retention, suspension
 from leasehold.lease import models
 from leasehold.lease.models import (
     AttemptReason,
@@ -78,6 +79,12 @@ class Action(enum.StrEnum):
     ``lastFailure``), then plan again on it (a claim)."""
     STOP = "Stop"
     """Take the lease back for good (deadline passed, attempts used up, cancelled)."""
+    SUSPEND = "Suspend"
+    """``spec.suspend``: release the lease and keep it unclaimable (one write,
+    :meth:`~leasehold.lease.store.LeaseStore.suspend`), then delete the pods."""
+    RESUME = "Resume"
+    """``spec.suspend`` is false again: make the lease claimable, then plan
+    again on it (a claim)."""
 
 
 class JobEvent(NamedTuple):
@@ -103,6 +110,10 @@ class Plan:
             (stale attempts); ``0`` for none.
         requeue_after_seconds: reconcile the job again after this many
             seconds even if nothing changes (a deadline, a backoff).
+        keep_ended_pods: spare the pods below ``delete_pods_below_token``
+            that have ended (``spec.podRetention: All``).
+        keep_pod_tokens: spare the pods of these tokens too (``All``: their
+            attempts completed).
     """
 
     action: Action
@@ -111,6 +122,8 @@ class Plan:
     pod_name: str | None = None
     delete_pods_below_token: int = 0
     requeue_after_seconds: float | None = None
+    keep_ended_pods: bool = False
+    keep_pod_tokens: frozenset[int] = frozenset()
 
 
 def lease_name(job_name: str) -> str:
@@ -329,6 +342,8 @@ def _track_attempts(
             why = (
                 AttemptReason.STARTUP_DEADLINE_EXCEEDED
                 if never_started
+                else AttemptReason.SUSPENDED
+                if lease.suspended and last.fencing_token == token
                 else AttemptReason.RECLAIMED
             )
             history = _end_attempt(history, why, now)
@@ -373,7 +388,8 @@ def attempt_limit(job: LeasedJob, lease: LeaseRecord) -> int:
     Counted from the token at which this incarnation took the lease
     (``baseFencingToken``), like the attempts.
     The spec allows ``maxAttempts`` (the reclaim budget) plus ``backoffLimit``
-    (worker failures retried).
+    (worker failures retried), and one more for each suspension (which raised
+    the lease's cap by one: a suspended attempt uses no budget).
 
     The lease's cap (``spec.maxFencingToken``) is what the API server enforces
     on claims; a spec that says more (an older CRD let ``maxAttempts`` be
@@ -387,7 +403,7 @@ def attempt_limit(job: LeasedJob, lease: LeaseRecord) -> int:
         The attempt limit (>= 1 for a valid job).
     """
     cap = lease.max_fencing_token
-    own = job.spec.max_attempts + job.spec.backoff_limit
+    own = job.spec.max_attempts + job.spec.backoff_limit + lease.suspensions
     if cap is None:
         return own
     return min(own, cap - lease.base_fencing_token)
@@ -429,6 +445,16 @@ def plan(
         elapsed_seconds=elapsed_seconds,
         last_reclaim_reason=last_reclaim_reason,
         pods=pods or {},
+    )
+    flip = suspension.transition(job.status, decided.status)
+    if flip is not None:
+        decided = replace(decided, events=[JobEvent(*flip), *decided.events])
+    pods_gone = retention.pod_deletion(job, decided.status, decided.delete_pods_below_token)
+    decided = replace(
+        decided,
+        delete_pods_below_token=pods_gone.below_token,
+        keep_ended_pods=pods_gone.keep_ended,
+        keep_pod_tokens=pods_gone.keep_tokens,
     )
     deadline = job.spec.active_deadline_seconds
     if deadline is None or decided.status.phase in (Phase.SUCCEEDED, Phase.FAILED):
@@ -519,6 +545,14 @@ def _plan(
     status.failed = lease.failures + (1 if failed_now else 0)
     status = _track_attempts(status, lease, pods, now, last_reclaim_reason)
     stale = lease.fencing_token if job.spec.template is not None else 0
+    if not job.spec.suspend and suspension.is_suspended(status):
+        message = suspension.resumed_message(lease.fencing_token)
+        status = _with(
+            ctx,
+            status,
+            Phase(status.phase or Phase.PENDING),
+            (suspension.CONDITION, false, suspension.JOB_RESUMED, message),
+        )
 
     if lease.completion is not None:
         c = lease.completion
@@ -581,6 +615,9 @@ def _plan(
             delete_pods_below_token=lease.fencing_token + 1 if stale else 0,
         )
 
+    if job.spec.suspend or lease.suspended:
+        return _suspension(ctx, status, lease, stale)
+
     if lease.holder_identity is not None:
         holder = lease.holder_identity
         status = _with(
@@ -619,7 +656,8 @@ def _plan(
         if never_started
         else None
     )
-    reclaimed = attempts - lease.failures  # attempts not retried for a failure
+    # Attempts neither retried for a failure nor ended by a suspension:
+    reclaimed = attempts - lease.failures - lease.suspensions
     if attempts >= limit or reclaimed >= job.spec.max_attempts:
         reason = STARTUP_DEADLINE_EXCEEDED if never_started else "AttemptsExhausted"
         message = (
@@ -661,6 +699,35 @@ def _plan(
         pod_name=next_pod,
         delete_pods_below_token=stale + 1,
     )
+
+
+def _suspension(ctx: _Ctx, status: LeasedJobStatus, lease: LeaseRecord, stale: int) -> Plan:
+    """The plan while ``spec.suspend`` and the lease disagree, or both say suspended.
+
+    Suspending ends the running attempt fenced (``SUSPEND``: one lease write,
+    then its pods go); a suspended lease whose job is no longer suspended is
+    resumed (``RESUME``, then a claim). Reopening a failure or judging the
+    attempt budget waits until the job runs again.
+    """
+    if not ctx.job.spec.suspend:
+        return Plan(Action.RESUME, status)
+    held = lease.holder_identity is not None
+    message = suspension.suspended_message(lease.fencing_token, held, bool(stale))
+    false = ConditionStatus.FALSE
+    status = _with(
+        ctx,
+        status,
+        Phase.SUSPENDED,
+        (suspension.CONDITION, ConditionStatus.TRUE, suspension.JOB_SUSPENDED, message),
+        ("LeaseHeld", false, suspension.SUSPENDED, "The job is suspended: the lease is unheld."),
+        ("Ready", false, suspension.SUSPENDED, message),
+    )
+    status = status.model_copy(update={"holder_identity": None, "next_attempt_after": None})
+    delete = stale + 1 if stale else 0
+    if lease.suspended:
+        return Plan(Action.NONE, status, delete_pods_below_token=delete)
+    history = _end_attempt(list(status.attempt_history or []), AttemptReason.SUSPENDED, ctx.now)
+    return Plan(Action.SUSPEND, _with_history(status, history), delete_pods_below_token=delete)
 
 
 def _retry(

@@ -36,6 +36,7 @@ from leasehold.controller import reconcile
 from leasehold.controller.deadline import JobClocks
 from leasehold.controller.expiry import ExpiryReason
 from leasehold.controller.reconcile import Action, JobEvent, Plan, PodFacts
+from leasehold.controller.ttl import FinishClocks
 from leasehold.lease import models
 from leasehold.lease.errors import (
     InvalidLeaseError,
@@ -46,11 +47,21 @@ from leasehold.lease.errors import (
 )
 from leasehold.lease.models import LeasedJob, LeasedJobStatus
 from leasehold.lease.protocol import MonotonicClock
-from leasehold.lease.store import Accepted, LeaseStore, StoredLease, format_time, to_stored
+from leasehold.lease.store import (
+    Accepted,
+    LeaseStore,
+    StoredLease,
+    WorkItem,
+    format_time,
+    to_stored,
+)
 
 log = logging.getLogger(__name__)
 
 COMPONENT: Final = "leasehold-operator"
+
+_ENDED: Final = ("Succeeded", "Failed")
+"""Phases of a pod whose containers all ended."""
 
 QUOTA_BACKOFF_SECONDS: Final = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0)
 """Delays before retrying a pod create refused by a ResourceQuota (the last repeats)."""
@@ -186,6 +197,7 @@ class JobService:
         self._locks: dict[str, threading.Lock] = {}
         self._quota_refusals: dict[str, int] = {}
         self._job_clocks = JobClocks(monotonic)
+        self._finish_clocks = FinishClocks(monotonic)
         self._locks_guard = threading.Lock()
         self.own_writes = OwnWrites()
         """Versions written here (their watch events are not reconciled again)."""
@@ -260,6 +272,7 @@ class JobService:
             body, server_now = self._read_job(namespace, name)
             if body is None:
                 self._job_clocks.forget(f"{namespace}/{name}")
+                self._finish_clocks.forget(f"{namespace}/{name}")
                 self._retire_lease(namespace, name)
                 return None
             try:
@@ -295,7 +308,42 @@ class JobService:
             for event in plan.events:
                 self.record_event(body, event.type, event.reason, event.message)
             self._write_status(namespace, name, body, plan.status)
+            left = self._finish_clocks.seconds_left(job, body, plan.status, server_now, COMPONENT)
+            if left is not None and left <= 0:
+                self._delete_finished(job, body)
+            elif left is not None:
+                plan = replace(plan, requeue_after_seconds=left)
             return plan
+
+    def _delete_finished(self, job: LeasedJob, body: dict[str, Any]) -> None:
+        """Delete a finished job whose ``ttlSecondsAfterFinished`` passed, and its pods.
+
+        Only this incarnation (a UID precondition); its pods are deleted here
+        too, not left to the garbage collector. The JobLease stays: it is
+        the name's fencing domain.
+        """
+        namespace, name = _ns_name(body)
+        ttl = job.spec.ttl_seconds_after_finished
+        self.record_event(
+            body,
+            "Normal",
+            "TTLExpired",
+            f"Deleting the job: it finished more than ttlSecondsAfterFinished={ttl}s ago"
+            " (its JobLease stays, so the name's fencing tokens never repeat).",
+        )
+        self._delete_stale_pods(namespace, name, 2**62, owner_uid=str(body["metadata"]["uid"]))
+        options = client.V1DeleteOptions(
+            preconditions=client.V1Preconditions(uid=str(body["metadata"]["uid"])),
+            propagation_policy="Background",
+        )
+        try:
+            self._custom.delete_namespaced_custom_object(
+                names.GROUP, names.VERSION, namespace, names.PLURAL_LEASED_JOBS, name, body=options
+            )
+        except ApiException as exc:
+            if exc.status not in (404, 409):  # gone, or another incarnation now
+                raise api_error(exc, f"delete LeasedJob {namespace}/{name}") from exc
+        log.info("deleted %s/%s: ttlSecondsAfterFinished=%ss passed", namespace, name, ttl)
 
     def _carry_out(
         self, job: LeasedJob, body: dict[str, Any], lease: StoredLease | None, plan: Plan
@@ -310,15 +358,30 @@ class JobService:
                 raise _LeaseMoved(result.lease)
             self._wrote_lease(result.lease)
             if plan.delete_pods_below_token:
-                self._delete_stale_pods(namespace, name, plan.delete_pods_below_token)
+                self._delete_pods(namespace, name, plan)
             return plan
+        if plan.action is Action.SUSPEND and lease is not None:
+            # As a stop: the lease first (a completion that landed first
+            # stands), then the suspended attempt's pods.
+            suspended = self._store.suspend(lease)
+            if not isinstance(suspended, Accepted):
+                raise _LeaseMoved(suspended.lease)
+            self._wrote_lease(suspended.lease)
+            if plan.delete_pods_below_token:
+                self._delete_pods(namespace, name, plan)
+            return plan
+        if plan.action is Action.RESUME and lease is not None:
+            resumed = self._store.resume(lease)
+            if isinstance(resumed, Accepted):
+                self._wrote_lease(resumed.lease)
+            raise _LeaseMoved(resumed.lease)  # plan again on it: the next claim
         if plan.action is Action.RETRY and lease is not None:
             reopened = self._store.reopen(lease)
             if isinstance(reopened, Accepted):
                 self._wrote_lease(reopened.lease)
             raise _LeaseMoved(reopened.lease)  # plan again on it: the next claim
         if plan.delete_pods_below_token:
-            self._delete_stale_pods(namespace, name, plan.delete_pods_below_token)
+            self._delete_pods(namespace, name, plan)
         if plan.action is Action.CREATE_LEASE:
             return self._create_lease(job, body, plan)
         if plan.action is Action.TAKE_OVER_LEASE and lease is not None:
@@ -331,6 +394,8 @@ class JobService:
                 startup_deadline_seconds=(
                     job.spec.startup_deadline_seconds if job.spec.template is not None else None
                 ),
+                suspended=job.spec.suspend,
+                work=_work(job),
             )
             if isinstance(taken, Accepted):
                 self._wrote_lease(taken.lease)
@@ -413,6 +478,8 @@ class JobService:
             job_uid=str(body["metadata"]["uid"]),
             mode=_mode(job),
             finalizers=[names.FINALIZER_DOMAIN],
+            suspended=job.spec.suspend,
+            work=_work(job),
         )
         if carried:
             self.record_event(
@@ -685,17 +752,42 @@ class JobService:
             )
         return facts
 
-    def _delete_stale_pods(self, namespace: str, name: str, below_token: int) -> None:
+    def _delete_pods(self, namespace: str, name: str, plan: Plan) -> None:
+        """Delete the pods the plan fenced off, but those its retention keeps."""
+        self._delete_stale_pods(
+            namespace,
+            name,
+            plan.delete_pods_below_token,
+            keep_ended=plan.keep_ended_pods,
+            keep_tokens=plan.keep_pod_tokens,
+        )
+
+    def _delete_stale_pods(
+        self,
+        namespace: str,
+        name: str,
+        below_token: int,
+        *,
+        keep_ended: bool = False,
+        keep_tokens: frozenset[int] = frozenset(),
+        owner_uid: str | None = None,
+    ) -> None:
         pods = self._core.list_namespaced_pod(namespace, label_selector=f"{names.LABEL_JOB}={name}")
         for pod in pods.items:
             meta = pod.metadata
             if meta is None or meta.name is None or meta.deletion_timestamp is not None:
                 continue
+            if keep_ended and pod.status is not None and pod.status.phase in _ENDED:
+                continue  # spec.podRetention: All
+            if owner_uid is not None and not any(
+                ref.uid == owner_uid for ref in meta.owner_references or []
+            ):
+                continue  # another incarnation's pod
             try:
                 token = int((meta.labels or {}).get(names.LABEL_TOKEN, "0"))
             except ValueError:
                 continue
-            if token >= below_token:
+            if token >= below_token or token in keep_tokens:
                 continue
             log.info("deleting stale pod %s/%s (token %d)", namespace, meta.name, token)
             try:
@@ -1009,3 +1101,15 @@ def _owner_job(lease: StoredLease) -> dict[str, Any] | None:
 def _mode(job: LeasedJob) -> models.LeaseMode:
     """Push when the job has a pod template (the operator claims), else pull."""
     return models.LeaseMode.PUSH if job.spec.template is not None else models.LeaseMode.PULL
+
+
+def _work(job: LeasedJob) -> WorkItem:
+    """What the job's lease carries for a pull-mode claimer: params, priority, creation."""
+    created = job.metadata.get("creationTimestamp")
+    return WorkItem(
+        params=job.spec.params,
+        priority=job.spec.priority,
+        job_created=(
+            datetime.fromisoformat(str(created).replace("Z", "+00:00")) if created else None
+        ),
+    )

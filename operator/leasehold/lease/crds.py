@@ -166,7 +166,12 @@ def leased_job_crd() -> dict[str, Any]:
         " stalls, the lease is reclaimed and the job runs again under a higher token, and"
         " the stalled worker's late effects are rejected.",
         columns=[
-            _col("Phase", "string", ".status.phase", "Pending, Running, Succeeded or Failed."),
+            _col(
+                "Phase",
+                "string",
+                ".status.phase",
+                "Pending, Running, Suspended, Succeeded or Failed.",
+            ),
             _col("Holder", "string", ".status.holderIdentity", "Current lease holder."),
             _col("Token", "integer", ".status.fencingToken", "Current fencing token."),
             _col("Attempts", "integer", ".status.attempts", "Claims made so far."),

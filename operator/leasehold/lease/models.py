@@ -15,10 +15,11 @@ attributes are their snake_case twins (aliases are camelCase).
 from __future__ import annotations
 
 import enum
+import json
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 from leasehold.lease.protocol import Outcome
@@ -35,6 +36,12 @@ MAX_ACTIVE_DEADLINE_SECONDS: Final = 7 * 24 * 3600
 DEFAULT_STARTUP_DEADLINE_SECONDS: Final = 600
 """Ten minutes to start: an image pull, a node from the autoscaler, init containers."""
 MAX_STARTUP_DEADLINE_SECONDS: Final = 24 * 3600
+MAX_TTL_SECONDS_AFTER_FINISHED: Final = 365 * 24 * 3600
+MAX_PRIORITY: Final = 1_000_000
+"""``spec.priority`` lies within plus or minus this."""
+MAX_PARAMS_BYTES: Final = 32 * 1024
+"""``spec.params`` as compact JSON is at most this long (it is copied to the JobLease)."""
+MAX_PARAMS_PROPERTIES: Final = 256
 MAX_MESSAGE_LENGTH: Final = 1024
 MAX_ATTEMPT_HISTORY: Final = 10
 """Attempts kept in ``status.attemptHistory``: the last ten (the oldest go first)."""
@@ -205,9 +212,11 @@ _LEASE_RULES: Final[list[dict[str, str]]] = [
     },
     {
         "rule": f"{REARM} || !has(oldSelf.maxFencingToken) || (has(self.maxFencingToken)"
-        " && self.maxFencingToken <= oldSelf.maxFencingToken)",
+        " && self.maxFencingToken <= oldSelf.maxFencingToken"
+        " + self.suspensions - oldSelf.suspensions)",
         "message": "spec.maxFencingToken (the attempt limit) can only be lowered, never raised"
-        " or removed (except by a new incarnation of the job)",
+        " or removed (except by a new incarnation of the job, or by one in the write that"
+        " counts a suspension: a suspended attempt uses no budget)",
         "fieldPath": ".maxFencingToken",
         "reason": "FieldValueForbidden",
     },
@@ -242,6 +251,23 @@ _LEASE_RULES: Final[list[dict[str, str]]] = [
         " of the job starts without one; only a Failed one may be moved to"
         " spec.lastFailure, to retry the job)",
         "fieldPath": ".completion",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": "self.fencingToken == oldSelf.fencingToken || !self.suspended",
+        "message": "a suspended lease (spec.suspended) cannot be claimed: its job is suspended",
+        "fieldPath": ".suspended",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": f"self.suspensions == oldSelf.suspensions"
+        f" || ({REARM} && self.suspensions == 0)"
+        " || (self.suspensions == oldSelf.suspensions + 1 && self.suspended"
+        " && !oldSelf.suspended && has(oldSelf.holderIdentity)"
+        " && !has(self.holderIdentity) && self.fencingToken == oldSelf.fencingToken)",
+        "message": "spec.suspensions goes up by exactly one, only in the write that suspends a"
+        " held lease (unheld, same token); a new incarnation starts at 0",
+        "fieldPath": ".suspensions",
         "reason": "FieldValueForbidden",
     },
     {
@@ -298,6 +324,13 @@ _LEASE_CREATE_RULES: Final[list[dict[str, str]]] = [
         "rule": "!has(self.completion) || !has(self.holderIdentity)",
         "message": "a completed lease is unheld: remove spec.holderIdentity in the same write"
         " that records spec.completion",
+        "fieldPath": ".holderIdentity",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": "!self.suspended || !has(self.holderIdentity)",
+        "message": "a suspended lease (spec.suspended) is unheld: remove spec.holderIdentity in"
+        " the same write",
         "fieldPath": ".holderIdentity",
         "reason": "FieldValueForbidden",
     },
@@ -416,6 +449,35 @@ class JobLeaseSpec(_Model):
         default=None,
         description="The last Failed completion reopened: kept so the failure stays on record.",
     )
+    params: dict[str, Any] | None = Field(
+        default=None,
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+        description="The job's spec.params, copied by the operator when the incarnation takes"
+        " the lease: the input a claimer gets with the lease (the SDK's LeaseHolder.params).",
+    )
+    priority: int = Field(
+        default=0,
+        ge=-MAX_PRIORITY,
+        le=MAX_PRIORITY,
+        description="The job's spec.priority, copied likewise: pull pools claim higher first.",
+    )
+    job_creation_timestamp: datetime | None = Field(
+        default=None,
+        description="The served incarnation's metadata.creationTimestamp: pull pools claim the"
+        " older first among equal priorities (the lease itself may be older: it outlives jobs).",
+    )
+    suspended: bool = Field(
+        default=False,
+        description="The job is suspended (its spec.suspend): no claim is possible and the"
+        " lease is unheld. Written by the operator only.",
+    )
+    suspensions: int = Field(
+        default=0,
+        ge=0,
+        description="Attempts ended by a suspension. Goes up by one in the write that suspends"
+        " a held lease, which may also raise spec.maxFencingToken by one: a suspended"
+        " attempt uses no budget.",
+    )
     startup_deadline_seconds: int | None = Field(
         default=None,
         ge=1,
@@ -467,6 +529,8 @@ class Phase(enum.StrEnum):
     """Accepted; no attempt holds the lease yet."""
     RUNNING = "Running"
     """An attempt holds the lease."""
+    SUSPENDED = "Suspended"
+    """``spec.suspend`` is true: no attempt runs until it is resumed."""
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
 
@@ -541,6 +605,21 @@ _JOB_RULES: Final[list[dict[str, str]]] = [
         "reason": "FieldValueForbidden",
     },
     {
+        "rule": "has(self.params) == has(oldSelf.params)"
+        " && (!has(self.params) || self.params == oldSelf.params)",
+        "message": "spec.params is immutable: every attempt gets the same input, copied to the"
+        " JobLease (create a new LeasedJob)",
+        "fieldPath": ".params",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": "self.priority == oldSelf.priority",
+        "message": "spec.priority is immutable: it is copied to the JobLease (create a new"
+        " LeasedJob)",
+        "fieldPath": ".priority",
+        "reason": "FieldValueForbidden",
+    },
+    {
         "rule": "self.cancel || !oldSelf.cancel",
         "message": "spec.cancel cannot be undone: a cancelled job stays cancelled"
         " (create a new LeasedJob)",
@@ -600,12 +679,35 @@ class Backoff(_Model):
         )
 
 
+class PodRetention(enum.StrEnum):
+    """Which attempt pods the operator keeps (``spec.podRetention``)."""
+
+    LAST = "Last"
+    """Fenced-off attempts' pods are deleted; the last attempt's pod is kept."""
+    NONE = "None"
+    """The last attempt's pod is deleted too, once the job finished."""
+    ALL = "All"
+    """Every attempt's pod that ended is kept; only still-running fenced-off ones go."""
+
+
 class LeasedJobSpec(_Model):
     """What to run, and how long a worker may stall before it is replaced."""
 
     model_config = ConfigDict(
         json_schema_extra=cast("JsonDict", {"x-kubernetes-validations": _JOB_RULES})
     )
+
+    @field_validator("params")
+    @classmethod
+    def _params_fit(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        """``spec.params`` is at most :data:`MAX_PARAMS_BYTES` as compact JSON."""
+        if value is not None:
+            size = len(json.dumps(value, separators=(",", ":")).encode())
+            if size > MAX_PARAMS_BYTES:
+                raise ValueError(
+                    f"spec.params is {size} bytes as JSON; at most {MAX_PARAMS_BYTES} are allowed"
+                )
+        return value
 
     template: PodTemplate | None = Field(
         default=None,
@@ -659,6 +761,50 @@ class LeasedJobSpec(_Model):
         description="Fail the job when it has run this long since it was created (API server"
         " clock). May be changed: the operator's timer follows the new value.",
     )
+    suspend: bool = Field(
+        default=False,
+        description="As batch/v1 Job's: true keeps the job from running (a queue such as Kueue"
+        " admits it by setting false). A job created suspended creates no pod; suspending a"
+        " running job ends its attempt fenced (the lease is released at once, so the"
+        " attempt's late writes carry a stale token) and deletes its pod; resuming starts a"
+        " new attempt under a higher token. Suspended attempts use neither maxAttempts nor"
+        " backoffLimit.",
+    )
+    params: dict[str, Any] | None = Field(
+        default=None,
+        json_schema_extra={
+            "x-kubernetes-preserve-unknown-fields": True,
+            "maxProperties": MAX_PARAMS_PROPERTIES,
+        },
+        description="Pull mode: the job's input, any JSON object (at most 256 keys and 32 KiB"
+        " as JSON), handed to the worker that claims it (LeaseHolder.params in the SDK)."
+        " Copied to the JobLease. Immutable: every attempt gets the same input.",
+    )
+    priority: int = Field(
+        default=0,
+        ge=-MAX_PRIORITY,
+        le=MAX_PRIORITY,
+        description="Pull mode: a pool's claim_any takes the highest first (ties: the oldest"
+        " job first). Between -1000000 and 1000000; default 0. Immutable (copied to the"
+        " JobLease).",
+    )
+    pod_retention: PodRetention = Field(
+        default=PodRetention.LAST,
+        description="Which attempts' pods are kept. Last (default): an attempt's pod is"
+        " deleted as soon as the attempt is fenced off (reclaimed, retried, suspended,"
+        " stopped) and the last attempt's pod is kept for kubectl logs. None: the last one is"
+        " deleted too once the job finished. All: every pod that ended is kept (a fenced-off"
+        " pod still running is deleted all the same).",
+    )
+    ttl_seconds_after_finished: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_TTL_SECONDS_AFTER_FINISHED,
+        description="As batch/v1 Job's: delete the job (and its pods) this many seconds after"
+        " it finished (Succeeded or Failed, cancelled included). Unset: kept until deleted."
+        " Its JobLease stays (the name's fencing domain), so a job created again under the"
+        " name never reuses a token. May be changed.",
+    )
     cancel: bool = Field(
         default=False,
         description="Set to true to stop the job for good: it fails with reason Cancelled and"
@@ -682,6 +828,8 @@ class AttemptReason(enum.StrEnum):
     """The job's ``activeDeadlineSeconds`` passed while the attempt ran."""
     CANCELLED = "Cancelled"
     """The job was cancelled while the attempt ran."""
+    SUSPENDED = "Suspended"
+    """The job was suspended while the attempt ran (no budget used)."""
 
 
 class AttemptRecord(_Model):

@@ -100,6 +100,8 @@ class LeaseRecord:
         base_fencing_token: the token when that incarnation took the lease.
         failures: how many Failed completions were reopened to be retried.
         last_failure: the last Failed completion reopened, if any.
+        suspended: the job is suspended: unheld, and no claim is possible.
+        suspensions: attempts ended by a suspension (each raised the cap by one).
     """
 
     job_name: str
@@ -115,6 +117,8 @@ class LeaseRecord:
     base_fencing_token: FencingToken = FencingToken(0)
     failures: int = 0
     last_failure: Completion | None = None
+    suspended: bool = False
+    suspensions: int = 0
 
     @property
     def held(self) -> bool:
@@ -137,6 +141,8 @@ class Rejection(enum.StrEnum):
     """Claim refused: the token reached ``max_fencing_token`` (attempts used up)."""
     NOT_EXPIRED = "NotExpired"
     """Reclaim refused: the lease changed within its duration, or is unheld."""
+    SUSPENDED = "Suspended"
+    """Claim refused: the lease's job is suspended (``spec.suspend``); wait for a resume."""
     NOT_BOUND = "NotBound"
     """A pod's write refused: the lease is not yet bound to a pod (push mode:
     the operator binds it to the pod it created right after creating it).
@@ -231,12 +237,14 @@ def claim(record: LeaseRecord, claimant: HolderIdentity, now: datetime) -> Decis
 
     Returns:
         :class:`Allowed` with holder := claimant and token := token + 1, or
-        :class:`Denied` with ``COMPLETED``, ``LOST_RACE`` or ``EXHAUSTED``.
+        :class:`Denied` with ``COMPLETED``, ``LOST_RACE``, ``SUSPENDED`` or ``EXHAUSTED``.
     """
     if record.completion is not None:
         return Denied(Rejection.COMPLETED, record)
     if record.held:
         return Denied(Rejection.LOST_RACE, record)
+    if record.suspended:
+        return Denied(Rejection.SUSPENDED, record)
     if record.max_fencing_token is not None and record.fencing_token >= record.max_fencing_token:
         return Denied(Rejection.EXHAUSTED, record)
     return Allowed(
@@ -354,6 +362,33 @@ def reopen(record: LeaseRecord) -> Decision:
     return Allowed(
         dataclasses.replace(
             record, completion=None, last_failure=done, failures=record.failures + 1
+        )
+    )
+
+
+def suspend(record: LeaseRecord) -> Decision:
+    """Decide a suspend: the operator stops the job's attempts until it is resumed.
+
+    The lease becomes unheld at the same token (the running attempt's late
+    writes are then refused, and its token never comes back); a held lease
+    counts one suspension and its cap rises by one, so the attempt it ended
+    uses no budget. Denied with ``COMPLETED``: a completion that landed first
+    stands.
+    """
+    if record.completion is not None:
+        return Denied(Rejection.COMPLETED, record)
+    held = record.held
+    cap = record.max_fencing_token
+    return Allowed(
+        dataclasses.replace(
+            record,
+            holder_identity=None,
+            holder_uid=None,
+            suspended=True,
+            suspensions=record.suspensions + (1 if held else 0),
+            max_fencing_token=(
+                FencingToken(cap + 1) if held and cap is not None else record.max_fencing_token
+            ),
         )
     )
 

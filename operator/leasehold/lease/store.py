@@ -79,6 +79,18 @@ class StoredLease:
     generation: int
     body: dict[str, Any]
 
+    @property
+    def params(self) -> dict[str, Any] | None:
+        """The job's ``spec.params`` as copied to the lease (pull mode's input), if any."""
+        params = (self.body.get("spec") or {}).get("params")
+        return dict(params) if isinstance(params, dict) else None
+
+    @property
+    def priority(self) -> int:
+        """The job's ``spec.priority`` as copied to the lease (``0`` when absent)."""
+        priority = (self.body.get("spec") or {}).get("priority")
+        return priority if isinstance(priority, int) else 0
+
 
 @dataclass(frozen=True)
 class Accepted:
@@ -161,6 +173,8 @@ def to_stored(body: dict[str, Any]) -> StoredLease:
         base_fencing_token=FencingToken(spec.base_fencing_token),
         failures=spec.failures,
         last_failure=_completion(spec.last_failure),
+        suspended=spec.suspended,
+        suspensions=spec.suspensions,
     )
     return StoredLease(
         namespace=str(meta.get("namespace", "")),
@@ -266,6 +280,29 @@ def _claim_ops(
     ]
 
 
+@dataclass(frozen=True)
+class WorkItem:
+    """What a pull-mode claimer gets with a lease, copied from its job.
+
+    Attributes:
+        params: the job's ``spec.params``.
+        priority: the job's ``spec.priority``.
+        job_created: the job's ``metadata.creationTimestamp`` (ties of priority).
+    """
+
+    params: dict[str, Any] | None = None
+    priority: int = 0
+    job_created: datetime | None = None
+
+    def fields(self) -> dict[str, Any]:
+        """The JobLease spec fields, by their Python names."""
+        return {
+            "params": self.params,
+            "priority": self.priority,
+            "job_creation_timestamp": self.job_created,
+        }
+
+
 # --------------------------------------------------------------------------
 # The store
 
@@ -357,6 +394,8 @@ class LeaseStore:
         job_uid: str | None = None,
         mode: models.LeaseMode | None = None,
         finalizers: list[str] | None = None,
+        suspended: bool = False,
+        work: WorkItem | None = None,
     ) -> StoredLease:
         """Create an unheld lease of the LeasedJob ``job_name``.
 
@@ -368,7 +407,8 @@ class LeaseStore:
         when someone deletes it. ``job_uid`` names the incarnation it serves,
         ``mode`` who claims it;
         ``startup_deadline_seconds`` bounds an attempt's start (push mode; ``None`` in
-        pull mode).
+        pull mode); ``suspended`` creates it suspended (its job is: nothing may claim);
+        ``work`` is the job's params, priority and creation time.
 
         Raises:
             WriteRefusedError: it exists already (status 409), or the schema refused it.
@@ -391,6 +431,8 @@ class LeaseStore:
                 fencing_token=initial_fencing_token,
                 startup_deadline_seconds=startup_deadline_seconds,
                 base_fencing_token=initial_fencing_token,
+                suspended=suspended,
+                **(work or WorkItem()).fields(),
             ),
         )
         with api_errors("create", namespace, name):
@@ -801,6 +843,62 @@ class LeaseStore:
         ]
         return self._conditional(judged, ops, "reopen")
 
+    def suspend(self, judged: StoredLease) -> Result:
+        """Suspend a lease (its job's ``spec.suspend``): unheld, no claim until resumed.
+
+        A held lease is released in the same write, which counts one
+        suspension and raises the cap by one (the ended attempt uses no
+        budget; the CRD allows exactly this); the holder's late writes carry a
+        token that is no longer held. Conditioned on ``judged.resource_version``.
+
+        Returns:
+            :class:`Accepted`, or :class:`Rejected` with ``COMPLETED`` (a worker
+            completed first: that stands) or ``NOT_EXPIRED`` (it changed since:
+            re-read and decide again).
+        """
+        decision = protocol.suspend(judged.record)
+        if isinstance(decision, protocol.Denied):
+            return Rejected(decision.rejection, judged)
+        new = decision.record
+        ops: list[dict[str, Any]] = [
+            {
+                "op": "replace",
+                "path": "/metadata/resourceVersion",
+                "value": judged.resource_version,
+            },
+            {"op": "add", "path": "/spec/suspended", "value": True},
+        ]
+        if judged.record.holder_identity is not None:
+            ops += [
+                {"op": "remove", "path": "/spec/holderIdentity"},
+                _UNBIND,
+                {"op": "add", "path": "/spec/suspensions", "value": new.suspensions},
+            ]
+            if new.max_fencing_token is not None:
+                ops.append(
+                    {"op": "add", "path": "/spec/maxFencingToken", "value": new.max_fencing_token}
+                )
+        return self._conditional(judged, ops, "suspend")
+
+    def resume(self, judged: StoredLease) -> Result:
+        """Resume a suspended lease: claimable again (the next claim takes a higher token).
+
+        Conditioned on ``judged.resource_version``.
+
+        Returns:
+            :class:`Accepted`, or :class:`Rejected` with ``NOT_EXPIRED`` (it
+            changed since: re-read and decide again) or ``COMPLETED``.
+        """
+        ops: list[dict[str, Any]] = [
+            {
+                "op": "replace",
+                "path": "/metadata/resourceVersion",
+                "value": judged.resource_version,
+            },
+            {"op": "add", "path": "/spec/suspended", "value": False},
+        ]
+        return self._conditional(judged, ops, "resume")
+
     def _conditional(self, judged: StoredLease, ops: list[dict[str, Any]], action: str) -> Result:
         """Write ``ops`` only if the lease is still at ``judged``'s version."""
         try:
@@ -826,6 +924,8 @@ class LeaseStore:
         lease_duration_seconds: int,
         max_attempts: int,
         startup_deadline_seconds: int | None = None,
+        suspended: bool = False,
+        work: WorkItem | None = None,
     ) -> Result:
         """Hand the lease to a new incarnation of its job, at the same token.
 
@@ -836,7 +936,8 @@ class LeaseStore:
         first claim takes the next token, so tokens (and with them pod names and
         idempotency keys) never repeat and never go down. Its timing
         (``lease_duration_seconds``, ``startup_deadline_seconds``: ``None`` in
-        pull mode) is the new incarnation's. The CRD allows these
+        pull mode), ``suspended`` and ``work`` (params, priority, creation time)
+        are the new incarnation's (its suspensions start at 0). The CRD allows these
         changes only together with a new ``spec.jobUID``. Any
         ``ownerReferences`` (a lease made before leases outlived their jobs) are
         removed. Conditioned on ``judged.resource_version``.
@@ -867,7 +968,12 @@ class LeaseStore:
             {"op": "add", "path": "/spec/completion", "value": None},
             {"op": "add", "path": "/spec/failures", "value": 0},
             {"op": "add", "path": "/spec/lastFailure", "value": None},
+            {"op": "add", "path": "/spec/suspended", "value": suspended},
+            {"op": "add", "path": "/spec/suspensions", "value": 0},
         ]
+        api_work = models.JobLeaseSpec(job_name="x", **(work or WorkItem()).fields()).to_api()
+        for key in ("params", "priority", "jobCreationTimestamp"):
+            ops.append({"op": "add", "path": f"/spec/{key}", "value": api_work.get(key)})
         if judged.body.get("metadata", {}).get("ownerReferences"):
             # A lease made before leases outlived their jobs: let it outlive them.
             ops.append({"op": "remove", "path": "/metadata/ownerReferences"})

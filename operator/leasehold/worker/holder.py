@@ -90,7 +90,8 @@ class LeaseHolder:
     claim happened elsewhere, at a time this process cannot know) makes
     :meth:`start` renew once first. ``renew_fraction`` and ``margin_seconds``
     shape the :class:`~leasehold.worker.timing.LeaseTiming`; ``on_lost`` is
-    called once on loss; ``monotonic`` is the clock (injected for tests).
+    called once on loss; ``monotonic`` is the clock (injected for tests);
+    ``params`` is the job's input, from the lease a pull-mode claim took.
 
     Thread-safe. ``on_lost`` runs in the renewer thread, or in the thread
     whose :meth:`check` noticed the deadline passing.
@@ -115,8 +116,12 @@ class LeaseHolder:
         on_lost: LossCallback | None = None,
         monotonic: MonotonicClock = time.monotonic,
         holder_uid: str | None = None,
+        params: dict[str, Any] | None = None,
     ) -> None:
         self.namespace = namespace
+        self.params = params
+        """The job's ``spec.params`` (its input) as the claim read it from the lease;
+        ``None`` when it has none or the holder was not made by a claim (push mode)."""
         self.holder_uid = holder_uid
         """This pod's ``metadata.uid`` when the holder is a pod: the lease is bound
         to it, so a pod that replaced this one under the same name is not the holder."""

@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, Final
 
 from leasehold.lease.errors import LeaseNotFoundError
 from leasehold.lease.store import Rejected, StoredLease
@@ -21,6 +22,9 @@ from leasehold.worker.holder import LeaseHolder, LossCallback
 from leasehold.worker.timing import DEFAULT_RENEW_FRACTION
 
 log = logging.getLogger(__name__)
+
+_LATEST: Final = datetime.max.replace(tzinfo=UTC)
+"""Sorts a lease without any creation time last among its priority."""
 
 
 def claim(
@@ -77,9 +81,12 @@ def claim_any(
     margin_seconds: float | None = None,
     on_lost: LossCallback | None = None,
 ) -> LeaseHolder | None:
-    """Claim the oldest free lease of a namespace (matching ``label_selector``, e.g. ``pool=gpu``).
+    """Claim the next free lease of a namespace (matching ``label_selector``, e.g. ``pool=gpu``).
 
-    Held, completed, exhausted and push-mode leases are skipped (the chart's
+    That is the one of the highest ``spec.priority`` (copied from its job), and
+    among equal priorities the one whose job was created first.
+
+    Held, completed, exhausted, suspended and push-mode leases are skipped (the chart's
     admission policy refuses a worker's claim of a push-mode lease too), and so is a lease
     taken (or deleted) by someone else between the LIST and the claim.
     Requests: one LIST, then one PATCH per lease tried. Arguments as :func:`claim`.
@@ -93,13 +100,11 @@ def claim_any(
     """
     scope = StoreScope.open(store)
     with scope.closed_on_error():
-        for lease in _oldest_first(
-            scope.store.list_leases(namespace, label_selector=label_selector)
-        ):
+        for lease in _next_first(scope.store.list_leases(namespace, label_selector=label_selector)):
             record = lease.record
             cap = record.max_fencing_token
             exhausted = cap is not None and record.fencing_token >= cap
-            if record.held or record.completion is not None or exhausted:
+            if record.held or record.completion is not None or exhausted or record.suspended:
                 continue
             if lease.body.get("spec", {}).get("mode") == "Push":
                 continue  # the operator claims it for the pod it creates
@@ -158,12 +163,18 @@ def _claim(
         acquired_at=started,
         on_lost=on_lost,
         holder_uid=uid,
+        params=result.lease.params,
     )
 
 
-def _oldest_first(leases: list[StoredLease]) -> list[StoredLease]:
-    def age(lease: StoredLease) -> tuple[str, str]:
-        meta = lease.body.get("metadata", {})
-        return (str(meta.get("creationTimestamp", "")), lease.name)
+def _next_first(leases: list[StoredLease]) -> list[StoredLease]:
+    """Highest priority first; then the oldest job (the lease may be older than its job)."""
 
-    return sorted(leases, key=age)
+    def order(lease: StoredLease) -> tuple[int, datetime, str]:
+        spec = lease.body.get("spec") or {}
+        meta = lease.body.get("metadata") or {}
+        created = spec.get("jobCreationTimestamp") or meta.get("creationTimestamp")
+        when = datetime.fromisoformat(str(created).replace("Z", "+00:00")) if created else _LATEST
+        return (-lease.priority, when, lease.name)
+
+    return sorted(leases, key=order)
