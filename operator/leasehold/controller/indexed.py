@@ -380,8 +380,10 @@ def plan_indexed(
             if open_slots <= 0:
                 continue
             open_slots -= 1
-        if plan.action is not Action.NONE or (
-            not pull and leases[index].holder_identity is not None
+        if (
+            plan.action is not Action.NONE
+            or plan.status.next_attempt_after is not None  # a backoff to remember
+            or (not pull and leases[index].holder_identity is not None)  # bound yet?
         ):
             steps.append(IndexStep(index, index_lease_name(name, index), plan))
 
