@@ -317,6 +317,9 @@ class JobService:
             lease = self._get_lease(namespace, name)
             if lease is not None:
                 self._release_domain_if_namespace_goes(lease)
+                if lease.record.job_name != name:  # an index lease of job <name minus -i>
+                    self._report_lease_name_taken(job, body, lease)
+                    return None
             status = job.status or LeasedJobStatus()
             for _ in range(4):
                 holder = lease.record.holder_identity if lease else None
@@ -896,6 +899,29 @@ class JobService:
         if read_version:
             version = (written.get("metadata") or {}).get("resourceVersion")
             self.own_writes.record("LeasedJob", namespace, name, str(version or ""))
+
+    def _report_lease_name_taken(
+        self, job: LeasedJob, body: dict[str, Any], lease: StoredLease
+    ) -> None:
+        """The job's lease name is another job's lease (an index of an Indexed job): wait.
+
+        Taking it over would take that index's fencing domain from a live job.
+        """
+        namespace, name = _ns_name(body)
+        message = (
+            f"JobLease {name} belongs to job {lease.record.job_name} (one of its indexes);"
+            " this job cannot run under that name: rename it."
+        )
+        log.warning("%s/%s: %s", namespace, name, message)
+        status = _with_conditions(
+            job,
+            job.status or LeasedJobStatus(),
+            ("Ready", "False", "LeaseNameTaken", message),
+            now=self._clock(),
+        )
+        if status != job.status:
+            self.record_event(body, "Warning", "LeaseNameTaken", message)
+        self._write_status(namespace, name, body, status)
 
     def _report_invalid(self, body: dict[str, Any], exc: ValidationError) -> None:
         namespace, name = _ns_name(body)
