@@ -24,7 +24,7 @@ from kubernetes import client, config
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from leasehold import names
+from leasehold import names, worker
 from leasehold.fencing import StaleToken
 from leasehold.fencing.postgres import fence, install
 from leasehold.lease.indexes import index_lease_name
@@ -469,3 +469,44 @@ def test_a_job_named_like_an_index_lease_does_not_take_it_over(
     st = status(api_client, namespace, "clash")
     assert "completedIndexes" not in st
     assert st["completionProgress"] == "0/2"
+
+
+def test_a_pool_claims_the_indexes_of_a_pull_job_each_addressable(
+    operator: OperatorProcess,
+    api_client: client.ApiClient,
+    store: LeaseStore,
+    namespace: str,
+    worker_rbac: None,
+) -> None:
+    payloads = {index: f"payload-{index}" for index in range(4)}
+    create_job(
+        api_client,
+        namespace,
+        "pulled",
+        None,
+        lease_seconds=30,
+        completions=4,
+        parallelism=2,
+        completionMode="Indexed",
+    )
+    worked: list[tuple[int, int, str]] = []
+    selector = f"{names.LABEL_JOB}=pulled"
+
+    def work_one() -> bool:
+        holder = worker.claim_any(namespace, "pool-a", selector, store=store)
+        if holder is None:
+            return False
+        index = holder.completion_index
+        assert index is not None
+        assert holder.lease_name == index_lease_name("pulled", index)
+        assert holder.effect_key("w") == f"{namespace}/pulled/index-{index}/1/w"
+        worked.append((index, int(holder.token), payloads[index]))
+        holder.complete(Outcome.SUCCEEDED)
+        holder.close()
+        return len(worked) == 4
+
+    wait_for("every index worked by the pool", work_one, 60)
+    assert sorted(index for index, _, _ in worked) == [0, 1, 2, 3]
+    assert {token for _, token, _ in worked} == {1}
+    wait_for("Succeeded", phase_is(api_client, namespace, "pulled", "Succeeded"), 30)
+    assert status(api_client, namespace, "pulled")["completedIndexes"] == "0-3"
