@@ -510,3 +510,33 @@ def test_a_pool_claims_the_indexes_of_a_pull_job_each_addressable(
     assert {token for _, token, _ in worked} == {1}
     wait_for("Succeeded", phase_is(api_client, namespace, "pulled", "Succeeded"), 30)
     assert status(api_client, namespace, "pulled")["completedIndexes"] == "0-3"
+
+
+def test_deleting_an_indexed_job_stops_its_held_index_leases_for_good(
+    operator: OperatorProcess,
+    api_client: client.ApiClient,
+    store: LeaseStore,
+    namespace: str,
+) -> None:
+    create_job(api_client, namespace, "gone", None, lease_seconds=300, completions=2, parallelism=2)
+    selector = f"{names.LABEL_JOB}=gone"
+    wait_for(
+        "2 index leases",
+        lambda: len(store.list_leases(namespace, label_selector=selector)) == 2,
+        30,
+    )
+    claimed = store.claim(namespace, "gone-0", "w-0")
+    assert isinstance(claimed, Accepted) and claimed.token == 1
+    client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
+        G, V, namespace, names.PLURAL_LEASED_JOBS, "gone"
+    )
+
+    def stopped() -> bool:
+        record = store.get(namespace, "gone-0").record
+        return record.holder_identity is None and record.max_fencing_token == 1
+
+    wait_for("index 0's lease stopped", stopped, 30)
+    late = store.complete(namespace, "gone-0", "w-0", 1, Outcome.SUCCEEDED)
+    assert isinstance(late, Rejected)
+    assert isinstance(store.claim(namespace, "gone-1", "w-1"), Rejected)  # capped at 0
+    assert names.FINALIZER_DOMAIN in store.get(namespace, "gone-1").body["metadata"]["finalizers"]
