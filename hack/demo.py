@@ -10,6 +10,10 @@ timeline:
    lease. Its first worker is paused (SIGSTOP) past the lease; the operator
    reclaims the lease and starts token 2; the paused worker resumes and its
    completion under token 1 is rejected by the lease store; token 2 completes.
+3. ``indexed-demo`` (``examples/leasedjob-indexed.yaml``) runs four indexes,
+   each under a JobLease of its own; index 2's worker is paused past its
+   lease: only index 2 is taken back and run again (its token 2), the others
+   run on, and the frozen worker's late completion is rejected.
 
 Ends with ``kubectl get leasedjobs,jobleases`` and tears everything down
 (``--keep`` leaves it running and prints how to reach it).
@@ -221,6 +225,9 @@ def run(workdir: Path, keep: bool) -> None:
             if "completed" in line:
                 say("worker", f"worked-example-2: {line.strip()}")
         wait_for("hello to succeed", lambda: job_phase(api, "hello") == "Succeeded", 60)
+
+        # 3. An Indexed job: one lease per index; one index's worker freezes.
+        indexed_run(kubeconfig, api, runner)
         time.sleep(0.5)
         stop.set()
         print(flush=True)
@@ -259,6 +266,51 @@ def run(workdir: Path, keep: bool) -> None:
             runner.stop()
         if not keep:
             cluster.stop()
+
+
+def indexed_run(kubeconfig: Path, api: client.ApiClient, runner: PodRunner) -> None:
+    """Part 3: an Indexed job whose index 2 freezes past its lease; the others run on."""
+    job = load_job(REPO / "examples" / "leasedjob-indexed.yaml")
+    name = job["metadata"]["name"]
+    duration = job["spec"]["leaseDurationSeconds"]
+    kubectl(kubeconfig, "-n", NAMESPACE, "apply", "-f", "-", input_=yaml.safe_dump(job))
+    say("kubectl", f"applied Indexed LeasedJob {name} (4 indexes, one JobLease each)")
+    frozen = f"{name}-2-1"
+    for index in range(4):
+        runner.wait_for_pid(NAMESPACE, f"{name}-{index}-1", timeout=90)
+    wait_for(
+        "index 2's first renewal", lambda: "working under" in runner.log(NAMESPACE, frozen), 60
+    )
+    time.sleep(1.0)
+    runner.pause(NAMESPACE, frozen)
+    paused = time.monotonic()
+    say("demo", f"SIGSTOP {frozen} (index 2): paused longer than its {duration}s lease")
+    wait_for("index 2 taken back", lambda: holder_token(api, f"{name}-2")[1] == 2, duration + 60)
+    others = ", ".join(f"{index}: {holder_token(api, f'{name}-{index}')}" for index in (0, 1, 3))
+    say(
+        "operator",
+        f"index 2 reclaimed and claimed for {name}-2-2 under its token 2,"
+        f" {time.monotonic() - paused:.1f}s after the pause; the others untouched ({others})",
+    )
+    runner.wait_for_pid(NAMESPACE, f"{name}-2-2", timeout=60)
+    time.sleep(1.0)
+    runner.resume(NAMESPACE, frozen)
+    say("demo", f"SIGCONT {frozen}: the stale worker of index 2 wakes up and tries to finish")
+    code = runner.wait_for_exit(NAMESPACE, frozen, timeout=60)
+    for line in runner.log(NAMESPACE, frozen).splitlines():
+        if "REJECTED" in line or "lease lost" in line:
+            say("worker", f"{frozen}: {line.strip()}")
+    say("worker", f"{frozen} exited {code}")
+    wait_for(f"{name} to succeed", lambda: job_phase(api, name) == "Succeeded", 120)
+    body: Any = client.CustomObjectsApi(api).get_namespaced_custom_object(
+        "leasehold.dev", "v1alpha1", NAMESPACE, "leasedjobs", name
+    )
+    status = body.get("status") or {}
+    say(
+        "operator",
+        f"{name} Succeeded: completedIndexes={status.get('completedIndexes')!r},"
+        f" {status.get('completionProgress')} completions, {status.get('attempts')} attempts",
+    )
 
 
 def main() -> int:

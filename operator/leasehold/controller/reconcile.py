@@ -22,6 +22,7 @@ from typing import Any, Final, NamedTuple
 from leasehold import names
 from leasehold.controller import retention, suspension
 from leasehold.lease import models
+from leasehold.lease.indexes import index_lease_name
 from leasehold.lease.models import (
     AttemptReason,
     AttemptRecord,
@@ -783,6 +784,7 @@ def build_pod(
     token: int,
     owner_uid: str,
     lease_duration_seconds: int,
+    index: int | None = None,
 ) -> dict[str, Any]:
     """Build the pod of one attempt from the job's template.
 
@@ -799,6 +801,10 @@ def build_pod(
         owner_uid: the job's ``metadata.uid``.
         lease_duration_seconds: the JobLease's duration (never the job's spec:
             the lease's duration is the one the operator judges expiry by).
+        index: for a job with several completions, the completion index the
+            attempt serves: its lease is that index's (``<job>-<index>``), and the
+            index is injected (``JOB_COMPLETION_INDEX``,
+            ``LEASEHOLD_COMPLETION_INDEX``, a label and annotations).
 
     Returns:
         The pod body, JSON-ready.
@@ -811,24 +817,34 @@ def build_pod(
     template = job.spec.template
     job_name = str(job.metadata["name"])
     meta = template.metadata or models.PodTemplateMetadata()
+    lease = lease_name(job_name) if index is None else index_lease_name(job_name, index)
     labels = {**(meta.labels or {}), LABEL_JOB: job_name, LABEL_TOKEN: str(token)}
     annotations = {
         **(meta.annotations or {}),
         ANNOTATION_TOKEN: str(token),
         ANNOTATION_HOLDER: holder,
-        ANNOTATION_LEASE: lease_name(job_name),
+        ANNOTATION_LEASE: lease,
     }
+    if index is not None:
+        labels[names.LABEL_COMPLETION_INDEX] = str(index)
+        annotations[names.ANNOTATION_COMPLETION_INDEX] = str(index)
+        annotations[names.BATCH_ANNOTATION_COMPLETION_INDEX] = str(index)
     spec = copy.deepcopy(template.spec)
     spec["restartPolicy"] = "Never"
     injected: list[dict[str, Any]] = [
         {"name": names.ENV_NAMESPACE, "value": namespace},
         {"name": names.ENV_JOB, "value": job_name},
-        {"name": names.ENV_LEASE, "value": lease_name(job_name)},
+        {"name": names.ENV_LEASE, "value": lease},
         {"name": names.ENV_HOLDER, "value": holder},
         {"name": names.ENV_FENCING_TOKEN, "value": str(token)},
         {"name": names.ENV_LEASE_DURATION, "value": str(lease_duration_seconds)},
         {"name": names.ENV_POD_UID, "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
     ]
+    if index is not None:
+        injected += [
+            {"name": names.ENV_COMPLETION_INDEX, "value": str(index)},
+            {"name": names.ENV_JOB_COMPLETION_INDEX, "value": str(index)},
+        ]
     injected_names = {e["name"] for e in injected}
     for container in spec.get("containers", []):
         own = [e for e in container.get("env", []) if e.get("name") not in injected_names]

@@ -32,9 +32,10 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from leasehold import names
-from leasehold.controller import reconcile
+from leasehold.controller import indexed, reconcile
 from leasehold.controller.deadline import JobClocks
 from leasehold.controller.expiry import ExpiryReason
+from leasehold.controller.indexed_service import IndexedJobs
 from leasehold.controller.reconcile import Action, JobEvent, Plan, PodFacts
 from leasehold.controller.ttl import FinishClocks
 from leasehold.lease import models
@@ -201,11 +202,54 @@ class JobService:
         self._locks_guard = threading.Lock()
         self.own_writes = OwnWrites()
         """Versions written here (their watch events are not reconciled again)."""
+        self.indexed = IndexedJobs(self)
+        """The index leases of jobs with several completions."""
 
     @property
     def store(self) -> LeaseStore:
         """The lease store this service writes through."""
         return self._store
+
+    # -- what the index leases' service (controller/indexed_service.py) uses --
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        """The core/v1 API (pods)."""
+        return self._core
+
+    def now(self) -> datetime:
+        """The wall-clock time for status stamps (for people; never judged)."""
+        return self._clock()
+
+    def wrote_lease(self, lease: StoredLease) -> None:
+        """Note a lease version this operator wrote (its watch event needs no reconcile)."""
+        self._wrote_lease(lease)
+
+    def write_status(
+        self, namespace: str, name: str, body: dict[str, Any], status: LeasedJobStatus
+    ) -> None:
+        """Write a job's status, conditioned on the version read (see ``_write_status``)."""
+        self._write_status(namespace, name, body, status)
+
+    def release_domain_if_namespace_goes(self, lease: StoredLease) -> None:
+        """Drop a deleted lease's domain finalizer once its namespace is deleted."""
+        self._release_domain_if_namespace_goes(lease)
+
+    def bind_own_pod(self, body: dict[str, Any], lease: StoredLease) -> None:
+        """Bind a held, unbound push lease to its pod, if this job created that pod."""
+        self._bind_own_pod(body, lease)
+
+    def start_pod(
+        self,
+        job: LeasedJob,
+        body: dict[str, Any],
+        plan: Plan,
+        token: int,
+        lease: StoredLease,
+        index: int | None = None,
+    ) -> Plan:
+        """Create the attempt's pod (of completion ``index``, if given) and bind the lease."""
+        return self._start_pod(job, body, plan, token, lease, index)
 
     def _lock(self, namespace: str, name: str) -> threading.Lock:
         with self._locks_guard:
@@ -274,15 +318,22 @@ class JobService:
                 self._job_clocks.forget(f"{namespace}/{name}")
                 self._finish_clocks.forget(f"{namespace}/{name}")
                 self._retire_lease(namespace, name)
+                self.indexed.retire(namespace, name)
                 return None
             try:
                 job = LeasedJob.model_validate(body)
             except ValidationError as exc:
                 self._report_invalid(body, exc)
                 return None
+            if indexed.is_multi(job):  # one lease per index: controller/indexed_service.py
+                plan = self.indexed.reconcile(job, body, self._elapsed(job, server_now))
+                return self._after_finish(job, body, plan, server_now)
             lease = self._get_lease(namespace, name)
             if lease is not None:
                 self._release_domain_if_namespace_goes(lease)
+                if lease.record.job_name != name:  # an index lease of job <name minus -i>
+                    self._report_lease_name_taken(job, body, lease)
+                    return None
             status = job.status or LeasedJobStatus()
             for _ in range(4):
                 holder = lease.record.holder_identity if lease else None
@@ -308,12 +359,18 @@ class JobService:
             for event in plan.events:
                 self.record_event(body, event.type, event.reason, event.message)
             self._write_status(namespace, name, body, plan.status)
-            left = self._finish_clocks.seconds_left(job, body, plan.status, server_now, COMPONENT)
-            if left is not None and left <= 0:
-                self._delete_finished(job, body)
-            elif left is not None:
-                plan = replace(plan, requeue_after_seconds=left)
-            return plan
+            return self._after_finish(job, body, plan, server_now)
+
+    def _after_finish(
+        self, job: LeasedJob, body: dict[str, Any], plan: Plan, server_now: datetime | None
+    ) -> Plan:
+        """Delete the job once its ``ttlSecondsAfterFinished`` passed, or look again then."""
+        left = self._finish_clocks.seconds_left(job, body, plan.status, server_now, COMPONENT)
+        if left is not None and left <= 0:
+            self._delete_finished(job, body)
+        elif left is not None:
+            plan = replace(plan, requeue_after_seconds=left)
+        return plan
 
     def _delete_finished(self, job: LeasedJob, body: dict[str, Any]) -> None:
         """Delete a finished job whose ``ttlSecondsAfterFinished`` passed, and its pods.
@@ -565,6 +622,7 @@ class JobService:
         plan: Plan,
         token: int,
         lease: StoredLease,
+        index: int | None = None,
     ) -> Plan:
         namespace, _ = _ns_name(body)
         assert plan.pod_name is not None
@@ -575,6 +633,7 @@ class JobService:
             token=token,
             owner_uid=str(body["metadata"]["uid"]),
             lease_duration_seconds=lease.record.lease_duration_seconds,
+            index=index,
         )
         status = plan.status.model_copy(
             update={
@@ -939,6 +998,29 @@ class JobService:
         if read_version:
             version = (written.get("metadata") or {}).get("resourceVersion")
             self.own_writes.record("LeasedJob", namespace, name, str(version or ""))
+
+    def _report_lease_name_taken(
+        self, job: LeasedJob, body: dict[str, Any], lease: StoredLease
+    ) -> None:
+        """The job's lease name is another job's lease (an index of an Indexed job): wait.
+
+        Taking it over would take that index's fencing domain from a live job.
+        """
+        namespace, name = _ns_name(body)
+        message = (
+            f"JobLease {name} belongs to job {lease.record.job_name} (one of its indexes);"
+            " this job cannot run under that name: rename it."
+        )
+        log.warning("%s/%s: %s", namespace, name, message)
+        status = _with_conditions(
+            job,
+            job.status or LeasedJobStatus(),
+            ("Ready", "False", "LeaseNameTaken", message),
+            now=self._clock(),
+        )
+        if status != job.status:
+            self.record_event(body, "Warning", "LeaseNameTaken", message)
+        self._write_status(namespace, name, body, status)
 
     def _report_invalid(self, body: dict[str, Any], exc: ValidationError) -> None:
         namespace, name = _ns_name(body)

@@ -73,18 +73,39 @@ class DuplicateEffect(FenceError):  # noqa: N818
         self.idempotency_key = idempotency_key
 
 
-def idempotency_key(job: str, token: int, step: str) -> str:
-    """The idempotency key of one effect: ``job/token/step``.
+def idempotency_key(job: str, token: int, step: str, *, index: int | None = None) -> str:
+    """The idempotency key of one effect: ``job/token/step`` (``job/index-i/token/step``).
 
     Args:
         job: the job's name (``namespace/name`` to be unique cluster-wide).
         token: the fencing token the effect runs under.
         step: the effect's name within the attempt (e.g. ``"charge-card"``).
+        index: an Indexed job's completion index: each index has tokens of its
+            own (its own lease), so the index is part of the key.
 
     Returns:
-        e.g. ``"default/payout/8/charge-card"``.
+        e.g. ``"default/payout/8/charge-card"``, ``"default/payout/index-3/8/charge-card"``.
     """
+    if index is not None:
+        return f"{job}/index-{index}/{token}/{step}"
     return f"{job}/{token}/{step}"
+
+
+def index_resource(resource: str, index: int | None) -> str:
+    """The fence's resource key for an effect of one index of an Indexed job.
+
+    Each index of an Indexed job is its own fencing domain: its tokens count
+    from its own lease, so a fence must compare them only with that index's.
+    The key keeps a resource's writes of different indexes apart.
+
+    Args:
+        resource: what the effect writes, e.g. ``"account/42"``.
+        index: the completion index, or ``None`` for a job with one lease.
+
+    Returns:
+        ``resource`` itself without an index, else ``"<resource>#index-<i>"``.
+    """
+    return resource if index is None else f"{resource}#index-{index}"
 
 
 def admits(highest: int | None, token: int) -> bool:

@@ -183,6 +183,13 @@ def leased_job_crd() -> dict[str, Any]:
             ),
             _AGE,
             _col("Pod", "string", ".status.podName", "Pod of the latest attempt.", priority=1),
+            _col(
+                "Completions",
+                "string",
+                ".status.completionProgress",
+                'Succeeded of spec.completions, e.g. "7/10" (jobs with several completions).',
+                priority=1,
+            ),
         ],
     )
 

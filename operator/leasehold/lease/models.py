@@ -43,6 +43,12 @@ MAX_PARAMS_BYTES: Final = 32 * 1024
 """``spec.params`` as compact JSON is at most this long (it is copied to the JobLease)."""
 MAX_PARAMS_PROPERTIES: Final = 256
 MAX_MESSAGE_LENGTH: Final = 1024
+MAX_COMPLETIONS: Final = 10_000
+"""The most indexes a job may have (each is one JobLease; batch Job allows 100,000
+with ``backoffLimitPerIndex``, but its status lists stay bounded here too)."""
+MAX_INDEX_LIST_LENGTH: Final = 65_536
+"""The longest ``completedIndexes``/``failedIndexes`` text (every other index of
+``MAX_COMPLETIONS`` fits)."""
 MAX_ATTEMPT_HISTORY: Final = 10
 """Attempts kept in ``status.attemptHistory``: the last ten (the oldest go first)."""
 
@@ -575,6 +581,15 @@ class PodTemplate(_Model):
     )
 
 
+_SINGLE_COMPLETION: Final = (
+    "((!has(self.completions) || self.completions == 1) && self.completionMode != 'Indexed')"
+)
+"""CEL: the job runs one lease (not one per index)."""
+_NOT_FOR_INDEXES: Final = (
+    " is not supported yet for a job with several completions (completions above 1 or"
+    " completionMode Indexed)"
+)
+
 _JOB_RULES: Final[list[dict[str, str]]] = [
     {
         "rule": "self.leaseDurationSeconds == oldSelf.leaseDurationSeconds",
@@ -618,6 +633,67 @@ _JOB_RULES: Final[list[dict[str, str]]] = [
         " LeasedJob)",
         "fieldPath": ".priority",
         "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": "has(self.completions) == has(oldSelf.completions)"
+        " && (!has(self.completions) || self.completions == oldSelf.completions)",
+        "message": "spec.completions is immutable: each index is a JobLease of its own"
+        " (create a new LeasedJob)",
+        "fieldPath": ".completions",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": "self.completionMode == oldSelf.completionMode",
+        "message": "spec.completionMode is immutable (create a new LeasedJob)",
+        "fieldPath": ".completionMode",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": "has(self.backoffLimitPerIndex) == has(oldSelf.backoffLimitPerIndex)"
+        " && (!has(self.backoffLimitPerIndex)"
+        " || self.backoffLimitPerIndex == oldSelf.backoffLimitPerIndex)",
+        "message": "spec.backoffLimitPerIndex is immutable: it is part of each index's"
+        " JobLease cap (spec.maxFencingToken), which can never be raised",
+        "fieldPath": ".backoffLimitPerIndex",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": "!self.suspend || " + _SINGLE_COMPLETION,
+        "message": "spec.suspend" + _NOT_FOR_INDEXES,
+        "fieldPath": ".suspend",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": "!has(self.params) || " + _SINGLE_COMPLETION,
+        "message": "spec.params" + _NOT_FOR_INDEXES,
+        "fieldPath": ".params",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": "self.priority == 0 || " + _SINGLE_COMPLETION,
+        "message": "spec.priority" + _NOT_FOR_INDEXES,
+        "fieldPath": ".priority",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": "self.completionMode != 'Indexed' || has(self.completions)",
+        "message": "an Indexed job needs spec.completions (its number of indexes)",
+        "fieldPath": ".completions",
+        "reason": "FieldValueRequired",
+    },
+    {
+        "rule": "!has(self.backoffLimitPerIndex) || self.completionMode == 'Indexed'",
+        "message": "spec.backoffLimitPerIndex needs spec.completionMode: Indexed",
+        "fieldPath": ".backoffLimitPerIndex",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": "!has(self.maxFailedIndexes) || (has(self.backoffLimitPerIndex)"
+        " && has(self.completions) && self.maxFailedIndexes <= self.completions)",
+        "message": "spec.maxFailedIndexes needs spec.backoffLimitPerIndex and cannot exceed"
+        " spec.completions",
+        "fieldPath": ".maxFailedIndexes",
+        "reason": "FieldValueInvalid",
     },
     {
         "rule": "self.cancel || !oldSelf.cancel",
@@ -688,6 +764,16 @@ class PodRetention(enum.StrEnum):
     """The last attempt's pod is deleted too, once the job finished."""
     ALL = "All"
     """Every attempt's pod that ended is kept; only still-running fenced-off ones go."""
+
+
+class CompletionMode(enum.StrEnum):
+    """How a job with several completions tells them apart (batch/v1 Job's names)."""
+
+    NON_INDEXED = "NonIndexed"
+    """The completions are alike: the job succeeds after ``completions`` successes."""
+    INDEXED = "Indexed"
+    """Each completion has an index ``0..completions-1``, its own JobLease (fencing
+    domain) and attempts; the pod gets the index as ``JOB_COMPLETION_INDEX``."""
 
 
 class LeasedJobSpec(_Model):
@@ -805,6 +891,43 @@ class LeasedJobSpec(_Model):
         " Its JobLease stays (the name's fencing domain), so a job created again under the"
         " name never reuses a token. May be changed.",
     )
+    completions: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_COMPLETIONS,
+        description="How many completions the job needs (batch/v1 Job's). Unset or 1: one"
+        " lease, as always. More: one JobLease per completion (named <job>-<index>), each"
+        " its own fencing domain with its own attempts. Immutable.",
+    )
+    parallelism: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_COMPLETIONS,
+        description="At most this many completions held (running) at once; default 1, as"
+        " batch/v1 Job's. May change: it bounds the next claims, never stops a held one.",
+    )
+    completion_mode: CompletionMode = Field(
+        default=CompletionMode.NON_INDEXED,
+        json_schema_extra={"default": "NonIndexed"},
+        description="NonIndexed or Indexed (each index gets JOB_COMPLETION_INDEX and"
+        " LEASEHOLD_COMPLETION_INDEX, and its own fencing domain). Immutable.",
+    )
+    backoff_limit_per_index: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_BACKOFF_LIMIT,
+        description="Indexed jobs: worker failures retried within each index before that"
+        " index fails (batch/v1 Job's); the other indexes run on. Unset: spec.backoffLimit"
+        " counts failures over the whole job. Immutable.",
+    )
+    max_failed_indexes: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_COMPLETIONS,
+        description="Indexed jobs with backoffLimitPerIndex: when more indexes than this"
+        " have failed, the job fails at once and its running indexes are stopped. Unset:"
+        " every index runs, and the job fails at the end if any index failed.",
+    )
     cancel: bool = Field(
         default=False,
         description="Set to true to stop the job for good: it fails with reason Cancelled and"
@@ -893,6 +1016,30 @@ class LeasedJobStatus(_Model):
     )
     last_attempt_reason: AttemptReason | None = Field(
         default=None, description="Why the latest attempt ended (a printer column)."
+    )
+    active: int | None = Field(
+        default=None,
+        ge=0,
+        description="Jobs with several completions: indexes whose lease is held now.",
+    )
+    succeeded: int | None = Field(
+        default=None, ge=0, description="Jobs with several completions: indexes that succeeded."
+    )
+    completed_indexes: str | None = Field(
+        default=None,
+        max_length=MAX_INDEX_LIST_LENGTH,
+        description='Indexed jobs: the indexes that succeeded, as ranges ("1,3-5,7").',
+    )
+    failed_indexes: str | None = Field(
+        default=None,
+        max_length=MAX_INDEX_LIST_LENGTH,
+        description='Indexed jobs: the indexes that failed for good, as ranges ("1,3-5,7").',
+    )
+    completion_progress: str | None = Field(
+        default=None,
+        max_length=32,
+        description='Jobs with several completions: succeeded/completions, e.g. "7/10"'
+        " (the Completions printer column).",
     )
 
 

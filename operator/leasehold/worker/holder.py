@@ -42,6 +42,7 @@ from leasehold.lease.protocol import (
 )
 from leasehold.lease.store import Accepted, Rejected, Result
 from leasehold.names import (
+    ENV_COMPLETION_INDEX,
     ENV_FENCING_TOKEN,
     ENV_HOLDER,
     ENV_JOB,
@@ -117,11 +118,15 @@ class LeaseHolder:
         monotonic: MonotonicClock = time.monotonic,
         holder_uid: str | None = None,
         params: dict[str, Any] | None = None,
+        completion_index: int | None = None,
     ) -> None:
         self.namespace = namespace
         self.params = params
         """The job's ``spec.params`` (its input) as the claim read it from the lease;
         ``None`` when it has none or the holder was not made by a claim (push mode)."""
+        self.completion_index = completion_index
+        """An Indexed job's completion index (its own lease and fencing domain), else ``None``:
+        part of :meth:`effect_key` and of the fences' resource keys."""
         self.holder_uid = holder_uid
         """This pod's ``metadata.uid`` when the holder is a pod: the lease is bound
         to it, so a pod that replaced this one under the same name is not the holder."""
@@ -169,7 +174,8 @@ class LeaseHolder:
 
         Reads ``LEASEHOLD_NAMESPACE``, ``LEASEHOLD_LEASE``,
         ``LEASEHOLD_HOLDER``, ``LEASEHOLD_FENCING_TOKEN``,
-        ``LEASEHOLD_LEASE_DURATION_SECONDS`` and (optional) ``LEASEHOLD_JOB``
+        ``LEASEHOLD_LEASE_DURATION_SECONDS`` and (optional) ``LEASEHOLD_JOB``,
+        ``LEASEHOLD_COMPLETION_INDEX`` (an Indexed job's index)
         from ``environ`` (default ``os.environ``). Without ``store`` one is
         built on a new API client, which :meth:`close` closes.
 
@@ -188,6 +194,8 @@ class LeaseHolder:
         try:
             token = int(env[ENV_FENCING_TOKEN].strip())
             duration = float(env[ENV_LEASE_DURATION].strip())
+            raw_index = env.get(ENV_COMPLETION_INDEX, "").strip()
+            index = int(raw_index) if raw_index else None
         except ValueError as exc:
             raise LeaseEnvironmentError(f"malformed lease environment: {exc}") from exc
         if token < 1:
@@ -208,6 +216,7 @@ class LeaseHolder:
                 margin_seconds=margin_seconds,
                 on_lost=on_lost,
                 holder_uid=env.get(ENV_POD_UID, "").strip() or None,
+                completion_index=index,
             )
         except ValueError as exc:
             scope.close()
@@ -325,9 +334,14 @@ class LeaseHolder:
 
     def effect_key(self, step: str) -> str:
         """Return the idempotency key of one effect of this attempt, e.g. ``ns/payout/8/charge``."""
+        job = self.job_name or self.lease_name
         return fencing.idempotency_key(
-            f"{self.namespace}/{self.job_name or self.lease_name}", self._token, step
+            f"{self.namespace}/{job}", self._token, step, index=self.completion_index
         )
+
+    def fence_resource(self, resource: str) -> str:
+        """The fence's key for ``resource``: keyed per index for an Indexed job's attempt."""
+        return fencing.index_resource(resource, self.completion_index)
 
     def fencing_headers(self, resource: str, step: str | None = None) -> dict[str, str]:
         """Return HTTP headers for :class:`~leasehold.fencing.http.FencingMiddleware`.
@@ -335,14 +349,14 @@ class LeaseHolder:
         ``step`` names the effect, for an ``Idempotency-Key`` header.
         """
         key = self.effect_key(step) if step is not None else None
-        return http_fencing.fencing_headers(self._token, resource, key)
+        return http_fencing.fencing_headers(self._token, self.fence_resource(resource), key)
 
     def sql_params(self, resource: str, step: str | None = None) -> dict[str, Any]:
         """Return named parameters for :data:`leasehold.fencing.postgres.FENCE_SQL`."""
         from leasehold.fencing import postgres  # needs the [postgres] extra
 
         key = self.effect_key(step) if step is not None else None
-        return dict(postgres.sql_params(self._token, resource, key))
+        return dict(postgres.sql_params(self._token, self.fence_resource(resource), key))
 
     def annotate(self, body: dict[str, Any]) -> dict[str, Any]:
         """Put the fencing-token annotation on ``body`` (in place) and return it."""

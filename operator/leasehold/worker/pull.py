@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from leasehold.lease.errors import LeaseNotFoundError
 from leasehold.lease.store import Rejected, StoredLease
-from leasehold.names import ENV_POD_UID
+from leasehold.names import ENV_POD_UID, LABEL_COMPLETION_INDEX
 from leasehold.worker.connection import LeaseOperations, StoreScope
 from leasehold.worker.holder import LeaseHolder, LossCallback
 from leasehold.worker.timing import DEFAULT_RENEW_FRACTION
@@ -164,7 +164,23 @@ def _claim(
         on_lost=on_lost,
         holder_uid=uid,
         params=result.lease.params,
+        completion_index=completion_index(result.lease),
     )
+
+
+def completion_index(lease: StoredLease) -> int | None:
+    """The completion index a lease serves (an Indexed job's index lease), else ``None``.
+
+    Args:
+        lease: a stored JobLease.
+
+    Returns:
+        The index from the lease's ``leasehold.dev/completion-index`` label (set
+        by the operator; workers cannot change a lease's labels).
+    """
+    labels = lease.body.get("metadata", {}).get("labels") or {}
+    raw = str(labels.get(LABEL_COMPLETION_INDEX, ""))
+    return int(raw) if raw.isdigit() else None
 
 
 def _next_first(leases: list[StoredLease]) -> list[StoredLease]:

@@ -1,0 +1,330 @@
+"""Carry out the plan of a job with several completions: one JobLease per index.
+
+Why this module exists: :mod:`leasehold.controller.indexed` decides, purely;
+this module reads the job's index leases (one list), performs each index's
+step through the same store writes and pod handling as a single-lease job
+(:class:`~leasehold.controller.service.JobService`: claim, pod create with
+its 409/quota/rejection cases, bind, stop, reopen, take-over) and writes the
+job's status. Each index lease is a fencing domain of its own, with the
+same guarantees as a job's lease: no ownerReference, a finalizer, its
+``jobUID`` and ``baseFencingToken`` (docs/architecture.md, "Indexed jobs").
+
+Called by :meth:`JobService.reconcile` under the job's lock; blocking calls.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import replace
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from kubernetes.client.exceptions import ApiException
+
+from leasehold import names
+from leasehold.controller import indexed
+from leasehold.controller.indexed import IndexStep
+from leasehold.controller.reconcile import Action, Plan
+from leasehold.lease.errors import LeaseNotFoundError, WriteRefusedError, api_error
+from leasehold.lease.models import LeasedJob, LeaseMode
+from leasehold.lease.store import Accepted, StoredLease
+
+if TYPE_CHECKING:
+    from leasehold.controller.service import JobService
+
+log = logging.getLogger(__name__)
+
+MAX_REPLANS = 4
+"""Steps one index may take in one reconcile (create, claim, start; or reopen, claim, start)."""
+
+
+def index_of(lease: StoredLease) -> int | None:
+    """The completion index of an index lease (its label), or ``None`` for a job's own lease."""
+    raw = (lease.body.get("metadata", {}).get("labels") or {}).get(names.LABEL_COMPLETION_INDEX)
+    return int(raw) if raw is not None and str(raw).isdigit() else None
+
+
+class IndexedJobs:
+    """The index leases of jobs with several completions, driven through one :class:`JobService`.
+
+    Args:
+        service: the service whose store, API clients, Events and status
+            writes are used.
+    """
+
+    def __init__(self, service: JobService) -> None:
+        self._service = service
+        self._retry_after: dict[tuple[str, str, int], datetime] = {}
+        """(namespace, lease, token) -> when that failure's backoff ends (memory only)."""
+        self._guard = threading.Lock()
+
+    def _leases(self, namespace: str, name: str) -> dict[int, StoredLease]:
+        selector = f"{names.LABEL_JOB}={name},{names.LABEL_COMPLETION_INDEX}"
+        found = self._service.store.list_leases(namespace, label_selector=selector)
+        out: dict[int, StoredLease] = {}
+        for lease in found:
+            index = index_of(lease)
+            if index is not None and lease.record.job_name == name:
+                out[index] = lease
+        return out
+
+    def _backoff_end(self, lease: StoredLease) -> datetime | None:
+        key = (lease.namespace, lease.name, lease.record.fencing_token)
+        with self._guard:
+            return self._retry_after.get(key)
+
+    def reconcile(self, job: LeasedJob, body: dict[str, Any], elapsed_seconds: float) -> Plan:
+        """One step for every index that needs one, then the job's status.
+
+        Args:
+            job: the LeasedJob (validated ``body``).
+            body: its raw body (for Events and the status write's precondition).
+            elapsed_seconds: how long the job has existed (its deadline).
+
+        Returns:
+            A plan carrying the status written and when to look again.
+        """
+        service = self._service
+        meta = body["metadata"]
+        namespace, name = str(meta["namespace"]), str(meta["name"])
+        leases = self._leases(namespace, name)
+        for lease in leases.values():
+            service.release_domain_if_namespace_goes(lease)
+        retry_after: dict[int, datetime] = {}
+        for index, lease in leases.items():
+            end = self._backoff_end(lease)
+            if end is not None:
+                retry_after[index] = end
+        decided = indexed.plan_indexed(
+            job,
+            {i: lease.record for i, lease in leases.items()},
+            now=service.now(),
+            elapsed_seconds=elapsed_seconds,
+            last_reclaim_reasons={i: _reclaim_reason(lease) for i, lease in leases.items()},
+            retry_after=retry_after,
+        )
+        requeue = decided.requeue_after_seconds
+        for step in decided.steps:
+            after = self._step(job, body, step, leases.get(step.index))
+            if after is not None:
+                requeue = after if requeue is None else min(requeue, after)
+        if decided.delete_pods:
+            self._delete_pods(namespace, name, None, None)
+        for event in decided.events:
+            service.record_event(body, event.type, event.reason, event.message)
+        service.write_status(namespace, name, body, decided.status)
+        return Plan(Action.NONE, decided.status, requeue_after_seconds=requeue)
+
+    def _step(
+        self, job: LeasedJob, body: dict[str, Any], step: IndexStep, lease: StoredLease | None
+    ) -> float | None:
+        """Carry out one index's step; plan that index again after a write that needs it.
+
+        Returns:
+            When to reconcile again for this index (a backoff, a quota), if at all.
+        """
+        service = self._service
+        namespace = str(body["metadata"]["namespace"])
+        plan = step.plan
+        requeue: float | None = None
+        for _ in range(MAX_REPLANS):
+            action = plan.action
+            if action is Action.CREATE_LEASE:
+                lease = self._create(job, body, step)
+            elif action is Action.TAKE_OVER_LEASE and lease is not None:
+                taken = service.store.rearm(
+                    lease,
+                    job_uid=str(body["metadata"]["uid"]),
+                    mode=_mode(job),
+                    lease_duration_seconds=job.spec.lease_duration_seconds,
+                    max_attempts=indexed.index_max_fencing_token_span(job),
+                    startup_deadline_seconds=(
+                        job.spec.startup_deadline_seconds if job.spec.template is not None else None
+                    ),
+                )
+                service.wrote_lease(taken.lease)
+                lease = taken.lease
+            elif action is Action.RETRY and lease is not None:
+                reopened = service.store.reopen(lease)
+                service.wrote_lease(reopened.lease)
+                lease = reopened.lease
+            elif action is Action.STOP and lease is not None:
+                stopped = service.store.stop(lease)
+                if isinstance(stopped, Accepted):
+                    service.wrote_lease(stopped.lease)
+                    self._delete_pods(namespace, lease.record.job_name, step.index, None)
+                return requeue
+            elif action is Action.CLAIM_AND_START and lease is not None:
+                return self._claim_and_start(job, body, step, plan, lease)
+            elif action is Action.START_POD and lease is not None:
+                return self._start(job, body, step, plan, lease, lease.record.fencing_token)
+            else:
+                if lease is not None:
+                    self._remember_backoff(lease, plan)
+                    if job.spec.template is not None:
+                        service.bind_own_pod(body, lease)
+                return plan.requeue_after_seconds
+            if lease is None:
+                return requeue
+            plan = indexed.plan_index(
+                job,
+                step.index,
+                lease.record,
+                now=service.now(),
+                last_reclaim_reason=_reclaim_reason(lease),
+                retry_after=self._backoff_end(lease),
+            )
+            if job.spec.template is None or plan.action not in (
+                Action.CLAIM_AND_START,
+                Action.START_POD,
+                Action.RETRY,
+                Action.NONE,
+            ):
+                return requeue
+        return requeue
+
+    def _remember_backoff(self, lease: StoredLease, plan: Plan) -> None:
+        after = plan.status.next_attempt_after
+        if after is None or lease.record.completion is None:
+            return
+        key = (lease.namespace, lease.name, lease.record.fencing_token)
+        with self._guard:
+            self._retry_after.setdefault(key, after)
+
+    def _create(self, job: LeasedJob, body: dict[str, Any], step: IndexStep) -> StoredLease | None:
+        """Create an index's lease (unheld, token 0): its own fencing domain."""
+        service = self._service
+        meta = body["metadata"]
+        namespace, name = str(meta["namespace"]), str(meta["name"])
+        try:
+            # No ownerReference: like a job's lease, it outlives the job.
+            return service.store.create(
+                namespace,
+                step.lease_name,
+                job_name=name,
+                lease_duration_seconds=job.spec.lease_duration_seconds,
+                max_fencing_token=indexed.index_max_fencing_token_span(job),
+                labels={
+                    names.LABEL_JOB: name,
+                    names.LABEL_COMPLETION_INDEX: str(step.index),
+                },
+                startup_deadline_seconds=(
+                    job.spec.startup_deadline_seconds if job.spec.template is not None else None
+                ),
+                job_uid=str(meta["uid"]),
+                mode=_mode(job),
+                finalizers=[names.FINALIZER_DOMAIN],
+            )
+        except WriteRefusedError:
+            # It exists (an earlier reconcile, or a lease of that name that is
+            # not this job's index): read it; it is planned on the next pass.
+            try:
+                existing = service.store.get(namespace, step.lease_name)
+            except LeaseNotFoundError:
+                return None
+            if existing.record.job_name != name or index_of(existing) != step.index:
+                log.warning(
+                    "%s/%s: lease name %s is taken by another job's lease; index %d waits",
+                    namespace,
+                    name,
+                    step.lease_name,
+                    step.index,
+                )
+                return None
+            return existing
+
+    def _claim_and_start(
+        self,
+        job: LeasedJob,
+        body: dict[str, Any],
+        step: IndexStep,
+        plan: Plan,
+        lease: StoredLease,
+    ) -> float | None:
+        service = self._service
+        namespace = lease.namespace
+        assert plan.pod_name is not None
+        claimed = service.store.claim(namespace, lease.name, plan.pod_name, observed=lease)
+        if not isinstance(claimed, Accepted):
+            log.info("claim of %s/%s refused: %s", namespace, lease.name, claimed.rejection)
+            return None  # its lease's watch event brings the next reconcile
+        if claimed.token != int(plan.pod_name.rsplit("-", 1)[-1]):
+            service.store.release(namespace, lease.name, plan.pod_name, claimed.token)
+            return 1.0
+        self._delete_pods(namespace, lease.record.job_name, step.index, claimed.token)
+        return self._start(job, body, step, plan, claimed.lease, claimed.token)
+
+    def _start(
+        self,
+        job: LeasedJob,
+        body: dict[str, Any],
+        step: IndexStep,
+        plan: Plan,
+        lease: StoredLease,
+        token: int,
+    ) -> float | None:
+        service = self._service
+        started = service.start_pod(job, body, replace(plan, events=[]), token, lease, step.index)
+        for event in started.events:
+            service.record_event(
+                body, event.type, event.reason, f"Index {step.index}: {event.message}"
+            )
+        return started.requeue_after_seconds
+
+    def _delete_pods(
+        self, namespace: str, name: str, index: int | None, below_token: int | None
+    ) -> None:
+        """Delete the job's pods (of one index, below a token), as a single job's stale pods."""
+        core = self._service.core
+        selector = f"{names.LABEL_JOB}={name}"
+        if index is not None:
+            selector += f",{names.LABEL_COMPLETION_INDEX}={index}"
+        try:
+            pods = core.list_namespaced_pod(namespace, label_selector=selector)
+        except ApiException as exc:
+            raise api_error(exc, f"list pods of {namespace}/{name}") from exc
+        for pod in pods.items:
+            meta = pod.metadata
+            if meta is None or meta.name is None or meta.deletion_timestamp is not None:
+                continue
+            token = (meta.labels or {}).get(names.LABEL_TOKEN, "")
+            if below_token is not None and (not token.isdigit() or int(token) >= below_token):
+                continue
+            try:
+                core.delete_namespaced_pod(meta.name, namespace)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise api_error(exc, f"delete pod {namespace}/{meta.name}") from exc
+
+    def retire(self, namespace: str, name: str) -> None:
+        """The job is gone: stop its index leases for good, keeping them as domains.
+
+        Args:
+            namespace: the job's namespace.
+            name: the job's name.
+        """
+        service = self._service
+        for lease in self._leases(namespace, name).values():
+            service.release_domain_if_namespace_goes(lease)
+            record = lease.record
+            cap = record.max_fencing_token
+            if record.completion is not None or (
+                record.holder_identity is None and cap is not None and cap <= record.fencing_token
+            ):
+                continue
+            stopped = service.store.stop(lease)
+            if isinstance(stopped, Accepted):
+                service.wrote_lease(stopped.lease)
+
+
+def _reclaim_reason(lease: StoredLease) -> str | None:
+    status = lease.body.get("status") or {}
+    if status.get("lastReclaimedToken") != lease.record.fencing_token:
+        return None
+    reason = status.get("lastReclaimReason")
+    return str(reason) if reason else None
+
+
+def _mode(job: LeasedJob) -> LeaseMode:
+    return LeaseMode.PUSH if job.spec.template is not None else LeaseMode.PULL

@@ -1,0 +1,312 @@
+"""Indexed jobs, pure parts: index ranges, the per-index planner, pods and fencing keys."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from leasehold import fencing, names
+from leasehold.controller import indexed, reconcile
+from leasehold.controller.indexed import IndexState
+from leasehold.controller.reconcile import Action
+from leasehold.lease import indexes
+from leasehold.lease.models import LeasedJob, Phase
+from leasehold.lease.protocol import Completion, FencingToken, HolderIdentity, LeaseRecord, Outcome
+from leasehold.worker.holder import LeaseHolder
+
+NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
+
+
+def job(template: bool = True, /, **spec: Any) -> LeasedJob:
+    body: dict[str, Any] = {
+        "metadata": {"name": "big", "namespace": "ns", "uid": "u-1", "generation": 1},
+        "spec": {
+            "leaseDurationSeconds": 10,
+            "maxAttempts": 2,
+            "completionMode": "Indexed",
+            **spec,
+        },
+    }
+    if template:
+        body["spec"]["template"] = {"spec": {"containers": [{"name": "w", "image": "x"}]}}
+    return LeasedJob.model_validate(body)
+
+
+def lease(index: int, token: int, holder: str | None = None, **kw: Any) -> LeaseRecord:
+    kw.setdefault("job_uid", "u-1")
+    kw.setdefault("max_fencing_token", 2)
+    if holder is not None:
+        kw.setdefault("holder_uid", f"pod-{index}-{token}")
+    return LeaseRecord(
+        job_name="big",
+        holder_identity=HolderIdentity(holder) if holder else None,
+        fencing_token=FencingToken(token),
+        lease_duration_seconds=10,
+        **kw,
+    )
+
+
+def done(index: int, token: int, outcome: Outcome = Outcome.SUCCEEDED, **kw: Any) -> LeaseRecord:
+    completion = Completion(
+        FencingToken(token), HolderIdentity(f"big-{index}-{token}"), outcome, NOW
+    )
+    return lease(index, token, completion=completion, **kw)
+
+
+# -- ranges ------------------------------------------------------------------
+
+
+def test_compress_writes_batch_jobs_ranges() -> None:
+    assert indexes.compress([7, 1, 3, 4, 5, 4]) == "1,3-5,7"
+    assert indexes.compress([]) == ""
+    assert indexes.compress([0, 1]) == "0-1"
+    assert indexes.parse("1,3-5,7") == {1, 3, 4, 5, 7}
+    assert indexes.parse(None) == set()
+
+
+@given(st.sets(st.integers(min_value=0, max_value=2000), max_size=200))
+def test_ranges_round_trip(found: set[int]) -> None:
+    text = indexes.compress(found)
+    assert indexes.parse(text) == found
+    assert indexes.compress(indexes.parse(text)) == text
+    # Each range is as long as it can be: no two parts touch.
+    bounds = [
+        tuple(int(x) for x in part.split("-")) if "-" in part else (int(part), int(part))
+        for part in text.split(",")
+        if part
+    ]
+    for (_, hi), (lo, _) in itertools.pairwise(bounds):
+        assert lo > hi + 1
+
+
+@pytest.mark.parametrize("bad", ["a", "3-1", "-1", "1,,x"])
+def test_parse_refuses_malformed_ranges(bad: str) -> None:
+    with pytest.raises(ValueError, match=r"."):
+        indexes.parse(bad)
+
+
+def test_index_lease_name_fits_and_keeps_room_for_the_token() -> None:
+    assert indexes.index_lease_name("big", 3) == "big-3"
+    long = indexes.index_lease_name("a" * 253, 12345)
+    assert long.endswith("-12345")
+    assert len(reconcile.pod_name(long, 9_999_999)) <= 253
+    assert reconcile.pod_name(long, 9_999_999).startswith(long)
+
+
+# -- the planner ---------------------------------------------------------------
+
+
+def test_a_new_job_starts_parallelism_indexes_lowest_first() -> None:
+    decided = indexed.plan_indexed(job(completions=5, parallelism=2), {}, now=NOW)
+    assert [(s.index, s.plan.action) for s in decided.steps] == [
+        (0, Action.CREATE_LEASE),
+        (1, Action.CREATE_LEASE),
+    ]
+    assert decided.steps[0].lease_name == "big-0"
+    assert decided.status.completion_progress == "0/5"
+
+
+def test_held_indexes_use_up_parallelism() -> None:
+    leases = {0: lease(0, 1, "big-0-1"), 1: done(1, 1), 2: lease(2, 1, "big-2-1")}
+    decided = indexed.plan_indexed(job(completions=5, parallelism=3), leases, now=NOW)
+    starts = [s.index for s in decided.steps if s.plan.action is Action.CREATE_LEASE]
+    assert starts == [3]
+    assert decided.status.active == 2
+    assert decided.status.completed_indexes == "1"
+    assert decided.status.phase == Phase.RUNNING
+
+
+def test_a_reclaimed_index_is_claimed_again_with_its_own_next_token() -> None:
+    leases = {0: lease(0, 1), 1: lease(1, 1, "big-1-1")}
+    decided = indexed.plan_indexed(job(completions=2, parallelism=2), leases, now=NOW)
+    claim = next(s for s in decided.steps if s.index == 0)
+    assert claim.plan.action is Action.CLAIM_AND_START
+    assert claim.plan.pod_name == "big-0-2"
+
+
+def test_parallelism_holds_back_a_reclaimed_index_too() -> None:
+    leases = {0: lease(0, 1), 1: lease(1, 1, "big-1-1")}
+    decided = indexed.plan_indexed(job(completions=2, parallelism=1), leases, now=NOW)
+    assert all(s.plan.action is not Action.CLAIM_AND_START for s in decided.steps)
+
+
+def test_all_indexes_succeeded_succeeds_the_job() -> None:
+    leases = {i: done(i, 1) for i in range(3)}
+    decided = indexed.plan_indexed(job(completions=3, parallelism=3), leases, now=NOW)
+    assert decided.status.phase == Phase.SUCCEEDED
+    assert decided.status.completed_indexes == "0-2"
+    assert decided.status.completion_progress == "3/3"
+    assert [e.reason for e in decided.events] == ["Completed"]
+    complete = next(c for c in decided.status.conditions or [] if c.type == "Complete")
+    assert (complete.status, complete.observed_generation) == ("True", 1)
+
+
+def test_backoff_limit_per_index_fails_only_that_index() -> None:
+    spec: dict[str, Any] = {"completions": 3, "parallelism": 3, "backoffLimitPerIndex": 1}
+    leases = {
+        0: done(0, 2, Outcome.FAILED, failures=1, max_fencing_token=3),
+        1: done(1, 1),
+        2: lease(2, 1, "big-2-1", max_fencing_token=3),
+    }
+    decided = indexed.plan_indexed(job(**spec), leases, now=NOW)
+    assert decided.status.failed_indexes == "0"
+    assert decided.status.completed_indexes == "1"
+    assert decided.status.phase == Phase.RUNNING
+    assert [e.reason for e in decided.events] == ["BackoffLimitExceeded"]
+    assert decided.events[0].message.startswith("Index 0: ")
+    # Index 2 ends: every index ran, one failed.
+    leases[2] = done(2, 1, max_fencing_token=3)
+    status = decided.status
+    finished = indexed.plan_indexed(
+        job(**spec).model_copy(update={"status": status}), leases, now=NOW
+    )
+    assert finished.status.phase == Phase.FAILED
+    failed = next(c for c in finished.status.conditions or [] if c.type == "Failed")
+    assert failed.reason == "FailedIndexes"
+
+
+def test_a_failed_index_within_its_budget_backs_off_then_retries() -> None:
+    spec: dict[str, Any] = {"completions": 2, "parallelism": 2, "backoffLimitPerIndex": 1}
+    leases = {0: done(0, 1, Outcome.FAILED, max_fencing_token=3), 1: lease(1, 1, "big-1-1")}
+    decided = indexed.plan_indexed(job(**spec), leases, now=NOW)
+    step = next(s for s in decided.steps if s.index == 0)
+    assert step.plan.action is Action.NONE
+    after = step.plan.status.next_attempt_after
+    assert after == NOW + timedelta(seconds=10)
+    assert [e.reason for e in decided.events] == ["BackingOff"]
+    assert decided.requeue_after_seconds == 10
+    later = indexed.plan_indexed(job(**spec), leases, now=after, retry_after={0: after})
+    assert next(s for s in later.steps if s.index == 0).plan.action is Action.RETRY
+    assert later.events == []
+
+
+def test_more_failed_indexes_than_max_failed_indexes_fails_the_job_and_stops_the_rest() -> None:
+    spec: dict[str, Any] = {"completions": 4, "parallelism": 4}
+    spec.update(backoffLimitPerIndex=0, maxFailedIndexes=1)
+    leases = {
+        0: done(0, 1, Outcome.FAILED),
+        1: done(1, 1, Outcome.FAILED),
+        2: lease(2, 1, "big-2-1"),
+        3: done(3, 1),
+    }
+    decided = indexed.plan_indexed(job(**spec), leases, now=NOW)
+    assert decided.status.phase == Phase.FAILED
+    assert decided.status.failed_indexes == "0-1"
+    failed = next(c for c in decided.status.conditions or [] if c.type == "Failed")
+    assert failed.reason == "MaxFailedIndexesExceeded"
+    assert [(s.index, s.plan.action) for s in decided.steps] == [(2, Action.STOP)]
+    assert decided.delete_pods
+
+
+def test_without_a_per_index_budget_backoff_limit_counts_the_whole_job() -> None:
+    spec: dict[str, Any] = {"completions": 3, "parallelism": 3, "backoffLimit": 1}
+    leases = {
+        0: done(0, 1, Outcome.FAILED, max_fencing_token=3),
+        1: done(1, 1, Outcome.FAILED, max_fencing_token=3),
+        2: lease(2, 1, "big-2-1", max_fencing_token=3),
+    }
+    decided = indexed.plan_indexed(job(**spec), leases, now=NOW)
+    assert decided.status.phase == Phase.FAILED
+    failed = next(c for c in decided.status.conditions or [] if c.type == "Failed")
+    assert failed.reason == "BackoffLimitExceeded"
+    assert [(s.index, s.plan.action) for s in decided.steps] == [(2, Action.STOP)]
+
+
+def test_an_index_out_of_attempts_fails_as_attempts_exhausted() -> None:
+    spec: dict[str, Any] = {"completions": 2, "parallelism": 2, "backoffLimitPerIndex": 0}
+    leases = {0: lease(0, 2, max_fencing_token=5), 1: lease(1, 1, "big-1-1")}
+    decided = indexed.plan_indexed(job(**spec), leases, now=NOW)
+    assert decided.status.failed_indexes == "0"
+    stop = next(s for s in decided.steps if s.index == 0)
+    assert stop.plan.action is Action.STOP
+
+
+def test_cancel_stops_every_unfinished_index() -> None:
+    leases = {0: lease(0, 1, "big-0-1"), 1: done(1, 1), 2: lease(2, 1)}
+    decided = indexed.plan_indexed(job(completions=4, parallelism=4, cancel=True), leases, now=NOW)
+    assert decided.status.phase == Phase.FAILED
+    assert [(s.index, s.plan.action) for s in decided.steps] == [(0, Action.STOP), (2, Action.STOP)]
+
+
+def test_an_earlier_incarnations_index_lease_is_taken_over() -> None:
+    leases = {0: done(0, 4, job_uid="old")}
+    decided = indexed.plan_indexed(job(completions=1, parallelism=1), leases, now=NOW)
+    assert [s.plan.action for s in decided.steps] == [Action.TAKE_OVER_LEASE]
+    assert decided.status.completed_indexes == ""
+
+
+def test_pull_mode_opens_parallelism_leases_for_a_pool() -> None:
+    leases = {0: lease(0, 1, "w-a"), 1: lease(1, 0)}
+    decided = indexed.plan_indexed(job(False, completions=5, parallelism=3), leases, now=NOW)
+    assert [(s.index, s.plan.action) for s in decided.steps] == [(2, Action.CREATE_LEASE)]
+
+
+def test_index_states() -> None:
+    sub = indexed.plan_index(job(completions=2), 0, lease(0, 1, "big-0-1"), now=NOW)
+    assert sub.status.phase == Phase.RUNNING
+    assert IndexState.ACTIVE.value == "Active"
+
+
+def test_an_unbound_held_index_has_its_pod_created() -> None:
+    held = lease(0, 1, "big-0-1", holder_uid=None)
+    sub = indexed.plan_index(job(completions=2), 0, held, now=NOW)
+    assert (sub.action, sub.pod_name) == (Action.START_POD, "big-0-1")
+
+
+# -- pods and fencing ------------------------------------------------------------
+
+
+def test_an_index_pod_carries_its_index_and_its_own_lease() -> None:
+    pod = reconcile.build_pod(
+        job(completions=3),
+        namespace="ns",
+        holder="big-2-5",
+        token=5,
+        owner_uid="u-1",
+        lease_duration_seconds=10,
+        index=2,
+    )
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert env["JOB_COMPLETION_INDEX"] == "2"
+    assert env[names.ENV_COMPLETION_INDEX] == "2"
+    assert env[names.ENV_LEASE] == "big-2"
+    assert env[names.ENV_JOB] == "big"
+    meta = pod["metadata"]
+    assert meta["labels"][names.LABEL_COMPLETION_INDEX] == "2"
+    assert meta["labels"][names.LABEL_JOB] == "big"
+    assert meta["annotations"]["batch.kubernetes.io/job-completion-index"] == "2"
+    assert meta["annotations"][names.ANNOTATION_LEASE] == "big-2"
+    assert meta["ownerReferences"][0]["name"] == "big"
+
+
+def test_fencing_keys_are_per_index() -> None:
+    assert fencing.idempotency_key("ns/big", 3, "write", index=1) == "ns/big/index-1/3/write"
+    assert fencing.idempotency_key("ns/big", 3, "write") == "ns/big/3/write"
+    assert fencing.index_resource("acct/1", 4) == "acct/1#index-4"
+    assert fencing.index_resource("acct/1", None) == "acct/1"
+    fence = fencing.MemoryFence()
+    fence.admit(fencing.index_resource("r", 0), 5)
+    fence.admit(fencing.index_resource("r", 1), 1)  # index 1's first token: its own domain
+    with pytest.raises(fencing.StaleToken):
+        fence.admit(fencing.index_resource("r", 0), 4)
+
+
+def test_the_sdk_reads_the_index_from_the_pod_contract() -> None:
+    env = {
+        names.ENV_NAMESPACE: "ns",
+        names.ENV_LEASE: "big-3",
+        names.ENV_HOLDER: "big-3-2",
+        names.ENV_FENCING_TOKEN: "2",
+        names.ENV_LEASE_DURATION: "10",
+        names.ENV_JOB: "big",
+        names.ENV_COMPLETION_INDEX: "3",
+    }
+    holder = LeaseHolder.from_env(store=object(), environ=env)  # type: ignore[arg-type]
+    assert holder.completion_index == 3
+    assert holder.effect_key("w") == "ns/big/index-3/2/w"
+    assert holder.sql_params("acct/1")["leasehold_resource"] == "acct/1#index-3"
