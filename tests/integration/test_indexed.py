@@ -235,7 +235,7 @@ def test_a_finished_indexed_job_is_deleted_after_its_ttl_and_its_leases_stay(
                 G, V, namespace, names.PLURAL_LEASED_JOBS, "idx-ttl"
             )
         except client.ApiException as exc:
-            return exc.status == 404
+            return bool(exc.status == 404)
         return False
 
     wait_for("the finished job deleted by its TTL", gone, 120)
