@@ -233,6 +233,16 @@ def test_the_crd_refuses_a_malformed_cron_job_naming_the_field(
         "good",
         {"spec": {"jobTemplate": {"spec": {"leaseDurationSeconds": 7, "maxAttempts": 5}}}},
     )
+    with pytest.raises(client.ApiException) as indexed:  # a run is one lease, for now
+        client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+            G,
+            V,
+            namespace,
+            names.PLURAL_LEASED_CRON_JOBS,
+            "good",
+            {"spec": {"jobTemplate": {"spec": {"completions": 3}}}},
+        )
+    assert "spec.jobTemplate.spec.completions" in str(indexed.value.body)
     cron = get_cron(api_client, namespace, "good")
     assert cron["spec"]["concurrencyPolicy"] == "Allow"
     assert (cron["spec"]["successfulJobsHistoryLimit"], cron["spec"]["failedJobsHistoryLimit"]) == (

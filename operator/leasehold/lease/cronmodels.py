@@ -48,8 +48,18 @@ def _template_rules(schema: JsonDict) -> None:
     """
     rules = cast("list[dict[str, str]]", schema.pop("x-kubernetes-validations", None) or [])
     kept = [rule for rule in rules if "oldSelf" not in rule["rule"]]
-    if kept:
-        schema["x-kubernetes-validations"] = cast("Any", kept)
+    kept.append(
+        {  # each run is one lease, pre-created with its token range (docs/architecture.md)
+            "rule": "(!has(self.completions) || self.completions == 1)"
+            " && self.completionMode != 'Indexed'",
+            "message": "spec.jobTemplate.spec.completions: a LeasedCronJob's runs have one"
+            " completion each (completions above 1 and completionMode Indexed are not"
+            " supported yet)",
+            "fieldPath": ".completions",
+            "reason": "FieldValueForbidden",
+        }
+    )
+    schema["x-kubernetes-validations"] = cast("Any", kept)
 
 
 class LeasedJobTemplateSpec(LeasedJobSpec):
