@@ -34,15 +34,23 @@ def run(env: dict[str, str], *args: str, stdin: str | None = None, check: bool =
     return done.stdout
 
 
-def wait(what: str, seconds: float, probe: Callable[[], T | None]) -> T:
-    """Poll probe() every 0.5 s until it returns something truthy; fail after seconds."""
+def wait(
+    what: str,
+    seconds: float,
+    probe: Callable[[], T | None],
+    explain: Callable[[], str] | None = None,
+) -> T:
+    """Poll probe() every 0.5 s until it returns something truthy; fail after seconds.
+
+    explain(), if given, says in the failure what the cluster looked like then.
+    """
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         got = probe()
         if got:
             return got
         time.sleep(0.5)
-    pytest.fail(f"timed out after {seconds:g}s waiting for {what}")
+    pytest.fail(f"timed out after {seconds:g}s waiting for {what}\n{explain() if explain else ''}")
 
 
 def get(env: dict[str, str], kind: str, name: str, namespace: str = NAMESPACE) -> dict[str, Any]:
@@ -70,10 +78,13 @@ def pods(env: dict[str, str], selector: str, namespace: str = NAMESPACE) -> list
     return items
 
 
-def running_pod(env: dict[str, str], job: str, token: int) -> dict[str, str] | None:
-    """The job's pod of one attempt (by its fencing-token label) once it runs: name, node."""
+def started_pod(env: dict[str, str], job: str, token: int) -> dict[str, str] | None:
+    """The job's pod of one attempt (by its fencing-token label) once it runs or ran: name, node.
+
+    A pod that has already ended counts: a short command may finish between two polls.
+    """
     for pod in pods(env, f"leasehold.dev/job={job},leasehold.dev/fencing-token={token}"):
-        if pod["status"].get("phase") == "Running":
+        if pod["status"].get("phase") in ("Running", "Succeeded", "Failed"):
             return {"name": pod["metadata"]["name"], "node": pod["spec"]["nodeName"]}
     return None
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.kind.kube import NAMESPACE, REPO, apply, delete_job, get, run, running_pod, wait
+from tests.kind.kube import NAMESPACE, REPO, apply, delete_job, get, run, started_pod, wait
 
 pytestmark = [pytest.mark.kind, pytest.mark.timeout(10 * 60)]
 
@@ -63,7 +63,7 @@ def test_kubectl_shows_holder_token_renewed_age_and_phase_of_a_running_job(
     env: dict[str, str],
 ) -> None:
     apply(env, LEASED_JOB)
-    pod = wait("the worker to run", 180, lambda: running_pod(env, JOB, 1))
+    pod = wait("the worker to run", 180, lambda: started_pod(env, JOB, 1))
 
     def renewed() -> bool:
         spec = get(env, "jlease", JOB)["spec"]

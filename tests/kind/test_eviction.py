@@ -19,7 +19,7 @@ from tests.kind.kube import (
     delete_job,
     get,
     run,
-    running_pod,
+    started_pod,
     wait,
     worker_nodes,
 )
@@ -67,7 +67,7 @@ def env(operator_env: dict[str, str]) -> Iterator[dict[str, str]]:
 
 def test_drained_node_ends_the_attempt_and_the_next_runs_elsewhere(env: dict[str, str]) -> None:
     apply(env, LEASED_JOB)
-    first = wait("attempt 1's pod to run", 180, lambda: running_pod(env, JOB, 1))
+    first = wait("attempt 1's pod to run", 180, lambda: started_pod(env, JOB, 1))
     wait("attempt 1 to renew", 60, lambda: get(env, "jlease", JOB)["spec"].get("renewTime"))
 
     drained = run(
@@ -81,7 +81,7 @@ def test_drained_node_ends_the_attempt_and_the_next_runs_elsewhere(env: dict[str
         "--timeout=120s",
     )
     assert f"pod/{first['name']} evicted" in drained, drained
-    second = wait("attempt 2's pod to run", 60, lambda: running_pod(env, JOB, 2))
+    second = wait("attempt 2's pod to run", 60, lambda: started_pod(env, JOB, 2))
     assert second["node"] != first["node"]
     wait(
         "the job to succeed",

@@ -28,7 +28,7 @@ from tests.kind.kube import (
     delete_job,
     get,
     run,
-    running_pod,
+    started_pod,
     wait,
 )
 
@@ -75,7 +75,7 @@ def test_sigterm_reaches_the_command_and_the_stopped_attempt_is_released_not_rec
     env: dict[str, str],
 ) -> None:
     apply(env, LEASED_JOB)
-    first = wait("attempt 1's pod to run", 180, lambda: running_pod(env, JOB, 1))
+    first = wait("attempt 1's pod to run", 180, lambda: started_pod(env, JOB, 1))
     follow = LogFollower(env, first["name"])
     wait("attempt 1 to start working", 60, lambda: follow.saw("working under token 1"))
 
@@ -92,7 +92,7 @@ def test_sigterm_reaches_the_command_and_the_stopped_attempt_is_released_not_rec
         "--wait=false",
     )
     wait("the command's own clean-up", 30, lambda: follow.saw("cleaned up"))
-    second = wait("attempt 2's pod to run", 60, lambda: running_pod(env, JOB, 2))
+    second = wait("attempt 2's pod to run", 60, lambda: started_pod(env, JOB, 2))
     # Released, not expired: attempt 2 did not wait for the lease's duration.
     assert time.monotonic() - deleted < LEASE_SECONDS
     wait(

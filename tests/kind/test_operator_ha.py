@@ -37,7 +37,7 @@ from tests.kind.kube import (
     get,
     operator_pods,
     run,
-    running_pod,
+    started_pod,
     wait,
     worker_nodes,
 )
@@ -172,11 +172,11 @@ def test_standby_takes_over_from_a_frozen_node_and_reclaims_nothing_early(
     # ha-remote on the standby's node, ha-local on the active one's (cordon the other).
     run(env, "kubectl", "cordon", active["node"])
     apply(env, REMOTE)
-    remote = wait("ha-remote to run", 120, lambda: running_pod(env, "ha-remote", 1))
+    remote = wait("ha-remote to run", 120, lambda: started_pod(env, "ha-remote", 1))
     run(env, "kubectl", "uncordon", active["node"])
     run(env, "kubectl", "cordon", standby["node"])
     apply(env, LOCAL)
-    local = wait("ha-local to run", 120, lambda: running_pod(env, "ha-local", 1))
+    local = wait("ha-local to run", 120, lambda: started_pod(env, "ha-local", 1))
     run(env, "kubectl", "uncordon", standby["node"])
     assert remote["node"] == standby["node"] and local["node"] == active["node"]
     wait("ha-remote to renew", 30, lambda: _renewed(env, "ha-remote"))
@@ -190,7 +190,17 @@ def test_standby_takes_over_from_a_frozen_node_and_reclaims_nothing_early(
     assert local_renewed_at_freeze is not None and local_renewed_at_freeze[0] == 1
 
     # The standby takes over (no one else can act) and reclaims ha-local: attempt 2.
-    second = wait("ha-local's attempt 2 to run", 180, lambda: running_pod(env, "ha-local", 2))
+    second = wait(
+        "ha-local's attempt 2 to run",
+        180,
+        lambda: started_pod(env, "ha-local", 2),
+        lambda: (
+            run(
+                env, "kubectl", "-n", NAMESPACE, "get", "ljob,jlease,pods,kopfpeering", "-o", "wide"
+            )
+            + run(env, "kubectl", "-n", OPERATOR_NAMESPACE, "logs", standby["name"], "--tail=40")
+        ),
+    )
     took_over_after = time.monotonic() - frozen_at
     assert second["node"] == standby["node"]
     history = {

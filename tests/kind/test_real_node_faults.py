@@ -29,7 +29,7 @@ from tests.kind.kube import (
     operator_pods,
     phase,
     run,
-    running_pod,
+    started_pod,
     wait,
 )
 
@@ -147,7 +147,7 @@ def test_stalled_node_lease_reclaimed_next_attempt_elsewhere_stale_completion_re
 ) -> None:
     env = stalled_job
     fault, job = env["FAULT"], env["JOB"]
-    first = wait("attempt 1's pod to run", 180, lambda: running_pod(env, job, 1))
+    first = wait("attempt 1's pod to run", 180, lambda: started_pod(env, job, 1))
     # Follow the first worker's log from now on: its pod is gone once it exits.
     follow = LogFollower(env, first["name"])
     wait("attempt 1 to start working", 60, lambda: follow.saw("fencing token 1"))
@@ -158,7 +158,7 @@ def test_stalled_node_lease_reclaimed_next_attempt_elsewhere_stale_completion_re
     # cordoning it at once keeps the next attempt off it.
     run(env, "kubectl", "cordon", first["node"])
     run(env, "kubectl", "uncordon", env["OPERATOR_NODE"])
-    second = wait("attempt 2's pod to run", 120, lambda: running_pod(env, job, 2))
+    second = wait("attempt 2's pod to run", 120, lambda: started_pod(env, job, 2))
     assert second["node"] != first["node"]
     if fault == "partitioned":
         # Replaced without waiting for the node to be declared dead.
