@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Check the Promela model of the lifecycle protocol (model/lifecycle.pml) with Spin.
 #
-# Usage: model/check.sh [quick|deep]
+# Usage: model/check.sh [quick|deep|mutations]
 #   quick  bitstate search (a 2^26-bit table, 8 MB) of every scenario together, then
 #          each seeded mutation: Spin must report its violation (default)
-#   deep   exhaustive search (-DCOLLAPSE) of every scenario together, larger
-#          bounds, up to MODEL_MEMLIM_MB (default 6000) of memory, then the mutations
+#   deep   exhaustive search (-DCOLLAPSE) with bounds MODEL_DEEP (Spin -D
+#          flags), up to MODEL_MEMLIM_MB (default 6000) of memory, then the
+#          mutations
+#   mutations  only the seeded mutations
 # MODEL_MUTATIONS (space-separated names) limits the mutations run; unset: all.
 # Prints one line per run: name, verdict, states stored, seconds.
 # Exit 1 when the correct model has an error or a mutation is not caught.
@@ -37,6 +39,10 @@ run() {
   mem="$(sed -n 's/^ *\([0-9.]*\)[[:space:]]*total actual memory usage.*/\1/p' <<<"$out")"
   local verdict
   if [[ "$errors" == 0 ]]; then verdict=ok; else verdict=caught; fi
+  if [[ "$expect" == ok ]] && grep -qE 'reached -DMEMLIM bound|max search depth too small' <<<"$out"; then
+    verdict="incomplete: $(grep -m1 -oE 'reached -DMEMLIM bound|max search depth too small' <<<"$out")"
+    errors=incomplete
+  fi
   if [[ "$verdict" == caught ]]; then
     local what
     what="$(grep -m1 -E 'assertion violated|invalid end state' <<<"$out" || true)"
@@ -55,14 +61,27 @@ run() {
   printf '%-28s %-70s states=%s memMB=%s seconds=%.1f\n' "$name" "$verdict" "$states" "$mem" "$(echo "$end - $start" | bc)"
   if [[ "$expect" == ok && "$errors" != 0 ]] || [[ "$expect" == caught && "$errors" == 0 ]]; then
     echo "model/check.sh: $name: expected $expect" >&2
-    [[ "$errors" != 0 ]] && spin "$@" -t -p lifecycle.pml | tail -40 >&2
+    if [[ -f lifecycle.pml.trail ]]; then spin "$@" -t -p lifecycle.pml | tail -40 >&2 || true; fi
     failed=1
   fi
 }
 
 failed=0
-if [[ "$mode" == deep ]]; then
-  run correct ok "-DCOLLAPSE -DMEMLIM=${MODEL_MEMLIM_MB:-6000}" -- $all -DRENEWS=2 -DTMAX=9
+if [[ "$mode" == mutations ]]; then
+  :
+elif [[ "$mode" == deep ]]; then
+  # Exhaustive: -DCOLLAPSE stores each state as indices into per-process
+  # tables (108-byte vectors down to ~40 bytes with overhead), exact (no hash
+  # compaction or bitstate loss); the default VECTORSZ (1024) fits. Bounds:
+  # MODEL_DEEP (Spin -D flags; default: the protocol without the user
+  # scenarios, one renewal per worker, a 3-tick lease, 6 ticks of time: the
+  # largest bounds tried that finished in about 18 minutes on two busy
+  # cores; add -DS_RECREATE -DS_REPLACE -DS_FOREIGN -DS_HANDOVER for the
+  # scenarios). See
+  # docs/architecture.md for the figures of each bound tried.
+  # shellcheck disable=SC2086
+  PAN_W="${PAN_W:-26}" run correct ok "-DCOLLAPSE -DMEMLIM=${MODEL_MEMLIM_MB:-6000}" -- \
+    ${MODEL_DEEP:--DRENEWS=1 -DD=3 -DTMAX=6}
 else
   PAN_W=26 run correct ok "-DBITSTATE" -- $all
 fi
