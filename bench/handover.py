@@ -234,7 +234,13 @@ def run(h: Harness, each: int) -> dict[str, Any]:
         kwargs={},
         daemon=True,
     ).start()
-    op = OperatorProcess(h.kubeconfig, ns, h.workdir / "operator-handover.log", MARGIN_SECONDS)
+    op = OperatorProcess(
+        h.kubeconfig,
+        ns,
+        h.workdir / "operator-handover.log",
+        MARGIN_SECONDS,
+        start_timeout_seconds=120,
+    )
     op.start()
     systems = [
         System("client-go", go_candidate, go_events),

@@ -71,7 +71,9 @@ def run(h: Harness, counts: Sequence[int] = (20,), rounds: int = 2) -> list[dict
     """
     ns = h.namespace("jobs")
     grant_worker_rights(h, ns)
-    op = OperatorProcess(h.kubeconfig, ns, h.workdir / "operator-jobs.log")
+    op = OperatorProcess(
+        h.kubeconfig, ns, h.workdir / "operator-jobs.log", start_timeout_seconds=120
+    )
     runner = PodRunner(h.kubeconfig, h.workdir / "podrunner")
     rows: list[dict[str, Any]] = []
     op.start()
@@ -171,6 +173,47 @@ def leased_job_done(obj: dict[str, Any]) -> bool:
     return bool((obj.get("status") or {}).get("phase") == "Succeeded")
 
 
+STAGES: Final = ("pod created", "pod Running", "pod Succeeded")
+"""Pod moments seen by a watch, per job (the job's first pod)."""
+
+
+def watch_pods(
+    h: Harness,
+    batch: bool,
+    ns: str,
+    prefix: str,
+    seen: dict[str, dict[str, float]],
+    stop: threading.Event,
+    ready: threading.Event,
+) -> None:
+    """Note in ``seen`` (job name -> stage -> monotonic time) when its pod reached each stage."""
+    core = client.CoreV1Api(new_client(h.kubeconfig))
+    label = "job-name" if batch else names.LABEL_JOB
+    listed: Any = core.list_namespaced_pod(ns, limit=1)
+    stream = watch.Watch()
+    ready.set()
+    for event in stream.stream(
+        core.list_namespaced_pod,
+        ns,
+        resource_version=listed.metadata.resource_version,
+        timeout_seconds=300,
+    ):
+        at = time.monotonic()
+        pod: Any = event["object"]
+        job = (pod.metadata.labels or {}).get(label, "")
+        if job.startswith(prefix):
+            stages = seen.setdefault(job, {})
+            stages.setdefault(STAGES[0], at)
+            phase = pod.status.phase if pod.status else None
+            if phase in ("Running", "Succeeded"):
+                stages.setdefault(STAGES[1], at)
+            if phase == "Succeeded":
+                stages.setdefault(STAGES[2], at)
+        if stop.is_set():
+            stream.stop()
+            break
+
+
 def measure(h: Harness, ns: str, kind: str, n: int, tag: str) -> dict[str, Any]:
     """Create ``n`` jobs of ``kind`` at once and time each one's create -> done."""
     batch = kind == KINDS[0]
@@ -184,7 +227,14 @@ def measure(h: Harness, ns: str, kind: str, n: int, tag: str) -> dict[str, Any]:
         target=watch_done, args=(h, ns, batch, prefix, done, n, stop, ready), daemon=True
     )
     watcher.start()
+    pods: dict[str, dict[str, float]] = {}
+    pods_ready = threading.Event()
+    pod_watcher = threading.Thread(
+        target=watch_pods, args=(h, batch, ns, prefix, pods, stop, pods_ready), daemon=True
+    )
+    pod_watcher.start()
     ready.wait(10)
+    pods_ready.wait(10)
     cpu_before = h.meter.snapshot()
     server_before = apiserver_samples(h.admin)
     local = threading.local()
@@ -226,11 +276,19 @@ def measure(h: Harness, ns: str, kind: str, n: int, tag: str) -> dict[str, Any]:
     }
     cpu["machine"] = (cpu_after.busy - cpu_before.busy) / CLK_TCK / seconds
     latencies = [done[x] - created[x] for x in job_names if x in done]
+    stages: dict[str, Summary] = {}
+    previous = created
+    for stage in STAGES:
+        at = {x: pods[x][stage] for x in job_names if stage in pods.get(x, {})}
+        stages[f"-> {stage}"] = summarize([at[x] - previous[x] for x in at if x in previous])
+        previous = at
+    stages["-> done"] = summarize([done[x] - previous[x] for x in done if x in previous])
     return {
         "kind": kind,
         "n": n,
         "round": tag,
         "latency": summarize(latencies),
+        "stages": stages,
         "total": (max(done.values()) - min(created.values())) if done else float("nan"),
         "missing": n - len(latencies),
         "requests": +every,
@@ -383,6 +441,23 @@ def section(rows: Sequence[dict[str, Any]]) -> list[str]:
         ),
         "",
     ]
+    lines += [
+        "Where the time goes: p50 of each step, seconds (create -> the pod object seen ->"
+        " the pod Running (process started) -> the pod Succeeded (process exited) -> the"
+        " job done), all rounds of a kind and size pooled:",
+        "",
+    ]
+    step_names = [f"-> {s}" for s in (*STAGES, "done")]
+    step_rows = []
+    for key in by_kind:
+        mine = [r for r in rows if f"{r['kind']} x{r['n']}" == key]
+        step_rows.append(
+            [
+                key,
+                *(f"{sum(r['stages'][st].p50 for r in mine) / len(mine):.2f}" for st in step_names),
+            ]
+        )
+    lines += [markdown_table(["jobs", *step_names], step_rows), ""]
     lines += targets(rows)
     return lines
 
