@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -166,19 +167,21 @@ def one_handover(system: System, how: int) -> float | None:
 
 
 def keepalive_writes_per_minute(events: LeaseWatch) -> float:
-    """Writes per minute while one holder held the lease (its events over its spans)."""
+    """Writes per minute that keep a held lease alive: 60 / the median gap between renewals.
+
+    The median of the gaps between consecutive writes of the same holder:
+    a reign's first gap (client-go renews right after it acquires) and its
+    short length (the holder is hit after three writes) would bias a
+    writes-over-span rate.
+    """
     with events.lock:
-        spans: list[list[float]] = []
-        current = ""
+        gaps: list[float] = []
+        previous: tuple[float, str] | None = None
         for t, who in events.events:
-            if who and who == current:
-                spans[-1].append(t)
-            elif who:
-                spans.append([t])
-            current = who
-    writes = sum(len(s) - 1 for s in spans if len(s) > 1)
-    seconds = sum(s[-1] - s[0] for s in spans if len(s) > 1)
-    return 60 * writes / seconds if seconds else float("nan")
+            if who and previous is not None and previous[1] == who:
+                gaps.append(t - previous[0])
+            previous = (t, who)
+    return 60 / statistics.median(gaps) if gaps else float("nan")
 
 
 def leaderelect_binary() -> str:
