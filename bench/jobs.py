@@ -76,11 +76,11 @@ def run(h: Harness, counts: Sequence[int] = (20,), rounds: int = 2) -> list[dict
     )
     runner = PodRunner(h.kubeconfig, h.workdir / "podrunner")
     rows: list[dict[str, Any]] = []
-    op.start()
-    runner.start()
-    assert op.proc is not None
-    h.meter.pids["operator"] = op.proc.pid
-    try:
+    try:  # a start that times out leaves the process running: stop it in finally
+        op.start()
+        runner.start()
+        assert op.proc is not None
+        h.meter.pids["operator"] = op.proc.pid
         time.sleep(2.0)  # the operator's start-up settles
         for n in counts:
             for r in range(rounds):
