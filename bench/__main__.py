@@ -18,12 +18,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Final
 
-from bench import contention, operations, reclaim, scale
+from bench import contention, handover, jobs, operations, reclaim, scale
 from bench.cluster import install_crds, local_cluster
 from bench.harness import FULL, QUICK, REPO, Harness, log
 from bench.report import Results, machine_facts, report
 
-PARTS: Final = ("ops", "contention", "reclaim", "scale")
+PARTS: Final = ("ops", "contention", "reclaim", "scale", "jobs", "handover")
 
 
 def _terminate(signum: int, frame: object) -> None:
@@ -44,6 +44,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=REPO / "bench" / "results.md")
     parser.add_argument("--tiers", help="scale tiers, e.g. 1000,5000 (overrides the size)")
     parser.add_argument("--threads", type=int, help="load generator threads")
+    parser.add_argument(
+        "--jobs", default="20", help="jobs created at once, per size, e.g. 20,200 (part jobs)"
+    )
+    parser.add_argument(
+        "--handovers",
+        type=int,
+        default=20,
+        help="hand-overs per system and signal (SIGKILL, SIGSTOP) (part handover)",
+    )
     args = parser.parse_args(argv)
     parts = [p.strip() for p in args.only.split(",") if p.strip()]
     unknown = set(parts) - set(PARTS)
@@ -76,8 +85,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                     results.contention = contention.run(h)
                 elif part == "reclaim":
                     results.reclaim = reclaim.run(h)
-                else:
+                elif part == "scale":
                     results.scale = scale.run(h)
+                elif part == "jobs":
+                    counts = tuple(int(x) for x in args.jobs.split(","))
+                    results.jobs = jobs.run(h, counts, rounds=sizes.rounds)
+                else:
+                    results.handover = handover.run(h, args.handovers)
             h.note_load("after the run")
     text = report(results, facts, args.quick, started)
     print(text)

@@ -23,7 +23,9 @@ from typing import Any
 
 from kubernetes import client
 
+from bench.handover import section as handover_section
 from bench.harness import read_proc
+from bench.jobs import section as jobs_section
 from bench.operations import LEVELS, OPS, OpResult, OpsResults, Paired
 from bench.scale import RENEW_PERIOD, ScaleResults
 from bench.stats import fmt, markdown_table, ratio, summarize
@@ -42,6 +44,8 @@ class Results:
         contention: the contention figures, if run (else empty).
         reclaim: the reclaim rows, if run.
         scale: the scale tiers, floors and profile, if run.
+        jobs: the LeasedJob vs batch/v1 Job rows, if run.
+        handover: the hand-over rows and keep-alive write rates, if run.
     """
 
     loads: list[tuple[str, tuple[float, float, float]]]
@@ -51,6 +55,8 @@ class Results:
     contention: dict[str, Any] = field(default_factory=dict)
     reclaim: list[dict[str, Any]] = field(default_factory=list)
     scale: ScaleResults | None = None
+    jobs: list[dict[str, Any]] = field(default_factory=list)
+    handover: dict[str, Any] = field(default_factory=dict)
 
 
 def machine_facts(admin: Any | None) -> dict[str, str]:
@@ -714,6 +720,10 @@ def report(r: Results, facts: dict[str, str], quick: bool, started: float) -> st
                 ),
                 "",
             ]
+    if r.jobs:
+        parts += jobs_section(r.jobs)
+    if r.handover:
+        parts += handover_section(r.handover)
     if r.notes:
         parts += ["## Notes", "", *(f"- {n}" for n in r.notes), ""]
     return "\n".join(parts)
