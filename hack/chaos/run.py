@@ -230,6 +230,8 @@ class Run:
                 "leaseDurationSeconds": LEASE_SECONDS,
                 "startupDeadlineSeconds": STARTUP_SECONDS,
                 "maxAttempts": MAX_ATTEMPTS,
+                # Reclaims back off too; short delays keep every retry within the drain.
+                "backoff": {"initialDelaySeconds": 1, "maxDelaySeconds": 2},
                 "template": {
                     "spec": {
                         "terminationGracePeriodSeconds": 2,

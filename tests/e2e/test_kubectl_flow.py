@@ -70,6 +70,29 @@ def test_retry_example_fails_once_then_succeeds(
     assert "BackingOff" in described
 
 
+def test_failure_policy_example_ignores_its_transient_failure(
+    kubectl: Kubectl, operator: OperatorProcess, pod_runner: PodRunner | None, namespace: str
+) -> None:
+    kubectl("-n", namespace, "apply", "-f", str(EXAMPLES / "leasedjob-failure-policy.yaml"))
+    kubectl(
+        "-n",
+        namespace,
+        "wait",
+        "--for=jsonpath={.status.phase}=Succeeded",
+        "leasedjob/failure-policy",
+        "--timeout=60s",
+    )
+    history = "jsonpath={.status.attemptHistory[*].reason}"
+    reasons = kubectl("-n", namespace, "get", "ljob", "failure-policy", "-o", history).stdout
+    assert reasons.split() == ["Failed", "Succeeded"]  # backoffLimit=0: only Ignore retried it
+    uncounted = "jsonpath={.spec.uncountedAttempts}"
+    assert (
+        kubectl("-n", namespace, "get", "jlease", "failure-policy", "-o", uncounted).stdout == "1"
+    )
+    described = kubectl("-n", namespace, "describe", "ljob", "failure-policy").stdout
+    assert "FailureIgnored" in described
+
+
 def test_kubectl_rejects_bad_input_naming_the_field(
     kubectl: Kubectl, crds_installed: Path, namespace: str
 ) -> None:
@@ -94,6 +117,10 @@ def test_kubectl_explain_documents_the_fields(kubectl: Kubectl, crds_installed: 
     assert "reclaimed" in out
     out = kubectl("explain", "joblease.spec.fencingToken").stdout
     assert "exactly one" in out
+    out = kubectl("explain", "leasedjob.spec.podFailurePolicy.rules.action").stdout
+    assert "FailJob" in out and "Ignore" in out
+    out = kubectl("explain", "leasedjob.spec.podFailurePolicy.rules.onExitCodes").stdout
+    assert "containerName" in out
 
 
 def test_cron_example_applies_and_lists_with_its_columns(

@@ -14,6 +14,8 @@ from leasehold.lease.store import LeaseStore
 
 G, V = names.GROUP, names.VERSION
 T = TypeVar("T")
+NO_BACKOFF = {"initialDelaySeconds": 0, "maxDelaySeconds": 0}
+"""``spec.backoff`` for tests that time the attempt after a reclaim: no delay."""
 
 
 def wait_for(what: str, check: Callable[[], T | None], timeout: float = 30.0) -> T:

@@ -23,6 +23,7 @@ from leasehold.lease.store import Accepted, LeaseStore, Rejected
 from operatorproc import OperatorProcess
 from podrunner import PodRunner
 from tests.integration.jobs import (
+    NO_BACKOFF,
     condition,
     create_job,
     events,
@@ -53,7 +54,7 @@ def test_history_records_each_attempt(
 ) -> None:
     # Attempt 1 never renews (no `leasehold run`): reclaimed once its pod runs.
     command = on_token("exec sleep 60", "exec leasehold run -- true")
-    create_job(api_client, namespace, "story", command, lease_seconds=2)
+    create_job(api_client, namespace, "story", command, lease_seconds=2, backoff=NO_BACKOFF)
     wait_for("Succeeded", phase_is(api_client, namespace, "story", "Succeeded"), 60)
     st = status(api_client, namespace, "story")
     history = st["attemptHistory"]

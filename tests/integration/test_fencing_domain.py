@@ -25,6 +25,7 @@ from localcluster.kubectl import Kubectl
 from operatorproc import OperatorProcess
 from podrunner import PodRunner
 from tests.integration.jobs import (
+    NO_BACKOFF,
     create_job,
     events,
     get_job,
@@ -191,7 +192,7 @@ def test_a_pod_the_job_did_not_create_is_never_adopted(
     client.CoreV1Api(api_client).create_namespaced_pod(namespace, cast(Any, impostor))
     # A long lease: had the impostor been taken for the attempt's pod, the
     # job would wait a minute for its lease to expire.
-    create_job(api_client, namespace, "taken", run(0.2), lease_seconds=60)
+    create_job(api_client, namespace, "taken", run(0.2), lease_seconds=60, backoff=NO_BACKOFF)
     wait_for("Succeeded", phase_is(api_client, namespace, "taken", "Succeeded"), 30)
     st = status(api_client, namespace, "taken")
     assert st["completion"]["fencingToken"] == 2

@@ -20,6 +20,7 @@ from leasehold.lease.store import LeaseStore, Rejected
 from operatorproc import OperatorProcess
 from podrunner import PodRunner
 from tests.integration.jobs import (
+    NO_BACKOFF,
     G,
     V,
     condition,
@@ -139,7 +140,7 @@ def test_sigkilled_worker_is_reclaimed(
     namespace: str,
 ) -> None:
     duration = 3
-    create_job(api_client, namespace, "killed", run(60), lease_seconds=duration)
+    create_job(api_client, namespace, "killed", run(60), lease_seconds=duration, backoff=NO_BACKOFF)
     local_pod_runner.wait_for_pid(namespace, "killed-1", timeout=30)
     time.sleep(0.5)
     local_pod_runner.kill(namespace, "killed-1")
@@ -161,7 +162,7 @@ def test_recreated_pod_does_not_inherit_the_old_claim(
     namespace: str,
 ) -> None:
     core = client.CoreV1Api(api_client)
-    create_job(api_client, namespace, "reborn", run(4), lease_seconds=2)
+    create_job(api_client, namespace, "reborn", run(4), lease_seconds=2, backoff=NO_BACKOFF)
     local_pod_runner.wait_for_pid(namespace, "reborn-1", timeout=30)
     original = core.read_namespaced_pod("reborn-1", namespace)
     local_pod_runner.pause(namespace, "reborn-1")
@@ -232,7 +233,7 @@ def test_operator_restart_does_not_reclaim_early(
     namespace: str,
 ) -> None:
     duration = 4
-    create_job(api_client, namespace, "restart", run(8), lease_seconds=duration)
+    create_job(api_client, namespace, "restart", run(8), lease_seconds=duration, backoff=NO_BACKOFF)
     local_pod_runner.wait_for_pid(namespace, "restart-1", timeout=30)
     time.sleep(1.0)
     operator.kill()

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -30,6 +30,7 @@ from leasehold.lease.protocol import (
     bind,
     claim,
     complete,
+    excuse,
     reclaim,
     release,
     renew,
@@ -355,6 +356,27 @@ def test_reopen_refuses_a_success_and_an_open_lease() -> None:
     refused(reopen(held), held, Rejection.NOT_EXPIRED)
     done = accepted(complete(held, HolderIdentity("w-1"), FencingToken(1), Outcome.SUCCEEDED, T0))
     refused(reopen(done), done, Rejection.COMPLETED)
+
+
+@given(start=st.integers(0, 50), extra=st.integers(1, 5))
+def test_excuse_raises_the_cap_once_per_token_and_only_unheld(start: int, extra: int) -> None:
+    lease = fresh(start, limit=start + extra)
+    held = accepted(claim(lease, A, T0))
+    refused(excuse(held), held, Rejection.NOT_EXPIRED)
+    ended = accepted(release(held, A, held.fencing_token))
+    excused = accepted(excuse(ended))
+    assert excused.max_fencing_token == start + extra + 1
+    assert (excused.uncounted_attempts, excused.last_uncounted_token) == (1, start + 1)
+    assert (excused.fencing_token, excused.holder_identity) == (start + 1, None)
+    refused(excuse(excused), excused, Rejection.NOT_EXPIRED)  # once per token
+    uncapped = fresh(start)
+    refused(excuse(uncapped), uncapped, Rejection.NOT_EXPIRED)
+    done = accepted(complete(held, A, held.fencing_token, Outcome.FAILED, T0))
+    refused(excuse(done), done, Rejection.COMPLETED)
+    # A failure a rule ignores: moved to lastFailure, not counted, excused in one step.
+    ignored = accepted(reopen(done, counted=False))
+    assert (ignored.completion, ignored.failures, ignored.uncounted_attempts) == (None, 0, 1)
+    assert ignored.last_failure == done.completion
 
 
 def test_a_pod_never_binds_a_lease_by_its_own_writes() -> None:

@@ -12,7 +12,13 @@ import pytest
 
 from leasehold.controller import reconcile
 from leasehold.controller.reconcile import Action
-from leasehold.lease.models import AttemptRecord, ConditionStatus, LeasedJob, Phase
+from leasehold.lease.models import (
+    AttemptRecord,
+    ConditionStatus,
+    LeasedJob,
+    LeasedJobStatus,
+    Phase,
+)
 from leasehold.lease.protocol import Completion, FencingToken, HolderIdentity, LeaseRecord, Outcome
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "reconcile"
@@ -121,11 +127,43 @@ def test_no_lease_creates_one() -> None:
     assert plan.status.start_time == NOW
 
 
-def test_unheld_lease_is_claimed_for_the_next_pod() -> None:
-    plan = reconcile.plan(job(), lease(1), now=NOW, pod_created_for_holder=False)
+def seen_history(j: LeasedJob) -> list[AttemptRecord]:
+    return list(j.status.attempt_history or []) if j.status else []
+
+
+def test_unheld_lease_is_claimed_for_the_next_pod_after_the_backoff() -> None:
+    # Attempt 1 was reclaimed: the next waits spec.backoff's delay, as after a failure.
+    running = AttemptRecord(fencing_token=1, pod_name="hello-1", start_time=NOW)
+    opened = job().model_copy(update={"status": LeasedJobStatus(attempt_history=[running])})
+    waiting = reconcile.plan(opened, lease(1), now=NOW, pod_created_for_holder=False)
+    assert (waiting.action, waiting.requeue_after_seconds) == (Action.NONE, 10)
+    assert waiting.status.next_attempt_after == NOW + timedelta(seconds=10)
+    assert [e.reason for e in waiting.events] == ["BackingOff"]
+    seen = job().model_copy(update={"status": waiting.status})
+    early = reconcile.plan(
+        seen, lease(1), now=NOW + timedelta(seconds=9), pod_created_for_holder=False
+    )
+    assert (early.action, early.events) == (Action.NONE, [])
+    later = NOW + timedelta(seconds=10)
+    plan = reconcile.plan(seen, lease(1), now=later, pod_created_for_holder=False)
     assert plan.action is Action.CLAIM_AND_START
     assert plan.pod_name == "hello-2"
     assert plan.delete_pods_below_token == 2
+    assert plan.status.next_attempt_after is None
+    # The second reclaim waits twice as long (failures and reclaims count alike).
+    two = AttemptRecord(fencing_token=2, pod_name="hello-2", start_time=NOW)
+    with_two = job().model_copy(
+        update={"status": LeasedJobStatus(attempt_history=[*(seen_history(seen)), two])}
+    )
+    second = reconcile.plan(with_two, lease(2), now=later, pod_created_for_holder=False)
+    assert second.requeue_after_seconds == 20
+    # The first attempt, and one after an excused attempt, start at once.
+    fresh = reconcile.plan(job(), lease(0), now=NOW, pod_created_for_holder=False)
+    assert fresh.action is Action.CLAIM_AND_START
+    excused = lease(1, last_uncounted_token=FencingToken(1), uncounted_attempts=1)
+    assert reconcile.plan(job(), excused, now=NOW, pod_created_for_holder=False).action is (
+        Action.CLAIM_AND_START
+    )
 
 
 def test_held_lease_whose_pod_was_never_created_starts_it() -> None:
@@ -326,7 +364,7 @@ def test_failure_past_backoff_limit_fails_the_job() -> None:
 def test_reclaims_and_failures_draw_from_separate_budgets() -> None:
     # maxAttempts=3: two failures reopened do not use it up.
     p = reconcile.plan(
-        job(backoffLimit=2),
+        job(backoffLimit=2, backoff={"initialDelaySeconds": 0, "maxDelaySeconds": 0}),
         lease(3, failures=2, last_failure=failed_at(1)),
         now=NOW,
         pod_created_for_holder=False,

@@ -109,12 +109,16 @@ async def cron_run_event(*, body: kopf.Body, memo: Any, **_: Any) -> None:
 async def attempt_pod_event(*, type: str, body: kopf.Body, memo: Any, **_: Any) -> None:
     """An attempt's pod changed: once it runs, ends or goes, its lease's expiry clock starts.
 
+    Its state is remembered (exit codes, a ``DisruptionTarget`` condition) so
+    the attempt can be judged even if the pod is gone by then.
+
     Until then the attempt is starting (scheduling, image pull, init
     containers) and only the lease's ``startupDeadlineSeconds`` bounds it. A
     pod that ended (Succeeded, Failed) or was deleted before its first
     renewal will never renew: its attempt is judged by the lease duration
     from now, so the job is retried promptly, not after the startup bound.
     """
+    memo.runtime.service.pods.observe(body)  # how the attempt ended, should the pod go
     phase = (body.get("status") or {}).get("phase")
     if type != "DELETED" and phase not in ("Running", "Succeeded", "Failed"):
         return

@@ -20,7 +20,8 @@ from datetime import datetime, timedelta
 from typing import Any, Final, NamedTuple
 
 from leasehold import names
-from leasehold.controller import retention, suspension
+from leasehold.controller import failure_policy, retention, suspension
+from leasehold.controller.failure_policy import POD_FAILURE_POLICY, PodFacts, Verdict
 from leasehold.lease import models
 from leasehold.lease.indexes import index_lease_name
 from leasehold.lease.models import (
@@ -28,6 +29,7 @@ from leasehold.lease.models import (
     AttemptRecord,
     Condition,
     ConditionStatus,
+    FailureAction,
     LeasedJob,
     LeasedJobStatus,
     Phase,
@@ -50,13 +52,7 @@ CANCELLED: Final = "Cancelled"
 """Reason of a job stopped for good by ``spec.cancel``."""
 
 
-class PodFacts(NamedTuple):
-    """What the operator read of one attempt's pod (for the attempt history)."""
-
-    uid: str | None
-    node_name: str | None
-    exit_code: int | None
-    """The first container's exit code once it terminated, else ``None``."""
+__all__ = ["PodFacts"]  # re-exported: the service builds them
 
 
 class Action(enum.StrEnum):
@@ -86,6 +82,10 @@ class Action(enum.StrEnum):
     RESUME = "Resume"
     """``spec.suspend`` is false again: make the lease claimable, then plan
     again on it (a claim)."""
+    EXCUSE = "Excuse"
+    """The ended attempt draws on no budget (a disruption, a failure a rule
+    ignores): excuse it on the lease (reopening its Failed completion, if
+    any), then plan again on it (a claim)."""
 
 
 class JobEvent(NamedTuple):
@@ -280,10 +280,15 @@ def wants_pod_facts(job: LeasedJob, lease: LeaseRecord | None) -> bool:
         ``True`` when the pods should be read for this reconcile.
     """
     status = job.status or LeasedJobStatus()
-    if job.spec.template is None or lease is None or lease.holder_identity is None:
+    if job.spec.template is None or lease is None:
         return False
     if status.phase in (Phase.SUCCEEDED, Phase.FAILED):
         return False
+    if lease.holder_identity is None:
+        # An attempt ended (or none ran): its pod tells how (failure rules).
+        done = lease.completion
+        ended = done is None or done.outcome == Outcome.FAILED
+        return ended and lease.fencing_token > lease.base_fencing_token
     last = status.attempt_history[-1] if status.attempt_history else None
     return last is None or last.fencing_token != lease.fencing_token or last.node_name is None
 
@@ -329,10 +334,14 @@ def _track_attempts(
         done = lease.completion
         if done is None and lease.last_failure is not None:
             done = lease.last_failure  # reopened to retry; the failure stays on record
+        facts = pods.get(last.fencing_token)
+        disrupted = facts is not None and facts.disrupted
         if done is not None and done.fencing_token == last.fencing_token:
             outcome = (
                 AttemptReason.SUCCEEDED
                 if done.outcome == Outcome.SUCCEEDED
+                else AttemptReason.EVICTED
+                if disrupted
                 else AttemptReason.FAILED
             )
             history = _end_attempt(history, outcome, now, done.exit_code)
@@ -345,6 +354,8 @@ def _track_attempts(
                 if never_started
                 else AttemptReason.SUSPENDED
                 if lease.suspended and last.fencing_token == token
+                else AttemptReason.EVICTED
+                if disrupted
                 else AttemptReason.RECLAIMED
             )
             history = _end_attempt(history, why, now)
@@ -356,17 +367,21 @@ def _track_attempts(
                 start_time=lease.acquire_time or now,
             )
         )
+    # An exit code is the attempt's only if known by the time it ended (a pod
+    # still running when reclaimed exits later, when it is deleted as stale).
+    was_open = {a.fencing_token for a in status.attempt_history or [] if a.reason is None}
     filled = []
     for attempt in history:
         facts = pods.get(attempt.fencing_token)
         if facts is not None:
+            code = attempt.exit_code
+            if code is None and (attempt.reason is None or attempt.fencing_token in was_open):
+                code = facts.exit_code
             attempt = attempt.model_copy(
                 update={
                     "pod_uid": attempt.pod_uid or facts.uid,
                     "node_name": attempt.node_name or facts.node_name,
-                    "exit_code": (
-                        attempt.exit_code if attempt.exit_code is not None else facts.exit_code
-                    ),
+                    "exit_code": code,
                 }
             )
         filled.append(attempt)
@@ -392,6 +407,9 @@ def attempt_limit(job: LeasedJob, lease: LeaseRecord) -> int:
     (worker failures retried), and one more for each suspension (which raised
     the lease's cap by one: a suspended attempt uses no budget).
 
+    Attempts excused from every budget (``uncountedAttempts``: disruptions,
+    ignored failures) add to it, as each raised the lease's cap by one.
+
     The lease's cap (``spec.maxFencingToken``) is what the API server enforces
     on claims; a spec that says more (an older CRD let ``maxAttempts`` be
     raised) must not leave the operator retrying a claim the server refuses.
@@ -405,6 +423,7 @@ def attempt_limit(job: LeasedJob, lease: LeaseRecord) -> int:
     """
     cap = lease.max_fencing_token
     own = job.spec.max_attempts + job.spec.backoff_limit + lease.suspensions
+    own += lease.uncounted_attempts
     if cap is None:
         return own
     return min(own, cap - lease.base_fencing_token)
@@ -542,7 +561,14 @@ def _plan(
     status.attempts = attempts
     status.holder_identity = lease.holder_identity
     known_failed = status.failed
+    verdict = failure_policy.verdict(job, lease, pods)
+    excusable = (
+        verdict is not None
+        and verdict.action == FailureAction.IGNORE
+        and lease.uncounted_attempts < models.MAX_UNCOUNTED_ATTEMPTS
+    )
     failed_now = lease.completion is not None and lease.completion.outcome == Outcome.FAILED
+    failed_now = failed_now and not excusable
     status.failed = lease.failures + (1 if failed_now else 0)
     status = _track_attempts(status, lease, pods, now, last_reclaim_reason)
     stale = lease.fencing_token if job.spec.template is not None else 0
@@ -565,6 +591,10 @@ def _plan(
             message=c.message or None,
             exit_code=c.exit_code,
         )
+        if verdict is not None and not job.spec.cancel:
+            ruled = _ruled(ctx, status, verdict, c.fencing_token, excusable, completed=True)
+            if ruled is not None:
+                return ruled
         retry = lease.failures < job.spec.backoff_limit
         retry = failed_now and retry and attempts < attempt_limit(job, lease)
         if retry and not job.spec.cancel:
@@ -647,7 +677,11 @@ def _plan(
         return Plan(Action.NONE, status, delete_pods_below_token=stale)
 
     # Unheld and not completed: released, reclaimed, reopened after a failure,
-    # or never claimed.
+    # excused, or never claimed.
+    if verdict is not None:
+        ruled = _ruled(ctx, status, verdict, lease.fencing_token, excusable, stale=stale)
+        if ruled is not None:
+            return ruled
     limit = attempt_limit(job, lease)
     status.next_attempt_after = None
     never_started = last_reclaim_reason == STARTUP_DEADLINE_EXCEEDED
@@ -657,8 +691,8 @@ def _plan(
         if never_started
         else None
     )
-    # Attempts neither retried for a failure nor ended by a suspension:
-    reclaimed = attempts - lease.failures - lease.suspensions
+    # Attempts neither retried for a failure, ended by a suspension nor excused:
+    reclaimed = attempts - lease.failures - lease.suspensions - lease.uncounted_attempts
     if attempts >= limit or reclaimed >= job.spec.max_attempts:
         reason = STARTUP_DEADLINE_EXCEEDED if never_started else "AttemptsExhausted"
         message = (
@@ -673,6 +707,12 @@ def _plan(
             events=[JobEvent("Warning", reason, message)],
             delete_pods_below_token=stale + 1 if stale else 0,
         )
+    # Push mode only: a pull pool claims an unheld lease when it likes.
+    resuming = suspension.is_suspended(ctx.status())  # a resume starts the next at once
+    if stale and reclaimed > 0 and not resuming and failure_policy.ended_as_reclaim(job, lease):
+        waiting = _reclaim_backoff(ctx, status, lease, reclaimed, last_reclaim_reason)
+        if waiting is not None:
+            return waiting
     if job.spec.template is None:
         status = _with(
             ctx,
@@ -731,6 +771,95 @@ def _suspension(ctx: _Ctx, status: LeasedJobStatus, lease: LeaseRecord, stale: i
     return Plan(Action.SUSPEND, _with_history(status, history), delete_pods_below_token=delete)
 
 
+def _ruled(
+    ctx: _Ctx,
+    status: LeasedJobStatus,
+    verdict: Verdict,
+    token: int,
+    excusable: bool,
+    *,
+    completed: bool = False,
+    stale: int = 0,
+) -> Plan | None:
+    """The plan when a failure rule (or a disruption) decides the ended attempt, else ``None``.
+
+    FailJob fails the job at once (a lease not ``completed`` is stopped;
+    ``stale``: its pods' token for a push job, else 0); Ignore excuses the
+    attempt from every budget and the next one starts at once.
+    """
+    if verdict.action == FailureAction.FAIL_JOB:
+        message = f"Attempt {token} ended: {verdict.message}."
+        history = list(status.attempt_history or [])
+        if history and history[-1].fencing_token == token and history[-1].reason is not None:
+            history[-1] = history[-1].model_copy(update={"reason": AttemptReason.FAILED})
+        status = _with_history(status, history)
+        status = _finished(ctx, status, Outcome.FAILED, POD_FAILURE_POLICY, message)
+        return Plan(
+            Action.NONE if completed else Action.STOP,
+            status,
+            events=[JobEvent("Warning", POD_FAILURE_POLICY, message)],
+            delete_pods_below_token=token + 1 if stale else 0,
+        )
+    if excusable:
+        reason = "Evicted" if verdict.disrupted else "FailureIgnored"
+        message = (
+            f"Attempt {token} is not counted against the job's budgets: {verdict.message};"
+            " starting the next attempt."
+        )
+        return Plan(Action.EXCUSE, status, events=[JobEvent("Normal", reason, message)])
+    return None
+
+
+def _reclaim_backoff(
+    ctx: _Ctx,
+    status: LeasedJobStatus,
+    lease: LeaseRecord,
+    reclaims: int,
+    why: str | None,
+) -> Plan | None:
+    """The plan while the next attempt after a reclaim waits for its backoff, else ``None``.
+
+    The delay is ``spec.backoff``'s for the job's counted ends so far
+    (failures and reclaims), as after a failure; its end is kept in
+    ``status.nextAttemptAfter`` (late if that write is lost). Only an attempt
+    the job's history knows is held back (not an index of an Indexed job).
+    """
+    token = lease.fencing_token
+    delay = ctx.job.spec.backoff.delay_seconds(lease.failures + reclaims)
+    before = ctx.job.status or LeasedJobStatus()
+    last = before.attempt_history[-1] if before.attempt_history else None
+    if last is None or last.fencing_token != token:
+        # The history does not know the attempt (an index of an Indexed job has
+        # none; a lost status write): it is not held back.
+        return None
+    # The delay kept in the status is this reclaim's only if the status already
+    # tells attempt `token` ended; else it is seen for the first time.
+    seen = last.reason is not None
+    first_sight = not seen or before.next_attempt_after is None
+    after = ctx.now + timedelta(seconds=delay) if first_sight else before.next_attempt_after
+    assert after is not None
+    if ctx.now >= after:
+        return None
+    message = (
+        f"Attempt {token} ended without a completion ({why or 'released or reclaimed'});"
+        f" retrying in {delay:g}s (reclaim {reclaims} of maxAttempts="
+        f"{ctx.job.spec.max_attempts})."
+    )
+    status = _with(
+        ctx,
+        status.model_copy(update={"next_attempt_after": after}),
+        Phase.PENDING,
+        ("LeaseHeld", ConditionStatus.FALSE, BACKING_OFF, message),
+        ("Ready", ConditionStatus.FALSE, BACKING_OFF, message),
+    )
+    return Plan(
+        Action.NONE,
+        status,
+        events=[JobEvent("Warning", BACKING_OFF, message)] if first_sight else [],
+        requeue_after_seconds=(after - ctx.now).total_seconds(),
+    )
+
+
 def _retry(
     ctx: _Ctx,
     status: LeasedJobStatus,
@@ -748,7 +877,9 @@ def _retry(
     starts again when the failure is seen again (late, never early).
     """
     failures = lease.failures + 1
-    delay = ctx.job.spec.backoff.delay_seconds(failures)
+    attempts = lease.fencing_token - lease.base_fencing_token
+    reclaims = attempts - failures - lease.uncounted_attempts  # before this failure
+    delay = ctx.job.spec.backoff.delay_seconds(failures + max(0, reclaims))
     after = status.next_attempt_after
     if first_sight or after is None:
         after = ctx.now + timedelta(seconds=delay)

@@ -36,6 +36,7 @@ from leasehold.controller import indexed, reconcile
 from leasehold.controller.deadline import JobClocks
 from leasehold.controller.expiry import ExpiryReason
 from leasehold.controller.indexed_service import IndexedJobs
+from leasehold.controller.pods import PodMemory, pod_facts
 from leasehold.controller.reconcile import Action, JobEvent, Plan, PodFacts
 from leasehold.controller.ttl import FinishClocks
 from leasehold.lease import models
@@ -204,6 +205,9 @@ class JobService:
         """Versions written here (their watch events are not reconciled again)."""
         self.indexed = IndexedJobs(self)
         """The index leases of jobs with several completions."""
+        self.pods = PodMemory()
+        """The last state seen of attempt pods (fed by the pod watch)."""
+        self._to_json: Callable[[Any], Any] = api_client.sanitize_for_serialization
 
     @property
     def store(self) -> LeaseStore:
@@ -317,6 +321,7 @@ class JobService:
             if body is None:
                 self._job_clocks.forget(f"{namespace}/{name}")
                 self._finish_clocks.forget(f"{namespace}/{name}")
+                self.pods.forget(namespace, name)
                 self._retire_lease(namespace, name)
                 self.indexed.retire(namespace, name)
                 return None
@@ -437,6 +442,18 @@ class JobService:
             if isinstance(reopened, Accepted):
                 self._wrote_lease(reopened.lease)
             raise _LeaseMoved(reopened.lease)  # plan again on it: the next claim
+        if plan.action is Action.EXCUSE and lease is not None:
+            # A disruption or an ignored failure: no budget used (a Failed
+            # completion is reopened uncounted in the same write).
+            if lease.record.completion is not None:
+                excused = self._store.reopen(lease, counted=False)
+            else:
+                excused = self._store.excuse(lease)
+            if isinstance(excused, Accepted):
+                self._wrote_lease(excused.lease)
+                for event in plan.events:
+                    self.record_event(body, event.type, event.reason, event.message)
+            raise _LeaseMoved(excused.lease)  # plan again on it: the next claim
         if plan.delete_pods_below_token:
             self._delete_pods(namespace, name, plan)
         if plan.action is Action.CREATE_LEASE:
@@ -785,30 +802,23 @@ class JobService:
         )
 
     def _pod_facts(self, namespace: str, name: str) -> dict[int, PodFacts]:
-        """The job's attempt pods by fencing token: UID, node, exit code (one list)."""
+        """The job's attempt pods by fencing token (one list), with those already gone.
+
+        A pod the list no longer returns (deleted right after its containers
+        stopped, as after an eviction) is told by its last state the pod
+        watch saw (:class:`~leasehold.controller.pods.PodMemory`).
+        """
         try:
             pods = self._core.list_namespaced_pod(
                 namespace, label_selector=f"{names.LABEL_JOB}={name}"
             )
         except ApiException as exc:
             raise api_error(exc, f"list pods of {namespace}/{name}") from exc
-        facts: dict[int, PodFacts] = {}
+        facts = self.pods.recall(namespace, name)
         for pod in pods.items:
-            if pod.metadata is None:
-                continue
-            token = (pod.metadata.labels or {}).get(names.LABEL_TOKEN, "")
-            if not token.isdigit():
-                continue
-            exit_code = None
-            for state in (pod.status.container_statuses or []) if pod.status else []:
-                if state.state is not None and state.state.terminated is not None:
-                    exit_code = state.state.terminated.exit_code
-                    break
-            facts[int(token)] = PodFacts(
-                uid=pod.metadata.uid,
-                node_name=pod.spec.node_name if pod.spec else None,
-                exit_code=exit_code,
-            )
+            parsed = pod_facts(self._to_json(pod))
+            if parsed is not None:
+                facts[parsed[0]] = parsed[1]
         return facts
 
     def _delete_pods(self, namespace: str, name: str, plan: Plan) -> None:

@@ -49,6 +49,11 @@ with ``backoffLimitPerIndex``, but its status lists stay bounded here too)."""
 MAX_INDEX_LIST_LENGTH: Final = 65_536
 """The longest ``completedIndexes``/``failedIndexes`` text (every other index of
 ``MAX_COMPLETIONS`` fits)."""
+MAX_UNCOUNTED_ATTEMPTS: Final = 1000
+"""Attempts that may end without drawing on any budget (disruptions, ignored failures)."""
+MAX_FAILURE_RULES: Final = 20
+"""Rules in ``spec.podFailurePolicy`` (as batch/v1 Job's)."""
+MAX_EXIT_CODE_VALUES: Final = 255
 MAX_ATTEMPT_HISTORY: Final = 10
 """Attempts kept in ``status.attemptHistory``: the last ten (the oldest go first)."""
 
@@ -144,14 +149,33 @@ class CompletionRecord(_Model):
 REARM: Final = "(has(self.jobUID) && (!has(oldSelf.jobUID) || self.jobUID != oldSelf.jobUID))"
 """CEL: this write hands the lease (the job name's fencing domain) to a new incarnation."""
 
-_REOPEN: Final = (
+_MOVE_FAILURE: Final = (
     "(has(oldSelf.completion) && oldSelf.completion.outcome == 'Failed'"
-    " && !has(self.completion) && self.failures == oldSelf.failures + 1"
+    " && !has(self.completion)"
     " && has(self.lastFailure) && self.lastFailure.outcome == 'Failed'"
     " && self.lastFailure.fencingToken == oldSelf.completion.fencingToken"
     " && self.lastFailure.holderIdentity == oldSelf.completion.holderIdentity)"
 )
+"""CEL: this write moves a Failed completion to ``spec.lastFailure``."""
+
+_EXCUSE: Final = (
+    "(self.uncountedAttempts == oldSelf.uncountedAttempts + 1"
+    " && has(self.lastUncountedToken) && self.lastUncountedToken == self.fencingToken"
+    " && (!has(oldSelf.lastUncountedToken) || oldSelf.lastUncountedToken < self.fencingToken)"
+    " && self.fencingToken == oldSelf.fencingToken"
+    " && !has(oldSelf.holderIdentity) && !has(self.holderIdentity)"
+    " && has(oldSelf.maxFencingToken) && has(self.maxFencingToken)"
+    " && self.maxFencingToken == oldSelf.maxFencingToken + 1)"
+)
+"""CEL: this write lets the ended attempt draw on no budget (``store.excuse``): once per
+token, the cap goes up by one."""
+
+_REOPEN: Final = f"({_MOVE_FAILURE} && self.failures == oldSelf.failures + 1)"
 """CEL: this write reopens a Failed completion to retry the job (``store.reopen``)."""
+
+_REOPEN_UNCOUNTED: Final = f"({_MOVE_FAILURE} && self.failures == oldSelf.failures && {_EXCUSE})"
+"""CEL: this write reopens a Failed completion that a failure rule ignores (no failure
+counted; ``store.reopen`` with ``counted=False``)."""
 
 _LEASE_RULES: Final[list[dict[str, str]]] = [
     {
@@ -218,11 +242,12 @@ _LEASE_RULES: Final[list[dict[str, str]]] = [
     },
     {
         "rule": f"{REARM} || !has(oldSelf.maxFencingToken) || (has(self.maxFencingToken)"
-        " && self.maxFencingToken <= oldSelf.maxFencingToken"
-        " + self.suspensions - oldSelf.suspensions)",
+        " && (self.maxFencingToken <= oldSelf.maxFencingToken"
+        f" + self.suspensions - oldSelf.suspensions || {_EXCUSE}))",
         "message": "spec.maxFencingToken (the attempt limit) can only be lowered, never raised"
         " or removed (except by a new incarnation of the job, or by one in the write that"
-        " counts a suspension: a suspended attempt uses no budget)",
+        " counts a suspension or raises spec.uncountedAttempts: such an attempt uses no"
+        " budget)",
         "fieldPath": ".maxFencingToken",
         "reason": "FieldValueForbidden",
     },
@@ -252,7 +277,7 @@ _LEASE_RULES: Final[list[dict[str, str]]] = [
     {
         "rule": f"!has(oldSelf.completion) || {REARM}"
         " || (has(self.completion) && self.completion == oldSelf.completion)"
-        f" || {_REOPEN}",
+        f" || {_REOPEN} || {_REOPEN_UNCOUNTED}",
         "message": "spec.completion is recorded once and can never change (a new incarnation"
         " of the job starts without one; only a Failed one may be moved to"
         " spec.lastFailure, to retry the job)",
@@ -285,11 +310,30 @@ _LEASE_RULES: Final[list[dict[str, str]]] = [
         "reason": "FieldValueForbidden",
     },
     {
-        "rule": f"{REARM} || self.failures != oldSelf.failures"
+        "rule": f"{REARM} || self.failures != oldSelf.failures || {_REOPEN_UNCOUNTED}"
         " || (has(self.lastFailure) == has(oldSelf.lastFailure)"
         " && (!has(self.lastFailure) || self.lastFailure == oldSelf.lastFailure))",
-        "message": "spec.lastFailure changes only when spec.failures goes up",
+        "message": "spec.lastFailure changes only when spec.failures goes up (or"
+        " spec.uncountedAttempts, for a failure a rule ignores)",
         "fieldPath": ".lastFailure",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": f"self.uncountedAttempts == oldSelf.uncountedAttempts || {_EXCUSE}"
+        f" || ({REARM} && self.uncountedAttempts == 0 && !has(self.lastUncountedToken))",
+        "message": "spec.uncountedAttempts goes up by exactly one per ended attempt (its token"
+        " becomes spec.lastUncountedToken), unheld, in the write that raises"
+        " spec.maxFencingToken by one (a new incarnation starts at 0)",
+        "fieldPath": ".uncountedAttempts",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": f"{REARM} || self.uncountedAttempts != oldSelf.uncountedAttempts"
+        " || (has(self.lastUncountedToken) == has(oldSelf.lastUncountedToken)"
+        " && (!has(self.lastUncountedToken)"
+        " || self.lastUncountedToken == oldSelf.lastUncountedToken))",
+        "message": "spec.lastUncountedToken changes only when spec.uncountedAttempts goes up",
+        "fieldPath": ".lastUncountedToken",
         "reason": "FieldValueForbidden",
     },
     {
@@ -483,6 +527,20 @@ class JobLeaseSpec(_Model):
         description="Attempts ended by a suspension. Goes up by one in the write that suspends"
         " a held lease, which may also raise spec.maxFencingToken by one: a suspended"
         " attempt uses no budget.",
+    )
+    uncounted_attempts: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_UNCOUNTED_ATTEMPTS,
+        description="Attempts that ended without drawing on the job's budgets (a disruption"
+        " such as an eviction, a failure the job's podFailurePolicy ignores). Each raised"
+        " spec.maxFencingToken by one, in the write that added it.",
+    )
+    last_uncounted_token: int | None = Field(
+        default=None,
+        ge=1,
+        description="The token of the last attempt counted in spec.uncountedAttempts (one"
+        " write per token).",
     )
     startup_deadline_seconds: int | None = Field(
         default=None,
@@ -776,6 +834,138 @@ class CompletionMode(enum.StrEnum):
     domain) and attempts; the pod gets the index as ``JOB_COMPLETION_INDEX``."""
 
 
+class FailureAction(enum.StrEnum):
+    """What a ``podFailurePolicy`` rule does with an attempt it matches (batch/v1 Job's)."""
+
+    FAIL_JOB = "FailJob"
+    """The job fails at once, whatever budget is left (reason ``PodFailurePolicy``)."""
+    IGNORE = "Ignore"
+    """The attempt draws on no budget (not ``backoffLimit``, not ``maxAttempts``)."""
+    COUNT = "Count"
+    """The default: a failure counts against ``backoffLimit``, a reclaim ``maxAttempts``."""
+
+
+class ExitCodeOperator(enum.StrEnum):
+    """How ``onExitCodes.values`` are matched against the exit codes."""
+
+    IN = "In"
+    NOT_IN = "NotIn"
+
+
+CONTAINER_NAME_PATTERN: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
+class OnExitCodes(_Model):
+    """A rule's requirement on the attempt's exit codes (batch/v1 Job's onExitCodes)."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cast(
+            "JsonDict",
+            {
+                "x-kubernetes-validations": [
+                    {
+                        "rule": "self.operator != 'In' || !(0 in self.values)",
+                        "message": "spec.podFailurePolicy.rules[].onExitCodes.values: 0 cannot"
+                        " be used with the In operator (exit code 0 is never a failure)",
+                        "fieldPath": ".values",
+                        "reason": "FieldValueInvalid",
+                    },
+                    {
+                        "rule": "self.values.isSorted()",
+                        "message": "spec.podFailurePolicy.rules[].onExitCodes.values must be"
+                        " sorted in increasing order",
+                        "fieldPath": ".values",
+                        "reason": "FieldValueInvalid",
+                    },
+                ]
+            },
+        )
+    )
+
+    container_name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=63,
+        pattern=CONTAINER_NAME_PATTERN,
+        description="Only this container's exit code is checked; when absent, every"
+        " container's (and the worker's reported one).",
+    )
+    operator: ExitCodeOperator = Field(
+        description="In: matches when an exit code is one of values. NotIn: when an exit code"
+        " is none of them. Exit code 0 is never checked."
+    )
+    values: list[Annotated[int, Field(ge=0, le=255)]] = Field(
+        min_length=1,
+        max_length=MAX_EXIT_CODE_VALUES,
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+        description="Exit codes (0-255), sorted, without duplicates; at most 255.",
+    )
+
+
+class OnPodCondition(_Model):
+    """A pattern matched against the attempt pod's conditions (batch/v1 Job's)."""
+
+    type: str = Field(
+        min_length=1,
+        max_length=316,
+        pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+        r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$",
+        description="A pod condition type, e.g. DisruptionTarget.",
+    )
+    status: ConditionStatus = Field(
+        default=ConditionStatus.TRUE,
+        description="The condition's status to match: True (the default), False or Unknown.",
+    )
+
+
+class FailureRule(_Model):
+    """One rule: an action for the attempts matching exit codes or pod conditions."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cast(
+            "JsonDict",
+            {
+                "x-kubernetes-validations": [
+                    {
+                        "rule": "has(self.onExitCodes) != has(self.onPodConditions)",
+                        "message": "each spec.podFailurePolicy.rules[] entry needs exactly one"
+                        " of onExitCodes and onPodConditions",
+                        "reason": "FieldValueInvalid",
+                    }
+                ]
+            },
+        )
+    )
+
+    action: FailureAction = Field(
+        description="FailJob: fail the job at once. Ignore: the attempt uses no budget and a"
+        " new one starts. Count: the default handling (backoffLimit for a failure,"
+        " maxAttempts for a reclaim)."
+    )
+    on_exit_codes: OnExitCodes | None = Field(
+        default=None, description="Match on the attempt's exit codes."
+    )
+    on_pod_conditions: list[OnPodCondition] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_FAILURE_RULES,
+        description="Match when the attempt's pod has one of these conditions (at most 20).",
+    )
+
+
+class PodFailurePolicy(_Model):
+    """How attempts that end without success are handled, as batch/v1 Job's."""
+
+    rules: list[FailureRule] = Field(
+        max_length=MAX_FAILURE_RULES,
+        description="Checked in order for each attempt that ends with a Failed completion or"
+        " without one; the first match decides (at most 20). With no match: a pod with"
+        " DisruptionTarget=True (eviction, preemption, node shutdown) is not counted, any"
+        " other failure counts. An attempt whose lease was lost (exit code 75 from"
+        " leasehold run) is a reclaim: its exit code is not checked.",
+    )
+
+
 class LeasedJobSpec(_Model):
     """What to run, and how long a worker may stall before it is replaced."""
 
@@ -830,6 +1020,12 @@ class LeasedJobSpec(_Model):
             "default": {"initialDelaySeconds": 10, "factor": 2.0, "maxDelaySeconds": 360}
         },
         description="Exponential delay before retrying a failed attempt.",
+    )
+    pod_failure_policy: PodFailurePolicy | None = Field(
+        default=None,
+        description="Rules on exit codes and pod conditions deciding whether an attempt that"
+        " ended without success fails the job, is ignored, or counts (batch/v1 Job's"
+        " podFailurePolicy).",
     )
     startup_deadline_seconds: int = Field(
         default=DEFAULT_STARTUP_DEADLINE_SECONDS,
@@ -953,6 +1149,9 @@ class AttemptReason(enum.StrEnum):
     """The job was cancelled while the attempt ran."""
     SUSPENDED = "Suspended"
     """The job was suspended while the attempt ran (no budget used)."""
+    EVICTED = "Evicted"
+    """The pod was disrupted (``DisruptionTarget``: eviction, preemption, node
+    shutdown); the attempt drew on no budget."""
 
 
 class AttemptRecord(_Model):
@@ -999,7 +1198,9 @@ class LeasedJobStatus(_Model):
     )
     attempts: int | None = Field(default=None, ge=0)
     failed: int | None = Field(
-        default=None, ge=0, description="Attempts that ended with a Failed completion."
+        default=None,
+        ge=0,
+        description="Attempts that ended with a Failed completion counted against backoffLimit.",
     )
     next_attempt_after: datetime | None = Field(
         default=None,

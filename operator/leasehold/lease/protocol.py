@@ -17,6 +17,7 @@ release     holder AND token match                          unheld, token kept
 reclaim     no change observed for the duration + margin    unheld, token kept
 reopen      the completion is Failed (operator, to retry)   completion moved to last
                                                             failure, failures + 1
+excuse      unheld, token not excused yet (operator)        uncounted + 1, cap + 1
 ==========  ==============================================  =============================
 
 Every decision takes the lease ``record`` as read from the store and, where
@@ -102,6 +103,9 @@ class LeaseRecord:
         last_failure: the last Failed completion reopened, if any.
         suspended: the job is suspended: unheld, and no claim is possible.
         suspensions: attempts ended by a suspension (each raised the cap by one).
+        uncounted_attempts: attempts excused from every budget (a disruption,
+            a failure a rule ignores); each raised the cap by one.
+        last_uncounted_token: the token of the last one excused.
     """
 
     job_name: str
@@ -119,6 +123,8 @@ class LeaseRecord:
     last_failure: Completion | None = None
     suspended: bool = False
     suspensions: int = 0
+    uncounted_attempts: int = 0
+    last_uncounted_token: FencingToken | None = None
 
     @property
     def held(self) -> bool:
@@ -345,23 +351,49 @@ def reclaim(record: LeaseRecord, *, expired: bool) -> Decision:
     return Allowed(dataclasses.replace(record, holder_identity=None, holder_uid=None))
 
 
-def reopen(record: LeaseRecord) -> Decision:
+def reopen(record: LeaseRecord, *, counted: bool = True) -> Decision:
     """Decide a reopen: the operator retries a job whose worker failed.
 
     The Failed completion moves to ``last_failure`` and ``failures`` goes up
     by one; the lease is left unheld at the same token, so the next claim
-    bumps it and the failed worker's late writes are stale. A Succeeded
-    completion is final: denied with ``COMPLETED``; a lease without a
-    completion: denied with ``NOT_EXPIRED`` (nothing to reopen).
+    bumps it and the failed worker's late writes are stale. A failure that is
+    not ``counted`` (a rule ignores it) is excused instead (:func:`excuse`):
+    ``failures`` stays. A Succeeded completion is final: denied with
+    ``COMPLETED``; a lease without a completion: denied with ``NOT_EXPIRED``
+    (nothing to reopen).
     """
     done = record.completion
     if done is None:
         return Denied(Rejection.NOT_EXPIRED, record)
     if done.outcome != Outcome.FAILED:
         return Denied(Rejection.COMPLETED, record)
+    moved = dataclasses.replace(record, completion=None, last_failure=done)
+    if not counted:
+        return excuse(moved)
+    return Allowed(dataclasses.replace(moved, failures=record.failures + 1))
+
+
+def excuse(record: LeaseRecord) -> Decision:
+    """Decide an excuse: the attempt under the current token used no budget.
+
+    For an attempt that ended by a disruption (an eviction) or a failure a
+    rule ignores: ``uncounted_attempts`` goes up by one and the cap by one, so
+    one more claim is possible; once per token (``last_uncounted_token``).
+    Denied with ``NOT_EXPIRED`` for a held lease, one without a cap, or a token
+    already excused; ``COMPLETED`` for a completed one.
+    """
+    if record.completion is not None:
+        return Denied(Rejection.COMPLETED, record)
+    cap = record.max_fencing_token
+    last = record.last_uncounted_token
+    if record.held or cap is None or (last is not None and last >= record.fencing_token):
+        return Denied(Rejection.NOT_EXPIRED, record)
     return Allowed(
         dataclasses.replace(
-            record, completion=None, last_failure=done, failures=record.failures + 1
+            record,
+            uncounted_attempts=record.uncounted_attempts + 1,
+            last_uncounted_token=record.fencing_token,
+            max_fencing_token=FencingToken(cap + 1),
         )
     )
 

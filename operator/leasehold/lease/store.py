@@ -175,6 +175,12 @@ def to_stored(body: dict[str, Any]) -> StoredLease:
         last_failure=_completion(spec.last_failure),
         suspended=spec.suspended,
         suspensions=spec.suspensions,
+        uncounted_attempts=spec.uncounted_attempts,
+        last_uncounted_token=(
+            FencingToken(spec.last_uncounted_token)
+            if spec.last_uncounted_token is not None
+            else None
+        ),
     )
     return StoredLease(
         namespace=str(meta.get("namespace", "")),
@@ -211,6 +217,17 @@ def _completion_body(completion: Completion) -> dict[str, Any]:
     if completion.exit_code is not None:
         body["exitCode"] = completion.exit_code
     return body
+
+
+def _excuse_ops(before: LeaseRecord, after: LeaseRecord) -> list[dict[str, Any]]:
+    """JSON-patch ops writing an excuse (:func:`protocol.excuse`), if ``after`` has one."""
+    if after.uncounted_attempts == before.uncounted_attempts:
+        return []
+    return [
+        {"op": "add", "path": "/spec/uncountedAttempts", "value": after.uncounted_attempts},
+        {"op": "add", "path": "/spec/lastUncountedToken", "value": after.last_uncounted_token},
+        {"op": "add", "path": "/spec/maxFencingToken", "value": after.max_fencing_token},
+    ]
 
 
 def _timeout(request_timeout: float | None) -> dict[str, Any]:
@@ -814,19 +831,21 @@ class LeaseStore:
         ]
         return self._conditional(judged, ops, "close")
 
-    def reopen(self, judged: StoredLease) -> Result:
+    def reopen(self, judged: StoredLease, *, counted: bool = True) -> Result:
         """Reopen a lease whose worker failed, so the job can be retried (operator only).
 
         One write moves ``spec.completion`` to ``spec.lastFailure`` and adds one
         to ``spec.failures``; the lease stays unheld at its token (the CRD's
-        rules allow exactly this). Conditioned on ``judged.resource_version``.
+        rules allow exactly this). A failure not ``counted`` (a rule ignores
+        it) is excused in the same write instead (:meth:`excuse`'s fields).
+        Conditioned on ``judged.resource_version``.
 
         Returns:
             :class:`Accepted`, or :class:`Rejected` with ``COMPLETED`` (the
             completion is not Failed) or ``NOT_EXPIRED`` (nothing to reopen, or
             it changed since: re-read and decide again).
         """
-        decision = protocol.reopen(judged.record)
+        decision = protocol.reopen(judged.record, counted=counted)
         if isinstance(decision, protocol.Denied):
             return Rejected(decision.rejection, judged)
         failure = judged.record.completion
@@ -840,6 +859,7 @@ class LeaseStore:
             {"op": "remove", "path": "/spec/completion"},
             {"op": "add", "path": "/spec/failures", "value": decision.record.failures},
             {"op": "add", "path": "/spec/lastFailure", "value": _completion_body(failure)},
+            *_excuse_ops(judged.record, decision.record),
         ]
         return self._conditional(judged, ops, "reopen")
 
@@ -898,6 +918,33 @@ class LeaseStore:
             {"op": "add", "path": "/spec/suspended", "value": False},
         ]
         return self._conditional(judged, ops, "resume")
+
+    def excuse(self, judged: StoredLease) -> Result:
+        """Let the ended attempt under the lease's token draw on no budget (operator only).
+
+        For an attempt ended by a disruption (an eviction) or by a failure the
+        job's rules ignore: one write adds one to ``spec.uncountedAttempts`` and
+        to ``spec.maxFencingToken`` and records the token as
+        ``spec.lastUncountedToken`` (once per token; the CRD's rules allow
+        exactly this). Conditioned on ``judged.resource_version``.
+
+        Returns:
+            :class:`Accepted`, or :class:`Rejected` with ``COMPLETED`` or
+            ``NOT_EXPIRED`` (held, already excused, or changed since: re-read
+            and decide again).
+        """
+        decision = protocol.excuse(judged.record)
+        if isinstance(decision, protocol.Denied):
+            return Rejected(decision.rejection, judged)
+        ops: list[dict[str, Any]] = [
+            {
+                "op": "replace",
+                "path": "/metadata/resourceVersion",
+                "value": judged.resource_version,
+            },
+            *_excuse_ops(judged.record, decision.record),
+        ]
+        return self._conditional(judged, ops, "excuse")
 
     def _conditional(self, judged: StoredLease, ops: list[dict[str, Any]], action: str) -> Result:
         """Write ``ops`` only if the lease is still at ``judged``'s version."""
@@ -970,6 +1017,8 @@ class LeaseStore:
             {"op": "add", "path": "/spec/lastFailure", "value": None},
             {"op": "add", "path": "/spec/suspended", "value": suspended},
             {"op": "add", "path": "/spec/suspensions", "value": 0},
+            {"op": "add", "path": "/spec/uncountedAttempts", "value": 0},
+            {"op": "add", "path": "/spec/lastUncountedToken", "value": None},
         ]
         api_work = models.JobLeaseSpec(job_name="x", **(work or WorkItem()).fields()).to_api()
         for key in ("params", "priority", "jobCreationTimestamp"):

@@ -1,0 +1,113 @@
+"""What the operator knows of attempt pods, including pods that are already gone.
+
+Why this module exists: how an attempt ended is told by its pod (exit codes,
+the ``DisruptionTarget`` condition of an eviction), but a pod being deleted
+can be gone by the time its lease's release is reconciled: the kubelet
+removes it right after its containers stop. The pod watch sees its last
+state first; :class:`PodMemory` keeps it (per job, by fencing token) so the
+reconcile can still judge the attempt. In memory only: after a restart an
+attempt whose pod is gone is judged without it (counted, never excused by
+mistake).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any, Final
+
+from leasehold import names
+from leasehold.controller.failure_policy import PodFacts
+
+KEPT_TOKENS: Final = 4
+"""Pods remembered per job: the latest few tokens (older attempts were judged)."""
+
+
+def pod_facts(pod: Mapping[str, Any]) -> tuple[int, PodFacts] | None:
+    """Parse an attempt pod's body (API JSON, camelCase) into its token and facts.
+
+    Args:
+        pod: the pod as the API serves it.
+
+    Returns:
+        ``(fencing token, facts)``, or ``None`` for a pod without a token label.
+    """
+    meta = pod.get("metadata") or {}
+    token = str((meta.get("labels") or {}).get(names.LABEL_TOKEN, ""))
+    if not token.isdigit():
+        return None
+    status = pod.get("status") or {}
+    codes: list[tuple[str, int]] = []
+    first: int | None = None
+    for key in ("initContainerStatuses", "containerStatuses"):
+        for state in status.get(key) or []:
+            terminated = (state.get("state") or {}).get("terminated")
+            if terminated is None or terminated.get("exitCode") is None:
+                continue
+            code = int(terminated["exitCode"])
+            codes.append((str(state.get("name", "")), code))
+            if key == "containerStatuses" and first is None:
+                first = code
+    conditions = tuple(
+        (str(c.get("type", "")), str(c.get("status", ""))) for c in status.get("conditions") or []
+    )
+    return int(token), PodFacts(
+        uid=meta.get("uid"),
+        node_name=(pod.get("spec") or {}).get("nodeName"),
+        exit_code=first,
+        exit_codes=tuple(codes),
+        conditions=conditions,
+    )
+
+
+class PodMemory:
+    """The last state seen of each job's recent attempt pods (thread-safe).
+
+    Fed by the pod watch (every event, the deletion's too); read by the
+    reconcile for pods its list no longer returns.
+    """
+
+    def __init__(self) -> None:
+        self._pods: dict[tuple[str, str], dict[int, PodFacts]] = {}
+        self._lock = threading.Lock()
+
+    def observe(self, pod: Mapping[str, Any]) -> None:
+        """Remember a pod's state (from a watch event's body).
+
+        Args:
+            pod: the pod as the API serves it.
+        """
+        parsed = pod_facts(pod)
+        meta = pod.get("metadata") or {}
+        job = (meta.get("labels") or {}).get(names.LABEL_JOB)
+        if parsed is None or not job:
+            return
+        token, facts = parsed
+        with self._lock:
+            known = self._pods.setdefault((str(meta.get("namespace", "")), str(job)), {})
+            known[token] = facts
+            for old in sorted(known)[:-KEPT_TOKENS]:
+                del known[old]
+
+    def recall(self, namespace: str, job: str) -> dict[int, PodFacts]:
+        """The remembered pods of one job, by token.
+
+        Args:
+            namespace: the job's namespace.
+            job: the job's name.
+
+        Returns:
+            A copy: token to facts.
+        """
+        with self._lock:
+            return dict(self._pods.get((namespace, job), {}))
+
+    def forget(self, namespace: str, job: str) -> None:
+        """The job is gone: drop its pods.
+
+        Args:
+            namespace: the job's namespace.
+            job: the job's name.
+        """
+        with self._lock:
+            self._pods.pop((namespace, job), None)

@@ -1,0 +1,282 @@
+"""Failure rules, disruptions and lost leases, on a real control plane.
+
+Each test runs its own ``leasehold operator`` process watching the test's
+namespace; pods run as local processes through the pod runner. The rules
+tested are written down in docs/architecture.md, "Attempts, retries and cancel".
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from leasehold import names
+from leasehold.lease.models import LeaseMode
+from leasehold.lease.protocol import Outcome
+from leasehold.lease.store import Accepted, LeaseStore, Rejected
+from operatorproc import OperatorProcess
+from podrunner import PodRunner
+from tests.integration.jobs import condition, create_job, events, phase_is, status, wait_for
+
+
+@pytest.fixture
+def store(api_client: client.ApiClient) -> LeaseStore:
+    return LeaseStore(api_client)
+
+
+def on_token(first: str, then: str) -> str:
+    """A worker command: ``first`` under fencing token 1, ``then`` under any later one."""
+    script = f'if [ "$LEASEHOLD_FENCING_TOKEN" = 1 ]; then {first}; else {then}; fi'
+    return f"exec leasehold run -- sh -c '{script}'"
+
+
+def rules(*rule: dict[str, Any]) -> dict[str, Any]:
+    return {"rules": list(rule)}
+
+
+def exit_codes(action: str, operator: str, *values: int, **kw: Any) -> dict[str, Any]:
+    return {"action": action, "onExitCodes": {"operator": operator, "values": list(values), **kw}}
+
+
+def test_an_exit_code_rule_fails_the_job_at_once(
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    store: LeaseStore,
+    namespace: str,
+) -> None:
+    create_job(
+        api_client,
+        namespace,
+        "fatal",
+        "exec leasehold run -- sh -c 'exit 42'",
+        backoffLimit=3,
+        backoff={"initialDelaySeconds": 1},
+        podFailurePolicy=rules(exit_codes("FailJob", "In", 42, containerName="worker")),
+    )
+    wait_for("Failed", phase_is(api_client, namespace, "fatal", "Failed"), 60)
+    st = status(api_client, namespace, "fatal")
+    failed = condition(st, "Failed")
+    assert failed["reason"] == "PodFailurePolicy"
+    assert (
+        "container worker exited with code 42, matching the FailJob rule at index 0"
+        in (failed["message"])
+    )
+    assert [(a["fencingToken"], a["reason"], a["exitCode"]) for a in st["attemptHistory"]] == [
+        (1, "Failed", 42)
+    ]
+    assert st["attempts"] == 1  # backoffLimit=3 left unused: no retry
+    assert "PodFailurePolicy" in [r for r, _ in events(api_client, namespace, "fatal")]
+    assert store.get(namespace, "fatal").record.fencing_token == 1
+
+
+def test_an_ignored_exit_code_uses_no_budget(
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    store: LeaseStore,
+    namespace: str,
+) -> None:
+    # backoffLimit=0 and maxAttempts=1: only an uncounted attempt lets it retry.
+    create_job(
+        api_client,
+        namespace,
+        "forgiven",
+        on_token("exit 3", "true"),
+        max_attempts=1,
+        podFailurePolicy=rules(exit_codes("Ignore", "In", 3), exit_codes("FailJob", "NotIn", 0)),
+    )
+    wait_for("Succeeded", phase_is(api_client, namespace, "forgiven", "Succeeded"), 60)
+    st = status(api_client, namespace, "forgiven")
+    assert [(a["fencingToken"], a["reason"], a["exitCode"]) for a in st["attemptHistory"]] == [
+        (1, "Failed", 3),
+        (2, "Succeeded", 0),
+    ]
+    assert st.get("failed", 0) == 0
+    record = store.get(namespace, "forgiven").record
+    assert (record.failures, record.uncounted_attempts, record.last_uncounted_token) == (0, 1, 1)
+    assert record.max_fencing_token == 2
+    assert "FailureIgnored" in [r for r, _ in events(api_client, namespace, "forgiven")]
+
+
+@pytest.mark.parametrize(
+    ("policy", "message"),
+    [
+        (rules({"action": "FailJob"}), "exactly one of onExitCodes and onPodConditions"),
+        (
+            rules(exit_codes("FailJob", "In", 0, 1)),
+            "0 cannot be used with the In operator",
+        ),
+        (rules(exit_codes("FailJob", "In", 3, 1)), "must be sorted"),
+        (rules(exit_codes("FailJob", "In", 1, 1)), "spec.podFailurePolicy.rules[0].onExitCodes"),
+        (rules(exit_codes("FailJob", "In", 256)), "spec.podFailurePolicy.rules[0].onExitCodes"),
+        (rules(exit_codes("Retry", "In", 1)), "spec.podFailurePolicy.rules[0].action"),
+        (rules(*[exit_codes("Count", "In", 1)] * 21), "spec.podFailurePolicy.rules"),
+        (
+            rules({"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}] * 21}),
+            "onPodConditions",
+        ),
+    ],
+)
+def test_failure_rules_are_validated_naming_the_field(
+    api_client: client.ApiClient, namespace: str, policy: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ApiException) as refused:
+        create_job(api_client, namespace, "bad", "true", podFailurePolicy=policy)
+    assert refused.value.status == 422
+    assert message in str(refused.value.body)
+
+
+def test_the_api_server_excuses_an_attempt_once_and_only_unheld(
+    store: LeaseStore, api_client: client.ApiClient, namespace: str
+) -> None:
+    custom = client.CustomObjectsApi(api_client)
+
+    def refused(spec: dict[str, Any]) -> str:
+        with pytest.raises(ApiException) as caught:
+            custom.patch_namespaced_custom_object(
+                names.GROUP, names.VERSION, namespace, "jobleases", "job", {"spec": spec}
+            )
+        assert caught.value.status == 422
+        return str(caught.value.body)
+
+    store.create(
+        namespace,
+        "job",
+        job_name="job",
+        lease_duration_seconds=60,
+        max_fencing_token=1,
+        job_uid="00000000-0000-0000-0000-0000000000a1",
+        mode=LeaseMode.PULL,
+    )
+    assert isinstance(store.claim(namespace, "job", "job-1"), Accepted)
+    assert "can only be lowered" in refused({"maxFencingToken": 2})
+    held = {"uncountedAttempts": 1, "lastUncountedToken": 1, "maxFencingToken": 2}
+    assert "spec.uncountedAttempts goes up by exactly one" in refused(held)
+    assert isinstance(store.excuse(store.get(namespace, "job")), Rejected)  # held
+    assert isinstance(store.release(namespace, "job", "job-1", 1), Accepted)
+    excused = store.excuse(store.get(namespace, "job"))
+    assert isinstance(excused, Accepted), excused
+    record = excused.lease.record
+    assert (record.uncounted_attempts, record.last_uncounted_token) == (1, 1)
+    assert record.max_fencing_token == 2
+    # Once per token, by the store and on the server.
+    assert isinstance(store.excuse(store.get(namespace, "job")), Rejected)
+    again = {"uncountedAttempts": 2, "lastUncountedToken": 1, "maxFencingToken": 3}
+    assert "spec.uncountedAttempts goes up by exactly one" in refused(again)
+    assert "spec.lastUncountedToken changes only" in refused({"lastUncountedToken": 5})
+    # The raised cap is one more claim; a failure an Ignore rule matches is reopened uncounted.
+    assert isinstance(store.claim(namespace, "job", "job-2"), Accepted)
+    assert isinstance(store.complete(namespace, "job", "job-2", 2, Outcome.FAILED), Accepted)
+    reopened = store.reopen(store.get(namespace, "job"), counted=False)
+    assert isinstance(reopened, Accepted), reopened
+    record = reopened.lease.record
+    assert (record.failures, record.uncounted_attempts, record.max_fencing_token) == (0, 2, 3)
+    assert record.last_failure is not None and record.last_failure.fencing_token == 2
+
+
+def evict(api_client: client.ApiClient, namespace: str, pod: str) -> None:
+    """POST an Eviction through the pods/eviction subresource (as kubectl drain does)."""
+    eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name=pod, namespace=namespace))
+    client.CoreV1Api(api_client).create_namespaced_pod_eviction(pod, namespace, eviction)
+
+
+def test_an_eviction_is_not_counted(
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    store: LeaseStore,
+    namespace: str,
+) -> None:
+    # maxAttempts=1, backoffLimit=0: a counted end of attempt 1 would fail the job.
+    create_job(
+        api_client,
+        namespace,
+        "drained",
+        on_token("sleep 60", "true"),
+        max_attempts=1,
+        lease_seconds=30,
+    )
+    wait_for("Running", phase_is(api_client, namespace, "drained", "Running"), 30)
+    local_pod_runner.wait_for_pid(namespace, "drained-1", timeout=30)
+    evict(api_client, namespace, "drained-1")
+    wait_for("Succeeded", phase_is(api_client, namespace, "drained", "Succeeded"), 60)
+    st = status(api_client, namespace, "drained")
+    assert [(a["fencingToken"], a["reason"]) for a in st["attemptHistory"]] == [
+        (1, "Evicted"),
+        (2, "Succeeded"),
+    ]
+    assert st.get("failed", 0) == 0
+    record = store.get(namespace, "drained").record
+    assert (record.fencing_token, record.failures, record.uncounted_attempts) == (2, 0, 1)
+    assert record.max_fencing_token == 2  # the excuse raised the cap by one
+    messages = [m for r, m in events(api_client, namespace, "drained") if r == "Evicted"]
+    assert len(messages) == 1 and "DisruptionTarget=True" in messages[0], messages
+    # The evicted attempt is fenced: its token is stale.
+    late = store.complete(namespace, "drained", "drained-1", 1, Outcome.SUCCEEDED)
+    assert isinstance(late, Rejected)
+
+
+def test_a_lost_lease_is_a_reclaim_and_the_next_attempt_backs_off(
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    store: LeaseStore,
+    namespace: str,
+) -> None:
+    # Any non-zero exit fails the job, but for a lost lease's 75: that is a reclaim.
+    delay = 8
+    create_job(
+        api_client,
+        namespace,
+        "lost",
+        on_token("sleep 60", "true"),
+        lease_seconds=6,
+        max_attempts=2,
+        backoffLimit=1,
+        backoff={"initialDelaySeconds": delay, "maxDelaySeconds": 60},
+        podFailurePolicy=rules(exit_codes("FailJob", "NotIn", 0)),
+    )
+    wait_for("Running", phase_is(api_client, namespace, "lost", "Running"), 30)
+    local_pod_runner.wait_for_pid(namespace, "lost-1", timeout=30)
+    # Take the lease back as the operator does on expiry: the wrapper's next
+    # renewal is refused, it stops the command and exits 75.
+    assert isinstance(store.reclaim(store.get(namespace, "lost")), Accepted)
+    reclaimed_at = time.monotonic()
+    core = client.CoreV1Api(api_client)
+
+    def exited_75() -> bool:
+        assert store.get(namespace, "lost").record.fencing_token == 1, "claimed before the delay"
+        pod: Any = core.read_namespaced_pod("lost-1", namespace)
+        for state in pod.status.container_statuses or []:
+            if state.state.terminated is not None:
+                assert state.state.terminated.exit_code == 75
+                return True
+        return False
+
+    wait_for("lost-1 to exit 75", exited_75, delay - 1)
+    st = status(api_client, namespace, "lost")
+    assert st["phase"] == "Pending"
+    assert st["nextAttemptAfter"]
+    assert condition(st, "Ready")["reason"] == "BackingOff"
+    wait_for("attempt 2", lambda: store.get(namespace, "lost").record.fencing_token == 2, 30)
+    waited = time.monotonic() - reclaimed_at
+    assert delay - 1 <= waited <= delay + 10, f"attempt 2 claimed {waited:.2f}s after the reclaim"
+    wait_for("Succeeded", phase_is(api_client, namespace, "lost", "Succeeded"), 60)
+    st = status(api_client, namespace, "lost")
+    assert [(a["fencingToken"], a["reason"]) for a in st["attemptHistory"]] == [
+        (1, "Reclaimed"),
+        (2, "Succeeded"),
+    ]
+    assert st.get("failed", 0) == 0
+    record = store.get(namespace, "lost").record
+    assert (record.failures, record.uncounted_attempts) == (0, 0)  # the reclaim budget
+    messages = [m for r, m in events(api_client, namespace, "lost") if r == "BackingOff"]
+    assert messages == [
+        f"Attempt 1 ended without a completion (released or reclaimed); retrying in {delay}s"
+        " (reclaim 1 of maxAttempts=2)."
+    ]
