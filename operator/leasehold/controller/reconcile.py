@@ -747,8 +747,9 @@ def _suspension(ctx: _Ctx, status: LeasedJobStatus, lease: LeaseRecord, stale: i
 
     Suspending ends the running attempt fenced (``SUSPEND``: one lease write,
     then its pods go); a suspended lease whose job is no longer suspended is
-    resumed (``RESUME``, then a claim). Reopening a failure or judging the
-    attempt budget waits until the job runs again.
+    resumed (``RESUME``, then a claim). A completion, a cancel and the
+    deadline are judged before this (a completion that landed first stands);
+    the attempt budget is judged once the job runs again.
     """
     if not ctx.job.spec.suspend:
         return Plan(Action.RESUME, status)

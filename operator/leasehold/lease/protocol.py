@@ -10,7 +10,8 @@ compare-and-swap; the CRD's CEL rules enforce the same table on the server
 ==========  ==============================================  =============================
 operation   succeeds only if                                effect
 ==========  ==============================================  =============================
-claim       lease is unheld, not completed, not exhausted   holder := claimant, token + 1
+claim       lease is unheld, not completed, not exhausted,  holder := claimant, token + 1
+            not suspended
 renew       holder AND token match the caller's             renew time moves on
 complete    holder AND token match                          completion recorded once
 release     holder AND token match                          unheld, token kept
@@ -18,6 +19,9 @@ reclaim     no change observed for the duration + margin    unheld, token kept
 reopen      the completion is Failed (operator, to retry)   completion moved to last
                                                             failure, failures + 1
 excuse      unheld, token not excused yet (operator)        uncounted + 1, cap + 1
+suspend     not completed (operator: the job's suspend)     unheld, token kept, no claim
+                                                            until resumed; if it was held,
+                                                            suspensions + 1, cap + 1
 ==========  ==============================================  =============================
 
 Every decision takes the lease ``record`` as read from the store and, where
