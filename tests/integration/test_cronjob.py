@@ -6,7 +6,7 @@ ahead (a skewed clock, nothing faster): the test starts just after a minute
 boundary of the operator's clock, so the first run is due at once (the
 schedule time lies after the cron job's creation) and the second comes a real
 minute later. Lease expiry is judged on the operator's monotonic clock as
-always. Each test takes one to two minutes.
+always. A test with a second run takes about a minute; the file about six.
 """
 
 from __future__ import annotations
@@ -314,9 +314,13 @@ def test_forbid_waits_for_a_frozen_runs_lease_then_claims_a_higher_token(
         40,
     )
     assert first in waited[0]
-    assert cron_condition(api_client, namespace, "nightly", "Waiting") == (
-        "True",
-        "EarlierRunHoldsLease",
+    assert wait_for(
+        "Waiting=True",
+        lambda: (
+            cron_condition(api_client, namespace, "nightly", "Waiting")
+            == ("True", "EarlierRunHoldsLease")
+        ),
+        10,
     )
     # While the frozen run's lease is held, no second run exists to claim anything.
     while store.get(namespace, first).record.holder_identity is not None:
@@ -408,7 +412,10 @@ def test_replace_fences_the_replaced_run_at_the_store_and_at_a_target(
         lambda: first not in runs(api_client, namespace, "sync"),
         30,
     )
-    assert any(r == "Replaced" for r, _ in cron_events(api_client, namespace, "sync"))
+    assert wait_for(
+        "a Replaced Event",
+        lambda: any(r == "Replaced" for r, _ in cron_events(api_client, namespace, "sync")),
+    )
 
 
 def test_history_limits_keep_the_latest_finished_runs(
@@ -454,7 +461,10 @@ def test_history_limits_keep_the_latest_finished_runs(
         "the first run to be deleted", lambda: first not in runs(api_client, namespace, "tidy"), 60
     )
     assert set(runs(api_client, namespace, "tidy")) == {second}
-    assert any(r == "SuccessfulDelete" for r, _ in cron_events(api_client, namespace, "tidy"))
+    assert wait_for(
+        "a SuccessfulDelete Event",
+        lambda: any(r == "SuccessfulDelete" for r, _ in cron_events(api_client, namespace, "tidy")),
+    )
     # The second run's tokens are above the first's; the first run's lease goes
     # with it (the second run's, the domain's top, stays).
     assert store.get(namespace, second).record.base_fencing_token >= first_token
