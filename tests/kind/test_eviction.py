@@ -3,8 +3,9 @@
 The drain cordons the node and evicts the job's pod: the API server marks it
 with the ``DisruptionTarget`` condition and deletes it gracefully, the
 kubelet sends SIGTERM, ``leasehold run`` forwards it and releases the lease
-when the command ends. The attempt ends without a completion and the next
-attempt runs on another node under the next fencing token.
+when the command ends. The attempt ends without a completion, recorded as
+Evicted (no budget used), and the next attempt runs on another node under the
+next fencing token.
 """
 
 from __future__ import annotations
@@ -27,10 +28,9 @@ from tests.kind.kube import (
 pytestmark = [pytest.mark.kind, pytest.mark.timeout(10 * 60)]
 
 JOB = "evicted"
-EVICTED_ATTEMPT_REASON = "Reclaimed"
-"""How main records the evicted attempt today: its lease was released without a
-completion. The operator does not read the pod's DisruptionTarget condition
-yet; once it does (issue 14), this becomes "Evicted"."""
+EVICTED_ATTEMPT_REASON = "Evicted"
+"""The evicted attempt's reason: its lease was released without a completion and
+its pod had DisruptionTarget=True, so it used no budget (spec.uncountedAttempts)."""
 LEASE_SECONDS = 60
 
 LEASED_JOB = f"""
@@ -100,4 +100,5 @@ def test_drained_node_ends_the_attempt_and_the_next_runs_elsewhere(env: dict[str
     assert history[2]["reason"] == "Succeeded", history
     assert not status.get("failed"), status
     lease = get(env, "jlease", JOB)["spec"]
+    assert lease.get("uncountedAttempts") == 1, lease  # the eviction used no budget
     assert lease["completion"] == {**lease["completion"], "fencingToken": 2, "outcome": "Succeeded"}
