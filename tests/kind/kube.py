@@ -10,7 +10,7 @@ import json
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -64,6 +64,46 @@ def get(env: dict[str, str], kind: str, name: str, namespace: str = NAMESPACE) -
 def apply(env: dict[str, str], manifest: str) -> None:
     """``kubectl apply`` a manifest in the demo namespace."""
     run(env, "kubectl", "-n", NAMESPACE, "apply", "-f", "-", stdin=manifest)
+
+
+IMAGE = "leasehold:0.1.0"
+"""The image ``make image`` builds and the quickstart loads into the nodes."""
+
+
+def worker_job(name: str, script: str, **spec: Any) -> str:
+    """A LeasedJob manifest (JSON) whose one container runs ``leasehold run -- sh -c SCRIPT``.
+
+    Args:
+        name: the job's name.
+        script: the shell script the worker runs under its lease.
+        spec: more ``spec`` fields (camelCase), e.g. ``leaseDurationSeconds=30``.
+
+    Returns:
+        The manifest, for :func:`apply`; the pod runs as the chart's worker account.
+    """
+    container = {
+        "name": "worker",
+        "image": IMAGE,
+        "command": ["leasehold", "run", "--", "sh", "-c", script],
+    }
+    template = {"spec": {"serviceAccountName": "leasehold-worker", "containers": [container]}}
+    return json.dumps(
+        {
+            "apiVersion": "leasehold.dev/v1alpha1",
+            "kind": "LeasedJob",
+            "metadata": {"name": name},
+            "spec": {**spec, "template": template},
+        }
+    )
+
+
+def fresh_job(env: dict[str, str], job: str) -> Iterator[dict[str, str]]:
+    """A fixture body: no LeasedJob named ``job`` before the test, and none left after it."""
+    run(env, "kubectl", "-n", NAMESPACE, "delete", "ljob", job, "--ignore-not-found")
+    try:
+        yield env
+    finally:
+        delete_job(env, job)
 
 
 def delete_job(env: dict[str, str], job: str) -> None:

@@ -15,13 +15,13 @@ from collections.abc import Iterator
 import pytest
 
 from tests.kind.kube import (
-    NAMESPACE,
     apply,
-    delete_job,
+    fresh_job,
     get,
     run,
     started_pod,
     wait,
+    worker_job,
     worker_nodes,
 )
 
@@ -33,34 +33,21 @@ EVICTED_ATTEMPT_REASON = "Evicted"
 its pod had DisruptionTarget=True, so it used no budget (spec.uncountedAttempts)."""
 LEASE_SECONDS = 60
 
-LEASED_JOB = f"""
-apiVersion: leasehold.dev/v1alpha1
-kind: LeasedJob
-metadata:
-  name: {JOB}
-spec:
-  leaseDurationSeconds: {LEASE_SECONDS}
-  maxAttempts: 3
-  backoffLimit: 0
-  template:
-    spec:
-      serviceAccountName: leasehold-worker
-      containers:
-        - name: worker
-          image: leasehold:0.1.0
-          # Works until evicted under token 1; finishes at once under any later token.
-          command: ["leasehold", "run", "--", "sh", "-c",
-                    "[ $LEASEHOLD_FENCING_TOKEN != 1 ] || sleep 600"]
-"""
+# Works until evicted under token 1; finishes at once under any later token.
+LEASED_JOB = worker_job(
+    JOB,
+    "[ $LEASEHOLD_FENCING_TOKEN != 1 ] || sleep 600",
+    leaseDurationSeconds=LEASE_SECONDS,
+    maxAttempts=3,
+    backoffLimit=0,
+)
 
 
 @pytest.fixture
 def env(operator_env: dict[str, str]) -> Iterator[dict[str, str]]:
-    run(operator_env, "kubectl", "-n", NAMESPACE, "delete", "ljob", JOB, "--ignore-not-found")
     try:
-        yield operator_env
+        yield from fresh_job(operator_env, JOB)
     finally:
-        delete_job(operator_env, JOB)
         for node in worker_nodes(operator_env):
             run(operator_env, "kubectl", "uncordon", node, check=False)
 
