@@ -41,7 +41,7 @@ def test_gc_pause_past_lease_replayed_has_no_violations(tmp_path: Path) -> None:
             "--seed",
             "5",
             "--jobs",
-            "16",
+            "32",  # enough work that all three pauses find running workers on a quiet machine
             "--concurrency",
             "4",
             "--minutes",
