@@ -35,7 +35,10 @@ spec:
           image: leasehold:0.1.0
           command: ["leasehold", "run", "--", "sh", "-c", "sleep 20"]
 """
-LEASEDJOB_COLUMNS = ["NAME", "PHASE", "HOLDER", "TOKEN", "ATTEMPTS", "LAST-ATTEMPT", "AGE", "POD"]
+LEASEDJOB_COLUMNS = [
+    *("NAME", "PHASE", "HOLDER", "TOKEN", "ATTEMPTS", "LAST-ATTEMPT", "AGE", "POD"),
+    "COMPLETIONS",  # wide only: "7/10" for a job with several completions, else empty
+]
 JOBLEASE_COLUMNS = ["NAME", "JOB", "HOLDER", "TOKEN", "RENEWED", "DURATION", "OUTCOME", "AGE"]
 
 
