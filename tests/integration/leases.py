@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from leasehold import names
 from leasehold.controller.expiry import ExpiryClock
 from leasehold.lease.store import Accepted, LeaseStore, StoredLease
 
@@ -46,3 +47,15 @@ def count_requests(api_client: client.ApiClient, monkeypatch: pytest.MonkeyPatch
 
     monkeypatch.setattr(rest, "request", request)
     return counts
+
+
+def refused_lease_patch(
+    api_client: client.ApiClient, namespace: str, name: str, spec: dict[str, Any]
+) -> str:
+    """Merge-patch a JobLease's spec that the API server must refuse (422); return its message."""
+    with pytest.raises(client.ApiException) as caught:
+        client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+            names.GROUP, names.VERSION, namespace, names.PLURAL_JOB_LEASES, name, {"spec": spec}
+        )
+    assert caught.value.status == 422
+    return str(caught.value.body)

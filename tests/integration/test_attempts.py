@@ -7,6 +7,7 @@ tested are written down in docs/architecture.md, "Attempts, retries and cancel".
 
 from __future__ import annotations
 
+import functools
 import shlex
 import time
 from typing import Any
@@ -15,7 +16,6 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from leasehold import names
 from leasehold.lease.errors import LeaseNotFoundError
 from leasehold.lease.models import LeaseMode
 from leasehold.lease.protocol import Outcome
@@ -33,6 +33,7 @@ from tests.integration.jobs import (
     status,
     wait_for,
 )
+from tests.integration.leases import refused_lease_patch
 
 
 @pytest.fixture
@@ -246,15 +247,7 @@ def test_backoff_limit_cannot_be_edited(api_client: client.ApiClient, namespace:
 def test_the_api_server_allows_reopening_only_a_failure_and_counts_it(
     store: LeaseStore, api_client: client.ApiClient, namespace: str
 ) -> None:
-    custom = client.CustomObjectsApi(api_client)
-
-    def refused(spec: dict[str, Any]) -> str:
-        with pytest.raises(ApiException) as caught:
-            custom.patch_namespaced_custom_object(
-                names.GROUP, names.VERSION, namespace, "jobleases", "job", {"spec": spec}
-            )
-        assert caught.value.status == 422
-        return str(caught.value.body)
+    refused = functools.partial(refused_lease_patch, api_client, namespace, "job")
 
     uid_a, uid_b = "00000000-0000-0000-0000-0000000000a1", "00000000-0000-0000-0000-0000000000b1"
     store.create(

@@ -7,6 +7,7 @@ tested are written down in docs/architecture.md, "Attempts, retries and cancel".
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -14,13 +15,13 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from leasehold import names
 from leasehold.lease.models import LeaseMode
 from leasehold.lease.protocol import Outcome
 from leasehold.lease.store import Accepted, LeaseStore, Rejected
 from operatorproc import OperatorProcess
 from podrunner import PodRunner
 from tests.integration.jobs import condition, create_job, events, phase_is, status, wait_for
+from tests.integration.leases import refused_lease_patch
 
 
 @pytest.fixture
@@ -134,15 +135,7 @@ def test_failure_rules_are_validated_naming_the_field(
 def test_the_api_server_excuses_an_attempt_once_and_only_unheld(
     store: LeaseStore, api_client: client.ApiClient, namespace: str
 ) -> None:
-    custom = client.CustomObjectsApi(api_client)
-
-    def refused(spec: dict[str, Any]) -> str:
-        with pytest.raises(ApiException) as caught:
-            custom.patch_namespaced_custom_object(
-                names.GROUP, names.VERSION, namespace, "jobleases", "job", {"spec": spec}
-            )
-        assert caught.value.status == 422
-        return str(caught.value.body)
+    refused = functools.partial(refused_lease_patch, api_client, namespace, "job")
 
     store.create(
         namespace,

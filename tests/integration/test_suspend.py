@@ -7,6 +7,7 @@ tested are written down in docs/architecture.md, "Suspend and resume".
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any, cast
 
@@ -32,6 +33,7 @@ from tests.integration.jobs import (
     status,
     wait_for,
 )
+from tests.integration.leases import refused_lease_patch
 from tests.integration.test_attempts import on_token
 from tests.integration.test_fencing_kube import fencing_policy  # noqa: F401 - a fixture
 
@@ -201,15 +203,7 @@ def test_a_pull_job_suspended_cannot_be_claimed_until_resumed(
 def test_the_api_server_counts_a_suspension_only_in_the_write_that_suspends(
     store: LeaseStore, api_client: client.ApiClient, namespace: str
 ) -> None:
-    custom = client.CustomObjectsApi(api_client)
-
-    def refused(spec: dict[str, Any]) -> str:
-        with pytest.raises(ApiException) as caught:
-            custom.patch_namespaced_custom_object(
-                names.GROUP, names.VERSION, namespace, names.PLURAL_JOB_LEASES, "q", {"spec": spec}
-            )
-        assert caught.value.status == 422
-        return str(caught.value.body)
+    refused = functools.partial(refused_lease_patch, api_client, namespace, "q")
 
     store.create(
         namespace, "q", job_name="q", lease_duration_seconds=60, max_fencing_token=1,
