@@ -59,7 +59,12 @@ class OperatorProcess:
         self.env = dict(env or {})
 
     def start(self) -> None:
-        """Start it and wait until its liveness endpoint answers."""
+        """Start it and wait until its liveness endpoint answers.
+
+        Raises:
+            RuntimeError: it exited, or was not live within ``start_timeout_seconds``
+                (it is then stopped first).
+        """
         port = _free_port()
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), **self.env}
         log = self.log_path.open("ab")
@@ -94,6 +99,9 @@ class OperatorProcess:
                     return
             except OSError:
                 time.sleep(0.2)
+        # Not live in time: stop it, so a failed start leaves no operator
+        # behind to act on the next test's objects.
+        self.stop()
         raise RuntimeError(
             f"operator did not become live in {self.start_timeout_seconds:g} s:\n{self.logs()}"
         )
