@@ -295,6 +295,17 @@ def test_a_lease_of_an_earlier_incarnation_is_taken_over_not_used() -> None:
         assert decided.pod_name is None
 
 
+def test_a_lease_made_ahead_for_the_job_is_taken_over_without_naming_an_earlier_job() -> None:
+    # A LeasedCronJob makes each run's lease (no job UID yet) before the run's job.
+    ahead = reconcile.plan(job(), lease(7, job_uid=None), now=NOW, pod_created_for_holder=False)
+    earlier = reconcile.plan(job(), lease(7, job_uid="u-0"), now=NOW, pod_created_for_holder=False)
+    assert ahead.action is earlier.action is reconcile.Action.TAKE_OVER_LEASE
+    assert [e.reason for e in ahead.events] == ["TakingOverLease"]
+    assert "earlier job" not in ahead.events[0].message
+    assert "prepared for this job at fencing token 7" in ahead.events[0].message
+    assert "earlier job named hello" in earlier.events[0].message
+
+
 def test_attempts_count_from_the_incarnations_base_token() -> None:
     taken_over = lease(5, base_fencing_token=FencingToken(5))
     decided = reconcile.plan(job(), taken_over, now=NOW, pod_created_for_holder=False)

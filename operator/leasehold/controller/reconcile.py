@@ -547,10 +547,17 @@ def _plan(
 
     uid = job.metadata.get("uid")
     if uid is not None and lease.job_uid != uid:
-        message = (
-            f"The JobLease served an earlier job named {name}; taking it over at fencing"
-            f" token {lease.fencing_token}, so tokens never repeat."
-        )
+        if lease.job_uid is None:
+            # Made ahead for this job (a LeasedCronJob's run): no earlier job.
+            message = (
+                f"Taking over the JobLease prepared for this job at fencing token"
+                f" {lease.fencing_token} (the start of its reserved token range)."
+            )
+        else:
+            message = (
+                f"The JobLease served an earlier job named {name}; taking it over at fencing"
+                f" token {lease.fencing_token}, so tokens never repeat."
+            )
         status = _with(ctx, status, Phase.PENDING, ("Ready", false, "TakingOverLease", message))
         return Plan(
             Action.TAKE_OVER_LEASE, status, events=[JobEvent("Normal", "TakingOverLease", message)]
