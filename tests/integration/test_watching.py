@@ -175,6 +175,7 @@ def test_a_broken_watch_relists_and_reports_what_was_deleted_meanwhile(
     reborn = [e for e in events[4:] if e.body["metadata"]["name"] == "reborn"]
     assert [e.type for e in reborn] == [EventType.DELETED, EventType.LISTED]
     assert reborn[0].body["metadata"]["uid"] == uids["reborn"]  # the old object goes
+    assert reborn[0].body["metadata"]["namespace"] == namespace  # its whole identity
     assert reborn[1].body["metadata"]["uid"] != uids["reborn"]
 
 

@@ -36,6 +36,7 @@ class Reclaims:
 
     def __init__(self, seconds: float = 0.0, fail_first: bool = False) -> None:
         self.calls: list[tuple[str, int, float]] = []
+        self.bodies: list[dict[str, Any]] = []
         self.running = 0
         self.most_at_once = 0
         self._seconds = seconds
@@ -51,6 +52,7 @@ class Reclaims:
         reason: ExpiryReason,
     ) -> None:
         assert body["metadata"]["name"] == name
+        self.bodies.append(body)
         self.running += 1
         self.most_at_once = max(self.most_at_once, self.running)
         try:
@@ -85,6 +87,24 @@ def test_an_unrenewed_lease_is_reclaimed_once_after_duration_and_margin() -> Non
     reclaims, began = asyncio.run(scenario())
     assert [(n, g) for n, g, _ in reclaims.calls] == [("a", 1)]
     assert reclaims.calls[0][2] - began >= DURATION + MARGIN
+
+
+def test_the_reclaim_gets_the_lease_as_watched_without_its_managed_fields() -> None:
+    watched = lease("a")
+    watched["metadata"] |= {"resourceVersion": "42", "managedFields": [{"manager": "x"}]}
+
+    async def scenario() -> Reclaims:
+        reclaims = Reclaims()
+        watch = new_watch(reclaims)
+        watch.observe(watched)
+        await run_for(watch, DURATION + MARGIN + 0.6)
+        return reclaims
+
+    [body] = asyncio.run(scenario()).bodies
+    assert "managedFields" not in body["metadata"]
+    expected = {k: v for k, v in watched["metadata"].items() if k != "managedFields"}
+    assert body["metadata"] == expected  # resourceVersion kept: the reclaim's precondition
+    assert body["spec"] == watched["spec"]
 
 
 def test_a_renewal_moves_the_deadline() -> None:

@@ -17,6 +17,7 @@ import contextlib
 import enum
 import heapq
 import logging
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from leasehold.lease.protocol import MonotonicClock
 log = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Seen:
     version: str
     at: float
@@ -97,7 +98,7 @@ class ExpiryClock:
         return self.remaining_seconds(key, version, duration_seconds) <= 0
 
 
-@dataclass(order=True)
+@dataclass(order=True, slots=True)
 class _Due:
     at: float
     key: str = field(compare=False)
@@ -113,7 +114,7 @@ class ExpiryReason(enum.StrEnum):
     """It never started: no renewal and no running pod within the startup bound."""
 
 
-@dataclass
+@dataclass(slots=True)
 class _Watched:
     namespace: str
     name: str
@@ -202,7 +203,7 @@ class ExpiryWatch:
             generation=generation,
             duration_seconds=int(spec.get("leaseDurationSeconds", 30)),
             signature=signature,
-            body=body,
+            body=_without_managed_fields(body),
             startup_seconds=int(startup) if startup is not None else None,
             started_at=_started_at(old, signature, generation, spec, first_seen),
         )
@@ -403,3 +404,19 @@ def _started_at(
         return old.started_at
     renewed = spec.get("renewTime") != (old.body.get("spec") or {}).get("renewTime")
     return now if generation != old.generation and renewed else None
+
+
+def _without_managed_fields(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` without ``metadata.managedFields``, its keys interned.
+
+    The body is kept per held lease until its next event, for the reclaim's
+    conditional write. The field-manager bookkeeping is never read, and every
+    parsed body carries its own copy of each key: at 100,000 leases both
+    would be most of the operator's memory.
+    """
+    slim: dict[str, Any] = {}
+    for key, value in body.items():
+        if key in ("metadata", "spec") and isinstance(value, dict):
+            value = {sys.intern(k): v for k, v in value.items() if k != "managedFields"}
+        slim[sys.intern(key)] = value
+    return slim
