@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -43,6 +44,7 @@ from bench.harness import (
     sched_seconds,
 )
 from bench.loadgen import LoadGenerator
+from bench.reclaim import MARGIN_SECONDS, watch_reclaims
 from bench.stats import (
     bucket_delta,
     counter_delta,
@@ -58,6 +60,8 @@ from operatorproc import OperatorProcess
 
 RENEW_PERIOD: Final = 10.0
 """Seconds between two renewals of one lease."""
+LEASE_DURATION: Final = 60
+"""The scale leases' ``leaseDurationSeconds``."""
 FLOORS: Final = {
     "kopf": REPO / "bench" / "floors" / "kopf_floor.py",
     "watch": REPO / "bench" / "floors" / "plain_watch.py",
@@ -74,11 +78,13 @@ class ScaleResults:
         floors: one per floor (see :func:`floor`), after the last tier.
         profile: the operator's profile (see :func:`bench.profile.record`),
             empty when not taken.
+        burst: the 1% expiry burst after the last tier (see :func:`expiry_burst`).
     """
 
     rows: list[dict[str, Any]] = field(default_factory=list)
     floors: list[dict[str, Any]] = field(default_factory=list)
     profile: dict[str, Any] = field(default_factory=dict)
+    burst: dict[str, Any] = field(default_factory=dict)
 
 
 def run(h: Harness) -> ScaleResults:
@@ -110,14 +116,16 @@ def run(h: Harness) -> ScaleResults:
                 h.kubeconfig,
                 ns,
                 PLURAL,
-                [lease_body(x, holder=f"g-{x}", duration=60) for x in names],
+                [lease_body(x, holder=f"g-{x}", duration=LEASE_DURATION) for x in names],
                 threads=16,
             )
             for name in names:
                 gen.add(name)
             created = tier
             log(f"scale: created {len(names)} in {took:.1f}s; starting the operator")
-            op = OperatorProcess(h.kubeconfig, ns, h.workdir / f"operator-scale-{tier}.log", 1.0)
+            op = OperatorProcess(
+                h.kubeconfig, ns, h.workdir / f"operator-scale-{tier}.log", MARGIN_SECONDS
+            )
             began = time.monotonic()
             op.start()
             assert op.proc is not None
@@ -161,6 +169,9 @@ def run(h: Harness) -> ScaleResults:
                 f" {row['op_cpu_per_event'] * 1000:.2f} ms CPU per renewal,"
                 f" {row['rss']:.0f} MB"
             )
+        if op is not None and created:
+            out.burst = expiry_burst(h, ns, gen, created)
+            log(f"scale: 1% expiry burst: {out.burst}")
         if sizes.profile_seconds > 0 and op is not None and op.proc is not None:
             out.profile = profile.record(op.proc.pid, sizes.profile_seconds, h.workdir)
         if sizes.floors and op is not None:
@@ -173,6 +184,45 @@ def run(h: Harness) -> ScaleResults:
             op.stop()
         h.meter.pids.pop("operator", None)
     return out
+
+
+def expiry_burst(h: Harness, ns: str, gen: LoadGenerator, leases: int) -> dict[str, Any]:
+    """Stop renewing 1% of the leases at once (adjacent slots) and time their reclaims.
+
+    The rest keep being renewed, so the operator reclaims the burst while it
+    carries the whole tier. Latency: from each lease's expiry (its last
+    accepted renewal's answer + :data:`LEASE_DURATION`) to its reclaim seen
+    through a watch; the operator's margin is part of it by design.
+
+    Returns:
+        ``leases`` (the burst's size), ``expiries_spread_s`` (first to last
+        expiry), ``lag`` (:class:`~bench.stats.Summary` of the latencies, s),
+        ``missing`` (not seen reclaimed in time), ``margin`` (s).
+    """
+    count = max(1, leases // 100)
+    names = gen.slot_ordered(count)
+    seen: dict[str, float] = {}
+    stop, ready = threading.Event(), threading.Event()
+    watcher = threading.Thread(
+        target=watch_reclaims, args=(h, ns, 1, seen, len(names), stop, ready), daemon=True
+    )
+    watcher.start()
+    ready.wait(120)
+    gen.drop(names)
+    time.sleep(2.0)  # a renewal in flight when dropped lands by now
+    expiry = {x: gen.last_accepted[x] + LEASE_DURATION for x in names if x in gen.last_accepted}
+    deadline = max(expiry.values(), default=time.monotonic()) + MARGIN_SECONDS + 30
+    while len(seen) < len(names) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    stop.set()
+    lag = [seen[x] - at for x, at in expiry.items() if x in seen]
+    return {
+        "leases": len(names),
+        "expiries_spread_s": max(expiry.values()) - min(expiry.values()) if expiry else 0.0,
+        "lag": summarize(lag),
+        "missing": len(names) - len(lag),
+        "margin": MARGIN_SECONDS,
+    }
 
 
 def floor(h: Harness, kind: str, ns: str, gen: LoadGenerator, leases: int) -> dict[str, Any]:

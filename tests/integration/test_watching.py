@@ -176,6 +176,9 @@ def test_a_broken_watch_relists_and_reports_what_was_deleted_meanwhile(
     assert [e.type for e in reborn] == [EventType.DELETED, EventType.LISTED]
     assert reborn[0].body["metadata"]["uid"] == uids["reborn"]  # the old object goes
     assert reborn[0].body["metadata"]["namespace"] == namespace  # its whole identity
+    # Listed and watched bodies alike come without the field managers' bookkeeping.
+    assert {e.type for e in events} >= {EventType.LISTED, EventType.ADDED}
+    assert not [e for e in events if "managedFields" in e.body["metadata"]]
     assert reborn[1].body["metadata"]["uid"] != uids["reborn"]
 
 
