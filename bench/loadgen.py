@@ -50,31 +50,12 @@ class LoadGenerator:
         self._go = threading.Event()
         self._go.set()
         self._busy = [False] * threads
-        self._dropped: set[str] = set()
-        self.last_accepted: dict[str, float] = {}
-        """Lease name -> ``time.monotonic()`` when its latest renewal was answered accepted."""
 
     def add(self, name: str) -> None:
         """Start renewing lease ``name`` (held by ``g-<name>`` under token 1)."""
         with self._lock:
             self._shares[self._added % self.threads].append(name)
             self._added += 1
-
-    def drop(self, names: list[str]) -> None:
-        """Stop renewing ``names`` from now on (a renewal in flight still lands)."""
-        gone = set(names)
-        with self._lock:
-            self._dropped |= gone
-            self._shares = [[x for x in share if x not in gone] for share in self._shares]
-
-    def slot_ordered(self, count: int) -> list[str]:
-        """``count`` leases renewed one after another by one thread: adjacent slots.
-
-        Dropped together, they expire within ``count`` slots of each other (a
-        burst), not spread over the whole period.
-        """
-        with self._lock:
-            return list(max(self._shares, key=len)[:count])
 
     def start(self) -> None:
         """Start the threads."""
@@ -136,8 +117,6 @@ class LoadGenerator:
             offsets = renewal_offsets(len(mine), self.period, phase=t / self.threads)
             paused = False
             for name, offset in zip(mine, offsets, strict=True):
-                if name in self._dropped:
-                    continue
                 delay = cycle + offset - time.monotonic()
                 if delay > 0 and self._stop.wait(delay):
                     break
@@ -156,7 +135,6 @@ class LoadGenerator:
                         latencies.append(time.perf_counter() - t0)
                     if isinstance(result, Accepted):
                         counts["accepted"] += 1
-                        self.last_accepted[name] = time.monotonic()
                     else:
                         # Reclaimed by the operator (this generator fell more than
                         # a lease duration behind): claim it again and go on.

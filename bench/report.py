@@ -27,7 +27,7 @@ from bench.handover import section as handover_section
 from bench.harness import read_proc
 from bench.jobs import section as jobs_section
 from bench.operations import LEVELS, OPS, OpResult, OpsResults, Paired
-from bench.scale import RENEW_PERIOD, ScaleResults
+from bench.scale import LEASE_DURATION, RENEW_PERIOD, ScaleResults
 from bench.stats import fmt, markdown_table, ratio, summarize
 from localcluster import control_plane_bin_dir
 
@@ -705,9 +705,10 @@ def report(r: Results, facts: dict[str, str], quick: bool, started: float) -> st
         parts += [
             "## Operator scale",
             "",
-            f"Bare JobLeases created held (duration 60 s) in one namespace; the load generator"
-            f" renews each every {RENEW_PERIOD:.0f} s (`LeaseStore.renew`, threads with their"
-            " own ApiClients, slots spread evenly) in the same process as the benchmark. Each"
+            f"Bare JobLeases created held (duration {LEASE_DURATION} s) in one namespace; the"
+            f" load generator renews each every {RENEW_PERIOD:.0f} s (`LeaseStore.renew`,"
+            " threads with their own ApiClients, slots spread evenly) in the same process as"
+            " the benchmark. Each"
             f" tier is measured over {r.scale_window:.0f} s after one full period at"
             " that size. Watch lag: the operator's `leasehold_watch_lag_seconds` (renewTime"
             " to the operator's observation), buckets differenced across the window."
