@@ -65,10 +65,15 @@ class LoadGenerator:
             self._threads.append(thread)
 
     def stop(self) -> None:
-        """Stop the threads."""
+        """Stop the threads, waiting 30 s at most in all.
+
+        A renewal stuck on a saturated API server is left to end with the
+        process (the threads are daemons).
+        """
         self._stop.set()
+        deadline = time.monotonic() + 30
         for thread in self._threads:
-            thread.join(timeout=30)
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
     def pause(self) -> None:
         """Stop sending, and wait until no renewal is in flight."""

@@ -10,6 +10,7 @@ what Kopf alone costs, and what any watch-based design must pay.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import json
 import math
@@ -61,6 +62,9 @@ from bench.stats import (
     sum_samples,
     summarize,
 )
+from leasehold import names as contract
+from leasehold.lease.errors import LeaseNotFoundError
+from leasehold.lease.store import Accepted, LeaseStore
 from operatorproc import OperatorProcess
 
 RENEW_PERIOD: Final = 10.0
@@ -69,8 +73,8 @@ LEASE_DURATION: Final = 600
 """The tier leases' ``leaseDurationSeconds``: long, so a load generator that falls
 behind on a small machine never lets one expire (a reclaim storm is not the load
 measured)."""
-BURST_DURATION: Final = 10
-"""The expiry burst's leases' ``leaseDurationSeconds``."""
+BURST_DURATION: Final = 3
+"""The expiry burst's leases' ``leaseDurationSeconds`` (the reclaim part's)."""
 FLOORS: Final = {
     "kopf": REPO / "bench" / "floors" / "kopf_floor.py",
     "watch": REPO / "bench" / "floors" / "plain_watch.py",
@@ -196,21 +200,46 @@ def run(h: Harness) -> ScaleResults:
 
 
 def expiry_burst(h: Harness, ns: str, leases: int) -> dict[str, Any]:
-    """Add 1% more leases, held and never renewed, at once; time their reclaims.
+    """Claim 1% more leases at once, never renew them, and time their reclaims.
 
-    The tier's leases keep being renewed, so the operator reclaims the burst
-    while it carries the whole tier. A watch notes when each new lease is
-    first seen (the operator's expiry clock starts about then) and when it is
-    seen reclaimed. Latency: reclaim seen - (first seen + :data:`BURST_DURATION`);
-    the operator's margin is part of it by design.
+    Pull-mode LeasedJobs (``b<i>``, duration :data:`BURST_DURATION`) are
+    created and their leases, made by the operator, claimed from 8 threads at
+    once, while the tier's leases keep being renewed: the operator reclaims
+    the burst while it carries the whole tier. Latency: from each lease's
+    expiry (its claim's answer + duration) to its reclaim seen through a
+    watch; the operator's margin is part of it by design.
 
     Returns:
         ``leases`` (the burst's size), ``expiries_spread_s`` (first to last
         expiry), ``lag`` (:class:`~bench.stats.Summary` of the latencies, s),
         ``missing`` (not seen reclaimed in time), ``margin`` (s).
+
+    Raises:
+        RuntimeError: the operator did not make the burst's leases in 120 s.
+        AssertionError: a claim was refused.
     """
     names = [f"b{i}" for i in range(max(1, leases // 100))]
-    added: dict[str, float] = {}
+    jobs = [
+        {
+            "apiVersion": contract.API_VERSION,
+            "kind": "LeasedJob",
+            "metadata": {"name": x},
+            "spec": {"leaseDurationSeconds": BURST_DURATION, "maxAttempts": 10},
+        }
+        for x in names
+    ]
+    create_objects(h.kubeconfig, ns, contract.PLURAL_LEASED_JOBS, jobs, threads=16)
+    store = LeaseStore(new_client(h.kubeconfig))
+    deadline = time.monotonic() + 120
+    for x in names:  # the operator makes one JobLease per LeasedJob
+        while True:
+            try:
+                store.get(ns, x)
+                break
+            except LeaseNotFoundError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the operator made no lease for {x} in 120 s") from None
+                time.sleep(0.5)
     reclaimed: dict[str, float] = {}
     stop, ready = threading.Event(), threading.Event()
 
@@ -228,12 +257,10 @@ def expiry_burst(h: Harness, ns: str, leases: int) -> dict[str, Any]:
             resource_version=listed["metadata"]["resourceVersion"],
             timeout_seconds=300,
         ):
-            now = time.monotonic()
-            name = event["object"]["metadata"]["name"]
-            if name.startswith("b"):
-                added.setdefault(name, now)
-                if not event["object"].get("spec", {}).get("holderIdentity"):
-                    reclaimed.setdefault(name, now)
+            obj = event["object"]
+            spec = obj.get("spec", {})
+            if spec.get("fencingToken") == 1 and not spec.get("holderIdentity"):
+                reclaimed.setdefault(obj["metadata"]["name"], time.monotonic())
             if len(reclaimed) >= len(names) or stop.is_set():
                 stream.stop()
                 break
@@ -241,18 +268,20 @@ def expiry_burst(h: Harness, ns: str, leases: int) -> dict[str, Any]:
     watcher = threading.Thread(target=watch_burst, daemon=True)
     watcher.start()
     ready.wait(120)
-    create_objects(
-        h.kubeconfig,
-        ns,
-        PLURAL,
-        [lease_body(x, holder=f"g-{x}", duration=BURST_DURATION) for x in names],
-        threads=16,
-    )
-    deadline = time.monotonic() + BURST_DURATION + MARGIN_SECONDS + 60
-    while len(reclaimed) < len(names) and time.monotonic() < deadline:
-        time.sleep(0.5)
+    claimed: dict[str, float] = {}
+
+    def claim(name: str) -> None:
+        result = store.claim(ns, name, f"silent-{name}")
+        claimed[name] = time.monotonic()  # the change has landed by now
+        if not isinstance(result, Accepted) or result.token != 1:
+            raise AssertionError(f"claim of {name}: {result}")
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        for f in [pool.submit(claim, x) for x in names]:
+            f.result()
+    watcher.join(timeout=BURST_DURATION + MARGIN_SECONDS + 60)
     stop.set()
-    expiry = {x: at + BURST_DURATION for x, at in added.items()}
+    expiry = {x: at + BURST_DURATION for x, at in claimed.items()}
     lag = [reclaimed[x] - at for x, at in expiry.items() if x in reclaimed]
     return {
         "leases": len(names),
