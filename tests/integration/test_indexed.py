@@ -194,15 +194,24 @@ def test_the_crd_refuses_inconsistent_index_specs(
             {"completions": 2, "completionMode": "Indexed", "maxFailedIndexes": 1},
             "spec.maxFailedIndexes needs spec.backoffLimitPerIndex",
         ),
-        ({"completions": 2, "suspend": True}, "spec.suspend is not supported yet"),
-        ({"completions": 2, "completionMode": "Indexed", "priority": 5}, "spec.priority is not"),
-        ({"completionMode": "Indexed", "completions": 1, "params": {}}, "spec.params is not"),
     ):
         with pytest.raises(client.ApiException) as refused:
             create_job(api_client, namespace, "bad", sh("true"), **spec)
         assert refused.value.status == 422
         assert message in str(refused.value.body)
     create_job(api_client, namespace, "ok", sh("true"), completions=2, completionMode="Indexed")
+    # Suspend, params and priority apply to every index (tests/integration/test_indexed_suspend.py).
+    create_job(
+        api_client,
+        namespace,
+        "ok-too",
+        sh("true"),
+        completions=2,
+        completionMode="Indexed",
+        suspend=True,
+        params={"shards": [0, 1]},
+        priority=5,
+    )
     with pytest.raises(client.ApiException) as refused:
         client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
             G, V, namespace, names.PLURAL_LEASED_JOBS, "ok", {"spec": {"completions": 3}}

@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 from leasehold import fencing, names
 from leasehold.controller import indexed, reconcile
 from leasehold.controller.indexed import IndexState
-from leasehold.controller.reconcile import Action
+from leasehold.controller.indexed_service import work_item
+from leasehold.controller.pods import PodMemory
+from leasehold.controller.reconcile import Action, PodFacts
 from leasehold.lease import indexes
 from leasehold.lease.models import LeasedJob, Phase
 from leasehold.lease.protocol import Completion, FencingToken, HolderIdentity, LeaseRecord, Outcome
@@ -310,3 +312,154 @@ def test_the_sdk_reads_the_index_from_the_pod_contract() -> None:
     assert holder.completion_index == 3
     assert holder.effect_key("w") == "ns/big/index-3/2/w"
     assert holder.sql_params("acct/1")["leasehold_resource"] == "acct/1#index-3"
+
+
+# -- suspend, params, priority --------------------------------------------------
+
+
+def suspended_status() -> dict[str, Any]:
+    return {
+        "phase": "Suspended",
+        "conditions": [
+            {
+                "type": "Suspended",
+                "status": "True",
+                "reason": "JobSuspended",
+                "message": "suspended",
+                "lastTransitionTime": NOW.isoformat(),
+            }
+        ],
+    }
+
+
+def test_suspend_suspends_every_unfinished_index_and_starts_none() -> None:
+    leases = {0: lease(0, 1, "big-0-1"), 1: done(1, 1), 2: lease(2, 1), 3: lease(3, 1)}
+    leases[3] = lease(3, 1, suspended=True)
+    decided = indexed.plan_indexed(job(completions=6, parallelism=6, suspend=True), leases, now=NOW)
+    # Held index 0 and unheld index 2 are suspended; 3 is already; 4 and 5 get no lease.
+    assert [(s.index, s.plan.action) for s in decided.steps] == [
+        (0, Action.SUSPEND),
+        (2, Action.SUSPEND),
+    ]
+    st = decided.status
+    assert st.phase == Phase.SUSPENDED
+    assert (st.completed_indexes, st.completion_progress) == ("1", "1/6")
+    conditions = {c.type: (c.status, c.reason) for c in st.conditions or []}
+    assert conditions["Suspended"] == ("True", "JobSuspended")
+    assert conditions["Ready"] == ("False", "Suspended")
+    assert [e.reason for e in decided.events] == ["Suspended"]
+
+
+def test_a_suspended_job_created_with_no_lease_creates_none() -> None:
+    decided = indexed.plan_indexed(job(completions=3, parallelism=3, suspend=True), {}, now=NOW)
+    assert decided.steps == []
+    assert decided.status.phase == Phase.SUSPENDED
+
+
+def test_resume_resumes_the_indexes_within_parallelism_at_once() -> None:
+    leases = {i: lease(i, 1, suspended=True, suspensions=1, max_fencing_token=3) for i in range(3)}
+    body = job(completions=3, parallelism=2).model_dump(by_alias=True, exclude_none=True)
+    body["status"] = suspended_status()
+    resumed = LeasedJob.model_validate(body)
+    decided = indexed.plan_indexed(resumed, leases, now=NOW)
+    # Push mode: a resumed index is claimed at once, so only `parallelism` resume.
+    assert [(s.index, s.plan.action) for s in decided.steps] == [
+        (0, Action.RESUME),
+        (1, Action.RESUME),
+    ]
+    conditions = {c.type: (c.status, c.reason) for c in decided.status.conditions or []}
+    assert conditions["Suspended"] == ("False", "JobResumed")
+    assert [e.reason for e in decided.events][:1] == ["Resumed"]
+    # The index once resumed is claimed at once (no reclaim backoff): its next token.
+    after = lease(0, 1, suspensions=1, max_fencing_token=3)
+    sub = indexed.plan_index(resumed, 0, after, now=NOW)
+    assert (sub.action, sub.pod_name) == (Action.CLAIM_AND_START, "big-0-2")
+
+
+def test_pull_mode_resumes_every_suspended_index() -> None:
+    leases = {i: lease(i, 0, suspended=True) for i in range(3)}
+    body = job(False, completions=3, parallelism=3).model_dump(by_alias=True, exclude_none=True)
+    body["status"] = suspended_status()
+    decided = indexed.plan_indexed(LeasedJob.model_validate(body), leases, now=NOW)
+    assert [(s.index, s.plan.action) for s in decided.steps] == [
+        (i, Action.RESUME) for i in range(3)
+    ]
+
+
+def test_every_index_lease_carries_the_jobs_params_and_priority() -> None:
+    body = job(completions=3, params={"shards": [1, 2, 3]}, priority=7).model_dump(
+        by_alias=True, exclude_none=True
+    )
+    body["metadata"]["creationTimestamp"] = "2026-12-01T12:00:00Z"
+    work = work_item(LeasedJob.model_validate(body))
+    assert (work.params, work.priority, work.job_created) == ({"shards": [1, 2, 3]}, 7, NOW)
+
+
+# -- evictions -------------------------------------------------------------------
+
+
+EVICTED = PodFacts(
+    uid="p", node_name="n", exit_code=143, conditions=(("DisruptionTarget", "True"),)
+)
+
+
+def test_an_evicted_index_is_excused_and_claimed_again() -> None:
+    ended = lease(1, 1, max_fencing_token=1)
+    assert indexed.wants_pod_facts(job(completions=2), ended)
+    leases = {0: lease(0, 1, "big-0-1"), 1: ended}
+    decided = indexed.plan_indexed(
+        job(completions=2, parallelism=2, backoffLimitPerIndex=0, maxAttempts=1),
+        leases,
+        now=NOW,
+        pods={1: {1: EVICTED}},
+    )
+    step = next(s for s in decided.steps if s.index == 1)
+    assert step.plan.action is Action.EXCUSE
+    assert [e.reason for e in step.plan.events] == ["Evicted"]
+    assert decided.status.failed_indexes is None and decided.status.failed == 0
+    # Without its pod the same end counts: out of attempts, the index fails.
+    counted = indexed.plan_indexed(
+        job(completions=2, parallelism=2, backoffLimitPerIndex=0, maxAttempts=1), leases, now=NOW
+    )
+    assert counted.status.failed_indexes == "1"
+
+
+def test_an_excused_index_waits_for_a_slot_like_any_start() -> None:
+    leases = {0: lease(0, 1, "big-0-1"), 1: lease(1, 1, max_fencing_token=1)}
+    decided = indexed.plan_indexed(
+        job(completions=2, parallelism=1, maxAttempts=1), leases, now=NOW, pods={1: {1: EVICTED}}
+    )
+    assert all(s.plan.action is not Action.EXCUSE for s in decided.steps)
+
+
+def test_only_an_undecided_end_wants_the_index_pods() -> None:
+    spec = job(completions=2)
+    assert not indexed.wants_pod_facts(spec, lease(0, 1, "big-0-1"))  # running
+    assert not indexed.wants_pod_facts(spec, done(0, 1))  # succeeded
+    assert indexed.wants_pod_facts(spec, done(0, 1, Outcome.FAILED))
+    assert not indexed.wants_pod_facts(spec, lease(0, 1, last_uncounted_token=1))  # excused
+    assert not indexed.wants_pod_facts(spec, lease(0, 0))  # never ran
+    assert not indexed.wants_pod_facts(job(False, completions=2), lease(0, 1))  # pull: no pods
+
+
+def test_pod_memory_keeps_each_indexs_tokens_apart() -> None:
+    memory = PodMemory()
+    for index in (0, 1):
+        memory.observe(
+            {
+                "metadata": {
+                    "namespace": "ns",
+                    "uid": f"u-{index}",
+                    "labels": {
+                        names.LABEL_JOB: "big",
+                        names.LABEL_TOKEN: "1",
+                        names.LABEL_COMPLETION_INDEX: str(index),
+                    },
+                },
+            }
+        )
+    assert memory.recall("ns", "big", 0)[1].uid == "u-0"
+    assert memory.recall("ns", "big", 1)[1].uid == "u-1"
+    assert memory.recall("ns", "big") == {}
+    memory.forget("ns", "big")
+    assert memory.recall("ns", "big", 0) == {}

@@ -7,10 +7,12 @@ and take-overs. Each index is planned by the single-lease planner
 (:func:`leasehold.controller.reconcile.plan`) as a *sub-job*: the job's spec
 with the index's failure budget, named after the index's lease, its status
 made from the lease alone (so nothing per index needs to be stored on the
-job). This module adds what is the job's: which indexes may start
-(``spec.parallelism``), the per-index budgets (``backoffLimitPerIndex``,
-``maxFailedIndexes``), the job's end, and batch/v1 Job's status
-(``completedIndexes``/``failedIndexes`` as ranges, counts, conditions).
+job); ``spec.suspend`` reaches every index that way (each index's lease is
+suspended and resumed as a single job's). This module adds what is the
+job's: which indexes may start (``spec.parallelism``), the per-index
+budgets (``backoffLimitPerIndex``, ``maxFailedIndexes``), the job's end,
+and batch/v1 Job's status (``completedIndexes``/``failedIndexes`` as
+ranges, counts, conditions, ``Suspended``).
 
 No Kubernetes client or Kopf import: inputs are models and lease records;
 :mod:`leasehold.controller.indexed_service` carries the plan out.
@@ -23,8 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from leasehold.controller import reconcile
-from leasehold.controller.reconcile import Action, JobEvent, Plan
+from leasehold.controller import reconcile, suspension
+from leasehold.controller.reconcile import Action, JobEvent, Plan, PodFacts
 from leasehold.lease import indexes as index_sets
 from leasehold.lease.indexes import index_lease_name
 from leasehold.lease.models import (
@@ -160,6 +162,12 @@ def sub_job(
         }
     )
     status = LeasedJobStatus(next_attempt_after=retry_after)
+    if suspension.is_suspended(job.status):  # a resume starts each index at once
+        status.conditions = [
+            c
+            for c in (job.status.conditions if job.status is not None else None) or []
+            if c.type == suspension.CONDITION
+        ]
     if lease is not None:
         failed_now = lease.completion is not None and lease.completion.outcome == Outcome.FAILED
         status.failed = lease.failures + (1 if failed_now else 0)
@@ -186,6 +194,7 @@ def plan_index(
     now: datetime,
     last_reclaim_reason: str | None = None,
     retry_after: datetime | None = None,
+    pods: Mapping[int, PodFacts] | None = None,
 ) -> Plan:
     """The single-lease plan of one index.
 
@@ -196,6 +205,8 @@ def plan_index(
         now: the current wall-clock time (status stamps only).
         last_reclaim_reason: why the lease's current token was taken back, if it was.
         retry_after: the end of the index's backoff, if one runs.
+        pods: the index's attempt pods by token (see :func:`wants_pod_facts`):
+            how its last attempt ended (an eviction is excused, as a single job's).
 
     Returns:
         The plan; ``plan.status.phase`` says where the index is.
@@ -207,7 +218,32 @@ def plan_index(
         now=now,
         pod_created_for_holder=lease is not None and lease.holder_uid is not None,
         last_reclaim_reason=last_reclaim_reason,
+        pods=dict(pods) if pods else None,
     )
+
+
+def wants_pod_facts(job: LeasedJob, lease: LeaseRecord) -> bool:
+    """Whether an index's plan would judge its pods (the service then lists that index's).
+
+    Only when an attempt of a push job ended undecided: unheld, above the
+    base token, without a success, not yet excused. Its pod then tells
+    whether the failure rules (or an eviction's ``DisruptionTarget``) excuse
+    it; a running or succeeded index costs no read.
+
+    Args:
+        job: the LeasedJob.
+        lease: the index's lease record.
+
+    Returns:
+        ``True`` when the index's pods should be read for this reconcile.
+    """
+    if job.spec.template is None or lease.holder_identity is not None:
+        return False
+    done = lease.completion
+    if done is not None and done.outcome != Outcome.FAILED:
+        return False
+    token = lease.fencing_token
+    return token > lease.base_fencing_token and lease.last_uncounted_token != token
 
 
 def _state(plan: Plan, lease: LeaseRecord | None, job_uid: str | None) -> IndexState:
@@ -235,6 +271,7 @@ def plan_indexed(
     elapsed_seconds: float = 0.0,
     last_reclaim_reasons: Mapping[int, str | None] | None = None,
     retry_after: Mapping[int, datetime] | None = None,
+    pods: Mapping[int, Mapping[int, PodFacts]] | None = None,
 ) -> IndexedPlan:
     """Decide what to do next for a job with several completions.
 
@@ -246,6 +283,7 @@ def plan_indexed(
             judged against ``activeDeadlineSeconds``.
         last_reclaim_reasons: per index, why its current token was taken back.
         retry_after: per index, the end of its current backoff, if known.
+        pods: per index, its attempt pods by token, where read.
 
     Returns:
         The :class:`IndexedPlan`. Each index is planned by the single-lease
@@ -290,6 +328,7 @@ def plan_indexed(
             now=now,
             last_reclaim_reason=reasons.get(index),
             retry_after=backoffs.get(index),
+            pods=(pods or {}).get(index),
         )
         plans[index] = plan
         states[index] = _state(plan, lease, str(uid) if uid is not None else None)
@@ -353,7 +392,7 @@ def plan_indexed(
         if found is None:
             if index in states:
                 continue  # known done
-            if open_slots <= 0:
+            if open_slots <= 0 or job.spec.suspend:  # a suspended job starts no index
                 continue
             open_slots -= 1
             steps.append(
@@ -375,6 +414,8 @@ def plan_indexed(
             Action.CLAIM_AND_START,
             Action.RETRY,
             Action.TAKE_OVER_LEASE,
+            Action.RESUME,  # a resumed index is claimed at once: it needs a slot
+            Action.EXCUSE,  # so is an evicted one
         )
         if starts:
             if open_slots <= 0:
@@ -404,11 +445,62 @@ def plan_indexed(
     status.conditions = conditions
     status.phase = Phase.RUNNING if running else Phase.PENDING
     status.observed_generation = gen
+    status = _suspension_status(job, status, active, now=now, generation=gen)
+    flip = suspension.transition(job.status, status)
+    if flip is not None:
+        events.insert(0, JobEvent(*flip))
     deadline = job.spec.active_deadline_seconds
     if deadline is not None:
         until = max(0.0, deadline - elapsed_seconds)
         requeue = until if requeue is None else min(requeue, until)
     return IndexedPlan(status, steps, events, requeue_after_seconds=requeue)
+
+
+def _suspension_status(
+    job: LeasedJob,
+    status: LeasedJobStatus,
+    active: set[int],
+    *,
+    now: datetime,
+    generation: int | None,
+) -> LeasedJobStatus:
+    """``status`` with the job's ``Suspended`` condition (batch/v1 Job's), if it applies.
+
+    Suspended: phase ``Suspended``, no index held once their leases are
+    suspended (``active`` are those still held while the suspend writes go
+    out). Resumed: the condition turns False (``JobResumed``).
+    """
+    true, false = ConditionStatus.TRUE, ConditionStatus.FALSE
+    conditions = list(status.conditions or [])
+    if job.spec.suspend:
+        message = (
+            "The job is suspended (spec.suspend): every index's lease is suspended"
+            + (f" ({len(active)} still being released)" if active else "")
+            + "; no index starts until it is resumed, and writes under the released"
+            " tokens are refused. Suspended attempts use no budget."
+        )
+        for type_, cstatus, reason, text in (
+            (suspension.CONDITION, true, suspension.JOB_SUSPENDED, message),
+            ("Ready", false, suspension.SUSPENDED, message),
+            ("LeaseHeld", false, suspension.SUSPENDED, "The job is suspended: no index is held."),
+        ):
+            conditions = reconcile.set_condition(
+                conditions, type_, cstatus, reason, text, now=now, generation=generation
+            )
+        return status.model_copy(update={"phase": Phase.SUSPENDED, "conditions": conditions})
+    if not suspension.is_suspended(status):
+        return status
+    message = "The job was resumed: each index's next attempt runs under a higher token."
+    conditions = reconcile.set_condition(
+        conditions,
+        suspension.CONDITION,
+        false,
+        suspension.JOB_RESUMED,
+        message,
+        now=now,
+        generation=generation,
+    )
+    return status.model_copy(update={"conditions": conditions})
 
 
 def replace_action(plan: Plan, action: Action) -> Plan:

@@ -4,10 +4,11 @@ Why this module exists: :mod:`leasehold.controller.indexed` decides, purely;
 this module reads the job's index leases (one list), performs each index's
 step through the same store writes and pod handling as a single-lease job
 (:class:`~leasehold.controller.service.JobService`: claim, pod create with
-its 409/quota/rejection cases, bind, stop, reopen, take-over) and writes the
-job's status. Each index lease is a fencing domain of its own, with the
-same guarantees as a job's lease: no ownerReference, a finalizer, its
-``jobUID`` and ``baseFencingToken`` (docs/architecture.md, "Indexed jobs").
+its 409/quota/rejection cases, bind, stop, reopen, take-over, suspend,
+resume, excuse) and writes the job's status. Each index lease is a fencing
+domain of its own, with the same guarantees as a job's lease: no
+ownerReference, a finalizer, its ``jobUID`` and ``baseFencingToken``
+(docs/architecture.md, "Indexed jobs").
 
 Called by :meth:`JobService.reconcile` under the job's lock; blocking calls.
 """
@@ -25,10 +26,11 @@ from kubernetes.client.exceptions import ApiException
 from leasehold import names
 from leasehold.controller import indexed
 from leasehold.controller.indexed import IndexStep
-from leasehold.controller.reconcile import Action, Plan
+from leasehold.controller.pods import pod_facts
+from leasehold.controller.reconcile import Action, Plan, PodFacts
 from leasehold.lease.errors import LeaseNotFoundError, WriteRefusedError, api_error
 from leasehold.lease.models import LeasedJob, LeaseMode
-from leasehold.lease.store import Accepted, StoredLease
+from leasehold.lease.store import Accepted, StoredLease, WorkItem
 
 if TYPE_CHECKING:
     from leasehold.controller.service import JobService
@@ -96,6 +98,12 @@ class IndexedJobs:
             end = self._backoff_end(lease)
             if end is not None:
                 retry_after[index] = end
+        pods = {
+            i: self._pod_facts(namespace, name, i)
+            for i, lease in leases.items()
+            if lease.record.job_uid == meta.get("uid")
+            and indexed.wants_pod_facts(job, lease.record)
+        }
         decided = indexed.plan_indexed(
             job,
             {i: lease.record for i, lease in leases.items()},
@@ -103,10 +111,11 @@ class IndexedJobs:
             elapsed_seconds=elapsed_seconds,
             last_reclaim_reasons={i: _reclaim_reason(lease) for i, lease in leases.items()},
             retry_after=retry_after,
+            pods=pods,
         )
         requeue = decided.requeue_after_seconds
         for step in decided.steps:
-            after = self._step(job, body, step, leases.get(step.index))
+            after = self._step(job, body, step, leases.get(step.index), pods.get(step.index))
             if after is not None:
                 requeue = after if requeue is None else min(requeue, after)
         if decided.delete_pods:
@@ -117,7 +126,12 @@ class IndexedJobs:
         return Plan(Action.NONE, decided.status, requeue_after_seconds=requeue)
 
     def _step(
-        self, job: LeasedJob, body: dict[str, Any], step: IndexStep, lease: StoredLease | None
+        self,
+        job: LeasedJob,
+        body: dict[str, Any],
+        step: IndexStep,
+        lease: StoredLease | None,
+        pods: dict[int, PodFacts] | None,
     ) -> float | None:
         """Carry out one index's step; plan that index again after a write that needs it.
 
@@ -142,6 +156,8 @@ class IndexedJobs:
                     startup_deadline_seconds=(
                         job.spec.startup_deadline_seconds if job.spec.template is not None else None
                     ),
+                    suspended=job.spec.suspend,
+                    work=work_item(job),
                 )
                 service.wrote_lease(taken.lease)
                 lease = taken.lease
@@ -155,6 +171,37 @@ class IndexedJobs:
                     service.wrote_lease(stopped.lease)
                     self._delete_pods(namespace, lease.record.job_name, step.index, None)
                 return requeue
+            elif action is Action.SUSPEND and lease is not None:
+                # As a stop: the lease first (a completion that landed first
+                # stands), then the suspended attempt's pods.
+                suspended = service.store.suspend(lease)
+                if not isinstance(suspended, Accepted):
+                    return None  # it moved: its watch event brings the next reconcile
+                service.wrote_lease(suspended.lease)
+                if job.spec.template is not None:
+                    self._delete_pods(namespace, lease.record.job_name, step.index, None)
+                return requeue
+            elif action is Action.RESUME and lease is not None:
+                resumed = service.store.resume(lease)
+                if not isinstance(resumed, Accepted):
+                    return None
+                service.wrote_lease(resumed.lease)
+                lease = resumed.lease
+            elif action is Action.EXCUSE and lease is not None:
+                # An eviction (or a failure a rule ignores): no budget used, as
+                # for a single job; a Failed completion is reopened uncounted.
+                if lease.record.completion is not None:
+                    excused = service.store.reopen(lease, counted=False)
+                else:
+                    excused = service.store.excuse(lease)
+                if not isinstance(excused, Accepted):
+                    return None
+                service.wrote_lease(excused.lease)
+                for event in plan.events:
+                    service.record_event(
+                        body, event.type, event.reason, f"Index {step.index}: {event.message}"
+                    )
+                lease = excused.lease
             elif action is Action.CLAIM_AND_START and lease is not None:
                 return self._claim_and_start(job, body, step, plan, lease)
             elif action is Action.START_POD and lease is not None:
@@ -174,15 +221,35 @@ class IndexedJobs:
                 now=service.now(),
                 last_reclaim_reason=_reclaim_reason(lease),
                 retry_after=self._backoff_end(lease),
+                pods=pods,
             )
             if job.spec.template is None or plan.action not in (
                 Action.CLAIM_AND_START,
                 Action.START_POD,
                 Action.RETRY,
+                Action.SUSPEND,  # a failure retried while the job is suspended
                 Action.NONE,
             ):
                 return requeue
         return requeue
+
+    def _pod_facts(self, namespace: str, name: str, index: int) -> dict[int, PodFacts]:
+        """One index's attempt pods by token (one list), with those already gone.
+
+        As a single job's (``JobService._pod_facts``): a pod the list no longer
+        returns is told by its last state the pod watch saw.
+        """
+        selector = f"{names.LABEL_JOB}={name},{names.LABEL_COMPLETION_INDEX}={index}"
+        try:
+            found = self._service.core.list_namespaced_pod(namespace, label_selector=selector)
+        except ApiException as exc:
+            raise api_error(exc, f"list pods of {namespace}/{name} index {index}") from exc
+        facts = self._service.pods.recall(namespace, name, index)
+        for pod in found.items:
+            parsed = pod_facts(self._service.core.api_client.sanitize_for_serialization(pod))
+            if parsed is not None:
+                facts[parsed[0]] = parsed[1]
+        return facts
 
     def _remember_backoff(self, lease: StoredLease, plan: Plan) -> None:
         after = plan.status.next_attempt_after
@@ -215,6 +282,7 @@ class IndexedJobs:
                 job_uid=str(meta["uid"]),
                 mode=_mode(job),
                 finalizers=[names.FINALIZER_DOMAIN],
+                work=work_item(job),  # params and priority: the same on every index
             )
         except WriteRefusedError:
             # It exists (an earlier reconcile, or a lease of that name that is
@@ -324,6 +392,29 @@ def _reclaim_reason(lease: StoredLease) -> str | None:
         return None
     reason = status.get("lastReclaimReason")
     return str(reason) if reason else None
+
+
+def work_item(job: LeasedJob) -> WorkItem:
+    """What every index lease carries from its job: params, priority, creation time.
+
+    Each index gets the whole ``spec.params`` (its completion index tells the
+    worker which part is its own) and the job's ``spec.priority``, so
+    ``claim_any`` orders the indexes of several jobs by their jobs' priority.
+
+    Args:
+        job: the LeasedJob.
+
+    Returns:
+        The :class:`~leasehold.lease.store.WorkItem` for ``store.create``/``rearm``.
+    """
+    created = job.metadata.get("creationTimestamp")
+    return WorkItem(
+        params=job.spec.params,
+        priority=job.spec.priority,
+        job_created=(
+            datetime.fromisoformat(str(created).replace("Z", "+00:00")) if created else None
+        ),
+    )
 
 
 def _mode(job: LeasedJob) -> LeaseMode:

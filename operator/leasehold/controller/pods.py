@@ -68,7 +68,8 @@ class PodMemory:
     """
 
     def __init__(self) -> None:
-        self._pods: dict[tuple[str, str], dict[int, PodFacts]] = {}
+        self._pods: dict[tuple[str, str, int | None], dict[int, PodFacts]] = {}
+        """(namespace, job, completion index or None) -> token -> facts."""
         self._lock = threading.Lock()
 
     def observe(self, pod: Mapping[str, Any]) -> None:
@@ -79,28 +80,33 @@ class PodMemory:
         """
         parsed = pod_facts(pod)
         meta = pod.get("metadata") or {}
-        job = (meta.get("labels") or {}).get(names.LABEL_JOB)
+        labels = meta.get("labels") or {}
+        job = labels.get(names.LABEL_JOB)
         if parsed is None or not job:
             return
         token, facts = parsed
+        raw = str(labels.get(names.LABEL_COMPLETION_INDEX, ""))
+        index = int(raw) if raw.isdigit() else None  # an index's tokens are its own
         with self._lock:
-            known = self._pods.setdefault((str(meta.get("namespace", "")), str(job)), {})
+            key = (str(meta.get("namespace", "")), str(job), index)
+            known = self._pods.setdefault(key, {})
             known[token] = facts
             for old in sorted(known)[:-KEPT_TOKENS]:
                 del known[old]
 
-    def recall(self, namespace: str, job: str) -> dict[int, PodFacts]:
-        """The remembered pods of one job, by token.
+    def recall(self, namespace: str, job: str, index: int | None = None) -> dict[int, PodFacts]:
+        """The remembered pods of one job (of one completion index), by token.
 
         Args:
             namespace: the job's namespace.
             job: the job's name.
+            index: the completion index, for a job with several completions.
 
         Returns:
             A copy: token to facts.
         """
         with self._lock:
-            return dict(self._pods.get((namespace, job), {}))
+            return dict(self._pods.get((namespace, job, index), {}))
 
     def forget(self, namespace: str, job: str) -> None:
         """The job is gone: drop its pods.
@@ -110,4 +116,5 @@ class PodMemory:
             job: the job's name.
         """
         with self._lock:
-            self._pods.pop((namespace, job), None)
+            for key in [k for k in self._pods if k[:2] == (namespace, job)]:
+                del self._pods[key]

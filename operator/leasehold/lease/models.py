@@ -639,15 +639,6 @@ class PodTemplate(_Model):
     )
 
 
-_SINGLE_COMPLETION: Final = (
-    "((!has(self.completions) || self.completions == 1) && self.completionMode != 'Indexed')"
-)
-"""CEL: the job runs one lease (not one per index)."""
-_NOT_FOR_INDEXES: Final = (
-    " is not supported yet for a job with several completions (completions above 1 or"
-    " completionMode Indexed)"
-)
-
 _JOB_RULES: Final[list[dict[str, str]]] = [
     {
         "rule": "self.leaseDurationSeconds == oldSelf.leaseDurationSeconds",
@@ -713,24 +704,6 @@ _JOB_RULES: Final[list[dict[str, str]]] = [
         "message": "spec.backoffLimitPerIndex is immutable: it is part of each index's"
         " JobLease cap (spec.maxFencingToken), which can never be raised",
         "fieldPath": ".backoffLimitPerIndex",
-        "reason": "FieldValueForbidden",
-    },
-    {
-        "rule": "!self.suspend || " + _SINGLE_COMPLETION,
-        "message": "spec.suspend" + _NOT_FOR_INDEXES,
-        "fieldPath": ".suspend",
-        "reason": "FieldValueForbidden",
-    },
-    {
-        "rule": "!has(self.params) || " + _SINGLE_COMPLETION,
-        "message": "spec.params" + _NOT_FOR_INDEXES,
-        "fieldPath": ".params",
-        "reason": "FieldValueForbidden",
-    },
-    {
-        "rule": "self.priority == 0 || " + _SINGLE_COMPLETION,
-        "message": "spec.priority" + _NOT_FOR_INDEXES,
-        "fieldPath": ".priority",
         "reason": "FieldValueForbidden",
     },
     {
