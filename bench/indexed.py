@@ -9,6 +9,17 @@ operator's and the leases', not a kubelet's). It reports the wall time,
 the operator's CPU seconds, and the API requests by verb and resource over
 the run, per index; the pool's own writes (one claim, one complete per
 index) are counted apart.
+
+``python -m bench.indexed --pods [--completions N] [--parallelism P]`` runs
+the side by side of issue 15 instead: one Indexed batch/v1 Job (the real job
+controller) and one Indexed push-mode LeasedJob (the operator), the same
+number of indexes and parallelism, the same command in the same pods (the
+pod runner plays the kubelet for both; the LeasedJob's under ``leasehold
+run``), one after the other on the same control plane. Each is timed from
+its create to done (the Job's ``Complete`` condition, the LeasedJob's
+``Succeeded`` phase, polled every second) and its API writes are the API
+server's ``apiserver_request_total`` over that window (node and
+leader-election heartbeats and Events counted apart, as in ``bench/jobs.py``).
 """
 
 from __future__ import annotations
@@ -19,7 +30,9 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, cast
+
+from kubernetes import client
 
 from bench.cluster import install_crds, local_cluster
 from bench.harness import (
@@ -32,11 +45,22 @@ from bench.harness import (
     new_client,
     sched_seconds,
 )
+from bench.jobs import (
+    BACKGROUND,
+    KINDS,
+    SETTLE_SECONDS,
+    _writes,
+    grant_worker_rights,
+    job_done,
+    leased_job_done,
+    pod_template,
+)
 from leasehold import names
 from leasehold.lease.errors import StoreError
 from leasehold.lease.protocol import Outcome
 from leasehold.lease.store import Accepted, LeaseStore
 from operatorproc import OperatorProcess
+from podrunner import PodRunner
 
 JOB = "big"
 
@@ -155,17 +179,162 @@ def run(completions: int, parallelism: int, workers: int) -> dict[str, Any]:
     }
 
 
+POD_COMMAND: Final = "sleep 1"
+"""The shell command of every index's pod, for both kinds."""
+POD_LEASE_SECONDS: Final = 30
+"""The LeasedJob's ``leaseDurationSeconds`` (long: a loaded machine starts pods slowly)."""
+
+
+def batch_indexed_job(name: str, completions: int, parallelism: int) -> dict[str, Any]:
+    """An Indexed batch/v1 Job of ``completions`` indexes running :data:`POD_COMMAND`."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "completions": completions,
+            "parallelism": parallelism,
+            "completionMode": "Indexed",
+            "backoffLimit": completions,
+            "template": pod_template(["sh", "-c", POD_COMMAND]),
+        },
+    }
+
+
+def leased_indexed_job(name: str, completions: int, parallelism: int) -> dict[str, Any]:
+    """The same job as a push-mode Indexed LeasedJob (its command under ``leasehold run``)."""
+    return {
+        "apiVersion": names.API_VERSION,
+        "kind": "LeasedJob",
+        "metadata": {"name": name},
+        "spec": {
+            "leaseDurationSeconds": POD_LEASE_SECONDS,
+            "maxAttempts": 3,
+            "completions": completions,
+            "parallelism": parallelism,
+            "completionMode": "Indexed",
+            "template": pod_template(["leasehold", "run", "--", "sh", "-c", POD_COMMAND]),
+        },
+    }
+
+
+def _side(
+    h: Harness, ns: str, batch: bool, completions: int, parallelism: int, timeout: float
+) -> dict[str, Any]:
+    """Create one job of the kind, wait until done; its time and requests."""
+    name = "bjob" if batch else "ljob"
+    batch_api = client.BatchV1Api(h.admin)
+    before = apiserver_samples(h.admin)
+    t0 = time.monotonic()
+    if batch:
+        batch_api.create_namespaced_job(
+            ns, cast(Any, batch_indexed_job(name, completions, parallelism))
+        )
+    else:
+        h.custom.create_namespaced_custom_object(
+            names.GROUP,
+            names.VERSION,
+            ns,
+            names.PLURAL_LEASED_JOBS,
+            leased_indexed_job(name, completions, parallelism),
+        )
+    progress = ""
+    while True:
+        time.sleep(1.0)
+        if batch:
+            got: Any = h.admin.sanitize_for_serialization(batch_api.read_namespaced_job(name, ns))
+            finished = job_done(got)
+            progress = str((got.get("status") or {}).get("succeeded", 0))
+        else:
+            got = h.custom.get_namespaced_custom_object(
+                names.GROUP, names.VERSION, ns, names.PLURAL_LEASED_JOBS, name
+            )
+            finished = leased_job_done(got)
+            progress = str((got.get("status") or {}).get("completionProgress"))
+        elapsed = time.monotonic() - t0
+        if finished or elapsed > timeout:
+            break
+    time.sleep(SETTLE_SECONDS)
+    requests = all_requests(before, apiserver_samples(h.admin))
+    # The benchmark's own create and polling reads are not the job's.
+    requests.subtract({f"POST {'jobs' if batch else names.PLURAL_LEASED_JOBS}": 1})
+    events = sum(v for k, v in requests.items() if k.split(" ")[1].startswith("events"))
+    return {
+        "kind": KINDS[0] if batch else KINDS[1],
+        "done": finished,
+        "progress": progress,
+        "seconds": elapsed,
+        "writes_per_index": _writes(+requests) / completions,
+        "events_per_index": events / completions,
+        "writes": {
+            k: v
+            for k, v in sorted((+requests).items())
+            if k.split(" ")[0] in WRITE_VERBS and k.split(" ")[1].split("/")[0] not in BACKGROUND
+        },
+    }
+
+
+def run_pods(completions: int, parallelism: int, timeout: float) -> dict[str, Any]:
+    """The side by side: an Indexed batch/v1 Job, then the same Indexed LeasedJob.
+
+    Returns:
+        ``batch`` and ``leased`` (each: ``done``, ``seconds``,
+        ``writes_per_index``, ``events_per_index``, ``writes`` by verb and
+        resource), and the two ratios (LeasedJob / Job).
+    """
+    with tempfile.TemporaryDirectory(prefix="leasehold-bench-indexed-pods-") as tmp:
+        workdir = Path(tmp)
+        with local_cluster(workdir) as cluster:
+            h = Harness(cluster, workdir, QUICK)
+            install_crds(h)
+            ns = h.namespace("indexed-pods")
+            grant_worker_rights(h, ns)
+            op = OperatorProcess(
+                h.kubeconfig, ns, workdir / "operator.log", start_timeout_seconds=120
+            )
+            runner = PodRunner(h.kubeconfig, workdir / "podrunner")
+            try:
+                op.start()
+                runner.start()
+                time.sleep(2.0)  # the operator's start-up settles
+                log(f"batch/v1 Job: {completions} indexes, parallelism {parallelism}")
+                batch = _side(h, ns, True, completions, parallelism, timeout)
+                log(f"batch/v1 Job: {batch['seconds']:.1f} s, done={batch['done']}")
+                log(f"LeasedJob: {completions} indexes, parallelism {parallelism}")
+                leased = _side(h, ns, False, completions, parallelism, timeout)
+                log(f"LeasedJob: {leased['seconds']:.1f} s, done={leased['done']}")
+            finally:
+                runner.stop()
+                op.stop()
+    return {
+        "completions": completions,
+        "parallelism": parallelism,
+        "command": POD_COMMAND,
+        "batch": batch,
+        "leased": leased,
+        "time_ratio": leased["seconds"] / batch["seconds"],
+        "writes_ratio": leased["writes_per_index"] / batch["writes_per_index"],
+    }
+
+
 def main() -> None:
     """Parse the options, run, print the figures."""
     parser = argparse.ArgumentParser(prog="python -m bench.indexed", description=__doc__)
     parser.add_argument("--completions", type=int, default=1000)
     parser.add_argument("--parallelism", type=int, default=100)
     parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument(
+        "--pods", action="store_true", help="side by side with an Indexed batch/v1 Job, in pods"
+    )
+    parser.add_argument("--timeout", type=float, default=1200.0, help="per kind, seconds")
     args = parser.parse_args()
     log(f"indexed job: {args.completions} indexes, parallelism {args.parallelism}")
-    figures = run(args.completions, args.parallelism, args.workers)
+    if args.pods:
+        figures = run_pods(args.completions, args.parallelism, args.timeout)
+    else:
+        figures = run(args.completions, args.parallelism, args.workers)
     for key, value in figures.items():
-        print(f"{key}: {value}")
+        print(f"{key}: {value}", flush=True)
 
 
 if __name__ == "__main__":

@@ -111,6 +111,9 @@ def test_indexed_job_runs_each_index_under_its_own_lease(
         assert not lease.body["metadata"].get("ownerReferences")
         log = local_pod_runner.log(namespace, f"idx-{index}-1")
         assert f"index {index} {index}" in log
+        # podRetention Last: each index's last pod is kept (ended), for `kubectl logs`.
+        pod: Any = client.CoreV1Api(api_client).read_namespaced_pod(f"idx-{index}-1", namespace)
+        assert pod.metadata.deletion_timestamp is None and pod.status.phase == "Succeeded"
     reasons = [r for r, _ in events(api_client, namespace, "idx")]
     assert "Completed" in reasons
     # The lease outlives the job, stopped: no pod or pool can take an index again.

@@ -29,7 +29,7 @@ from leasehold.controller.indexed import IndexStep
 from leasehold.controller.pods import pod_facts
 from leasehold.controller.reconcile import Action, Plan, PodFacts
 from leasehold.lease.errors import LeaseNotFoundError, WriteRefusedError, api_error
-from leasehold.lease.models import LeasedJob, LeaseMode
+from leasehold.lease.models import LeasedJob, LeaseMode, PodRetention
 from leasehold.lease.store import Accepted, StoredLease, WorkItem
 
 if TYPE_CHECKING:
@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+_ENDED = ("Succeeded", "Failed")
+"""Pod phases whose processes are gone."""
 MAX_REPLANS = 4
 """Steps one index may take in one reconcile (create, claim, start; or reopen, claim, start)."""
 
@@ -119,7 +121,18 @@ class IndexedJobs:
             if after is not None:
                 requeue = after if requeue is None else min(requeue, after)
         if decided.delete_pods:
-            self._delete_pods(namespace, name, None, None)
+            # The job finished: what still runs goes; the ended pods, and those
+            # whose attempt completed (about to end), stay for `kubectl logs`
+            # (podRetention Last or All, as a single job's).
+            keep = job.spec.pod_retention is not PodRetention.NONE
+            completed = frozenset(
+                (i, lease.record.completion.fencing_token)
+                for i, lease in leases.items()
+                if lease.record.completion is not None
+            )
+            self._delete_pods(
+                namespace, name, None, None, keep_ended=keep, keep=completed if keep else None
+            )
         for event in decided.events:
             service.record_event(body, event.type, event.reason, event.message)
         service.write_status(namespace, name, body, decided.status)
@@ -341,9 +354,20 @@ class IndexedJobs:
         return started.requeue_after_seconds
 
     def _delete_pods(
-        self, namespace: str, name: str, index: int | None, below_token: int | None
+        self,
+        namespace: str,
+        name: str,
+        index: int | None,
+        below_token: int | None,
+        *,
+        keep_ended: bool = False,
+        keep: frozenset[tuple[int, int]] | None = None,
     ) -> None:
-        """Delete the job's pods (of one index, below a token), as a single job's stale pods."""
+        """Delete the job's pods (of one index, below a token), as a single job's stale pods.
+
+        ``keep_ended`` spares the pods that ended (Succeeded, Failed); ``keep``
+        the pods of these ``(index, token)`` attempts.
+        """
         core = self._service.core
         selector = f"{names.LABEL_JOB}={name}"
         if index is not None:
@@ -352,11 +376,18 @@ class IndexedJobs:
             pods = core.list_namespaced_pod(namespace, label_selector=selector)
         except ApiException as exc:
             raise api_error(exc, f"list pods of {namespace}/{name}") from exc
+        kept = {(str(i), str(t)) for i, t in keep or ()}
         for pod in pods.items:
             meta = pod.metadata
             if meta is None or meta.name is None or meta.deletion_timestamp is not None:
                 continue
-            token = (meta.labels or {}).get(names.LABEL_TOKEN, "")
+            if keep_ended and pod.status is not None and pod.status.phase in _ENDED:
+                continue
+            labels = meta.labels or {}
+            token = labels.get(names.LABEL_TOKEN, "")
+            pod_index = labels.get(names.LABEL_COMPLETION_INDEX, "")
+            if (pod_index, token) in kept:
+                continue
             if below_token is not None and (not token.isdigit() or int(token) >= below_token):
                 continue
             try:
