@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 from kubernetes import client, config, watch
 
-from localcluster import LocalCluster, tools_bin_dir
+from localcluster import LocalCluster, StateError, tools_bin_dir
 from operatorproc import OperatorProcess
 from podrunner import PodRunner
 
@@ -331,6 +331,10 @@ def main() -> int:
         run(args.workdir, args.keep)
     except KeyboardInterrupt:
         return 130
+    except StateError as exc:  # e.g. a KEEP=1 demo still up
+        down = f"make cluster-down CLUSTER_DIR={args.workdir / 'cluster'}"
+        print(f"demo: {exc}\n  stop it with: {down}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -182,7 +182,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="threads running reconciles and reclaims at once (default 16)",
     )
-    p_op.add_argument("--log-level", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
+    p_op.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="how much to log (default INFO)",
+    )
     p_op.set_defaults(func=_cmd_operator)
 
     from leasehold.worker.run import add_run_parser

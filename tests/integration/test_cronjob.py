@@ -223,6 +223,10 @@ def test_the_crd_refuses_a_malformed_cron_job_naming_the_field(
     assert "spec.concurrencyPolicy" in refused(concurrencyPolicy="Sometimes")
     assert "spec.successfulJobsHistoryLimit" in refused(successfulJobsHistoryLimit=-1)
     assert "spec.startingDeadlineSeconds" in refused(startingDeadlineSeconds=-5)
+    with pytest.raises(client.ApiException) as long_name:  # its runs' names would not fit
+        create_cron(api_client, namespace, "n" * 53, "true")
+    assert "metadata.name must be at most 52 characters" in str(long_name.value.body)
+    create_cron(api_client, namespace, "n" * 52, "true")
     # A template may change what a LeasedJob may not (each run is a new LeasedJob).
     create_cron(api_client, namespace, "good", "true", schedule="@hourly")
     client.CustomObjectsApi(api_client).patch_namespaced_custom_object(

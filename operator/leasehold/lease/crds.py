@@ -85,6 +85,7 @@ def _crd(
     status_model: type[BaseModel],
     description: str,
     columns: list[dict[str, Any]],
+    rules: list[dict[str, str]] | None = None,
 ) -> dict[str, Any]:
     spec_schema = structural_schema(spec_model)
     spec_schema["description"] = spec_model.__doc__.strip() if spec_model.__doc__ else ""
@@ -127,6 +128,7 @@ def _crd(
                                 "spec": spec_schema,
                                 "status": status_schema,
                             },
+                            **({"x-kubernetes-validations": rules} if rules else {}),
                         }
                     },
                 }
@@ -235,6 +237,14 @@ def leased_cron_job_crd() -> dict[str, Any]:
         description="LeasedJobs made on a cron schedule. The runs share one fencing domain:"
         " every run's fencing tokens are above every earlier run's; Forbid and Replace are"
         " enforced by the leases.",
+        rules=[
+            {
+                "rule": f"size(self.metadata.name) <= {cronmodels.MAX_CRON_NAME_LENGTH}",
+                "message": f"metadata.name must be at most {cronmodels.MAX_CRON_NAME_LENGTH}"
+                " characters: each run is named <name>-<unix minutes> (11 more), and that"
+                " name must stay a valid label value (63)",
+            }
+        ],
         columns=[
             _col("Schedule", "string", ".spec.schedule", "The cron schedule."),
             _col("Timezone", "string", ".spec.timeZone", "The schedule's time zone.", 1),
