@@ -451,3 +451,20 @@ def test_cancel_while_backing_off_ends_the_job_cancelled() -> None:
     )
     assert (p.action, p.status.phase) == (Action.NONE, Phase.FAILED)
     assert [e.reason for e in p.events] == ["Cancelled"]
+
+
+def test_a_pod_that_exits_0_without_a_completion_gets_a_warning_naming_leasehold_run() -> None:
+    running = AttemptRecord(fencing_token=1, pod_name="hello-1", start_time=NOW)
+    opened = job().model_copy(update={"status": LeasedJobStatus(attempt_history=[running])})
+
+    def ended(exit_code: int | None) -> list[str]:
+        facts = {1: reconcile.PodFacts(uid="uid-1", node_name="n1", exit_code=exit_code)}
+        plan = reconcile.plan(opened, lease(1), now=NOW, pod_created_for_holder=False, pods=facts)
+        history = plan.status.attempt_history or []
+        assert (history[0].reason, history[0].exit_code) == ("Reclaimed", exit_code)
+        return [e.message for e in plan.events if e.reason == "ExitedWithoutCompletion"]
+
+    [warning] = ended(0)  # reclaimed, though its command ended well: not wrapped
+    assert "hello-1 exited 0" in warning and "leasehold run --" in warning
+    assert ended(3) == []  # a crash is an ordinary reclaim
+    assert ended(None) == []  # still running when reclaimed (a stall)

@@ -469,6 +469,9 @@ def plan(
     flip = suspension.transition(job.status, decided.status)
     if flip is not None:
         decided = replace(decided, events=[JobEvent(*flip), *decided.events])
+    unwrapped = exited_without_completion(job.status, decided.status)
+    if unwrapped is not None:
+        decided = replace(decided, events=[*decided.events, unwrapped])
     pods_gone = retention.pod_deletion(job, decided.status, decided.delete_pods_below_token)
     decided = replace(
         decided,
@@ -483,6 +486,44 @@ def plan(
     if decided.requeue_after_seconds is not None:  # a backoff: whichever comes first
         until_deadline = min(until_deadline, decided.requeue_after_seconds)
     return replace(decided, requeue_after_seconds=until_deadline)
+
+
+def exited_without_completion(
+    before: LeasedJobStatus | None, after: LeasedJobStatus
+) -> JobEvent | None:
+    """A Warning when an attempt just ended reclaimed though its pod exited 0.
+
+    The usual cause: the container's command was not run under ``leasehold
+    run`` (nor completed through the SDK), so nothing renewed the lease or
+    recorded the completion, and the attempt is counted as reclaimed.
+
+    Args:
+        before: the status as read (``None`` for a new job).
+        after: the status planned.
+
+    Returns:
+        The Event (reason ``ExitedWithoutCompletion``), or ``None``.
+    """
+    was_open = {
+        a.fencing_token
+        for a in (before.attempt_history if before else None) or []
+        if a.reason is None
+    }
+    for attempt in after.attempt_history or []:
+        if (
+            attempt.fencing_token in was_open
+            and attempt.reason == AttemptReason.RECLAIMED
+            and attempt.exit_code == 0
+        ):
+            return JobEvent(
+                "Warning",
+                "ExitedWithoutCompletion",
+                f"Pod {attempt.pod_name} exited 0 but recorded no completion under fencing"
+                f" token {attempt.fencing_token}, so its lease expired and the attempt counts"
+                " as reclaimed. Run the container's command under `leasehold run -- <command>`"
+                " (or complete through the worker SDK).",
+            )
+    return None
 
 
 def _created(job: LeasedJob) -> datetime | None:
