@@ -62,21 +62,28 @@ lint: venv ## ruff, mypy (strict), import-linter contracts, CRD drift.
 	$(VENV)/bin/leasehold crds --check --output deploy/crds
 	$(PY) hack/sync_chart_crds.py --check
 
+# The local tier runs on TEST_WORKERS pytest-xdist workers; each starts its own
+# control plane, pod runner and PostgreSQL (session fixtures are per worker).
+# --dist loadfile keeps a module's tests, and its module fixtures, on one worker.
+# Many tests wait on lease timers, so more workers than cores pays off.
+TEST_WORKERS ?= 3
+PYTEST_XDIST := -n $(TEST_WORKERS) --dist loadfile
+
 .PHONY: test-unit
 test-unit: syspkgs-test venv ## Unit tests (no cluster).
 	$(VENV)/bin/pytest tests/unit
 
 .PHONY: test-integration
 test-integration: syspkgs-test venv controlplane tools ## Integration + e2e tests on a real local control plane.
-	$(VENV)/bin/pytest tests/integration tests/e2e
+	$(VENV)/bin/pytest $(PYTEST_XDIST) tests/integration tests/e2e
 
 .PHONY: test
 test: test-local ## Everything: lint, unit, integration, e2e, then the kind tier (real nodes).
 	$(MAKE) --no-print-directory test-kind
 
 .PHONY: test-local
-test-local: syspkgs-test venv controlplane tools lint ## Lint, unit, integration and e2e tests (no Docker, no kind).
-	$(VENV)/bin/pytest tests
+test-local: syspkgs-test venv controlplane tools lint ## Lint, unit, integration and e2e tests (no Docker, no kind; TEST_WORKERS=3).
+	$(VENV)/bin/pytest $(PYTEST_XDIST) tests
 
 .PHONY: model-check
 model-check: syspkgs-model ## Exhaustive Spin search of the protocol model (model/), then every seeded mutation.

@@ -7,7 +7,10 @@ Register with ``pytest_plugins = ["localcluster.pytest_plugin"]`` or
   ``LEASEHOLD_TEST_KUBECONFIG`` set to a kubeconfig file, that cluster (kind,
   a cluster from ``python -m localcluster up``, ...); otherwise a
   `LocalCluster` started for the session in a temp folder and stopped at its
-  end. A cluster that cannot start fails the tests; it never skips them.
+  end. A cluster that cannot start (three tries, on fresh ports each) fails
+  the tests; it never skips them. Under pytest-xdist each worker starts its
+  own cluster (its own ports and temp folder), as the other session fixtures
+  (pod runner, PostgreSQL) do.
 - ``local_cluster`` (session): that `LocalCluster` itself, for tests that
   change the control plane (e.g. add a second API server); such a test fails
   against a ``LEASEHOLD_TEST_KUBECONFIG`` cluster.
@@ -32,13 +35,14 @@ import pytest
 
 from localcluster.binaries import tools_bin_dir
 from localcluster.cluster import LocalCluster
-from localcluster.errors import LocalClusterError
+from localcluster.errors import ComponentError, LocalClusterError
 from localcluster.kubectl import Kubectl, KubectlError
 
 KUBECONFIG_ENV = "LEASEHOLD_TEST_KUBECONFIG"
 NAMESPACE_LABEL = "leasehold.dev/test-namespace"
 _NAME_LIMIT = 63
 _SUFFIX_LENGTH = 6  # "-" and five random characters, as generateName adds
+_START_ATTEMPTS = 3
 
 
 def namespace_name(test_name: str, suffix: str = "") -> str:
@@ -64,11 +68,17 @@ def _session_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Local
     if os.environ.get(KUBECONFIG_ENV):
         yield None
         return
-    cluster = LocalCluster(tmp_path_factory.mktemp("localcluster"), stop_with_parent=True)
-    try:
-        cluster.start()
-    except (LocalClusterError, OSError) as exc:
-        pytest.fail(f"the local control plane did not start: {exc}", pytrace=False)
+    for attempt in range(1, _START_ATTEMPTS + 1):
+        cluster = LocalCluster(tmp_path_factory.mktemp("localcluster"), stop_with_parent=True)
+        try:
+            cluster.start()
+            break
+        except (LocalClusterError, OSError) as exc:
+            # A component that failed most likely lost a port picked free to
+            # another process before binding it (parallel workers pick ports at
+            # the same moment): try again on fresh ports, in a fresh folder.
+            if not isinstance(exc, ComponentError) or attempt == _START_ATTEMPTS:
+                pytest.fail(f"the local control plane did not start: {exc}", pytrace=False)
     try:
         yield cluster
     finally:

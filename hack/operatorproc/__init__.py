@@ -32,7 +32,8 @@ class OperatorProcess:
         peering: run with Kopf peering under this name (HA), or standalone.
         priority: this replica's peering priority.
         env: extra environment (e.g. libfaketime's, to skew its clock).
-        start_timeout_seconds: how long :meth:`start` waits for liveness.
+        start_timeout_seconds: how long :meth:`start` waits for liveness (roomy: on a
+            loaded machine, or beside parallel test workers, start-up takes many seconds).
     """
 
     def __init__(
@@ -45,7 +46,7 @@ class OperatorProcess:
         peering: str | None = None,
         priority: int = 0,
         env: dict[str, str] | None = None,
-        start_timeout_seconds: float = 30.0,
+        start_timeout_seconds: float = 90.0,
     ) -> None:
         self.kubeconfig = kubeconfig
         self.start_timeout_seconds = start_timeout_seconds
