@@ -137,7 +137,9 @@ def test_a_job_created_again_never_reuses_a_token_pod_or_key(
     kubectl: Kubectl,
     namespace: str,
 ) -> None:
-    create_job(api_client, namespace, "again", run(0.2))
+    # Leases of 10 s: nothing here waits for an expiry, and a 3 s lease can
+    # be lost by a worker starved of CPU (a reclaim would use token 2 early).
+    create_job(api_client, namespace, "again", run(0.2), lease_seconds=10)
     wait_for("Succeeded", phase_is(api_client, namespace, "again", "Succeeded"), 60)
     assert status(api_client, namespace, "again")["completion"]["fencingToken"] == 1
     first_uid = get_job(api_client, namespace, "again")["metadata"]["uid"]
@@ -149,7 +151,7 @@ def test_a_job_created_again_never_reuses_a_token_pod_or_key(
     assert not kept.body["metadata"].get("ownerReferences")
     assert kept.body["spec"]["jobUID"] == first_uid
 
-    create_job(api_client, namespace, "again", run(0.2))
+    create_job(api_client, namespace, "again", run(0.2), lease_seconds=10)
     wait_for("Succeeded again", phase_is(api_client, namespace, "again", "Succeeded"), 60)
     st = status(api_client, namespace, "again")
     assert st["completion"]["fencingToken"] == 2
@@ -165,7 +167,7 @@ def test_a_job_created_again_never_reuses_a_token_pod_or_key(
     delete_job(api_client, namespace, "again")
     time.sleep(0.5)
     assert store.get(namespace, "again").record.fencing_token == 2
-    create_job(api_client, namespace, "again", run(0.2))
+    create_job(api_client, namespace, "again", run(0.2), lease_seconds=10)
     wait_for("Succeeded a third time", phase_is(api_client, namespace, "again", "Succeeded"), 60)
     assert status(api_client, namespace, "again")["completion"]["fencingToken"] == 3
 
