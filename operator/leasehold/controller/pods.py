@@ -71,6 +71,9 @@ class PodMemory:
         self._pods: dict[tuple[str, str, int | None], dict[int, PodFacts]] = {}
         """(namespace, job, completion index or None) -> token -> facts."""
         self._lock = threading.Lock()
+        self.fed = False
+        """Set by the operator's runtime: a pod watch feeds this memory (so it knows the
+        pods that exist, not only those gone)."""
 
     def observe(self, pod: Mapping[str, Any]) -> None:
         """Remember a pod's state (from a watch event's body).
