@@ -5,8 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from leasehold import names
 from leasehold.controller.caches import ObjectCache, is_older
 from leasehold.controller.deadline import JobClocks
+from leasehold.controller.pods import PodMemory
 
 
 def body(name: str, version: str, phase: str = "Running") -> dict[str, Any]:
@@ -69,3 +71,28 @@ def test_job_clocks_know_a_job_once_anchored_and_only_that_incarnation() -> None
     clocks.elapsed_seconds("ns/a", "uid-1", datetime(2026, 1, 1, tzinfo=UTC), None)
     assert clocks.knows("ns/a", "uid-1")
     assert not clocks.knows("ns/a", "uid-2")
+
+
+def pod(job: str, token: int) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "namespace": "ns",
+            "name": f"{job}-{token}",
+            "labels": {names.LABEL_JOB: job, names.LABEL_TOKEN: str(token)},
+        }
+    }
+
+
+def test_pod_memory_says_when_no_pod_below_a_token_can_exist() -> None:
+    memory = PodMemory()
+    memory.observe(pod("a", 1))
+    assert memory.may_have_below("ns", "a", 1)  # no pod watch feeds it: list
+    memory.fed = True
+    assert not memory.may_have_below("ns", "a", 1)  # the first attempt: nothing stale
+    assert memory.may_have_below("ns", "a", 2)
+    for token in range(2, 7):
+        memory.observe(pod("a", token))
+    # Tokens 1 and 2 were forgotten (only the last few are kept): they may still exist.
+    assert memory.may_have_below("ns", "a", 3)
+    memory.forget("ns", "a")
+    assert not memory.may_have_below("ns", "a", 7)

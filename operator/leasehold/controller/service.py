@@ -872,7 +872,13 @@ class JobService:
         return facts
 
     def _delete_pods(self, namespace: str, name: str, plan: Plan) -> None:
-        """Delete the pods the plan fenced off, but those its retention keeps."""
+        """Delete the pods the plan fenced off, but those its retention keeps.
+
+        No list when the pod watch saw no pod below the token (a job's first
+        attempt, the usual case).
+        """
+        if not self.pods.may_have_below(namespace, name, plan.delete_pods_below_token):
+            return
         self._delete_stale_pods(
             namespace,
             name,
