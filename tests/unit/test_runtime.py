@@ -6,6 +6,7 @@ import asyncio
 import time
 from typing import Any, cast
 
+from leasehold.controller.caches import ObjectCache
 from leasehold.controller.expiry import ExpiryClock, ExpiryWatch
 from leasehold.controller.peering import ActivityGate
 from leasehold.controller.runtime import Runtime
@@ -25,6 +26,7 @@ class Queue:
 class Service:
     def __init__(self) -> None:
         self.own_writes = OwnWrites()
+        self.leases = ObjectCache()
 
 
 def body(holder: str | None, token: int, rv: str, generation: int = 1) -> dict[str, Any]:
@@ -67,6 +69,27 @@ def test_first_list_feeds_the_timers_but_does_not_reconcile() -> None:
 
     # The first LIST: nothing; the release that follows: the job.
     assert asyncio.run(scenario()) == [("ns", "job")]
+
+
+def test_lease_events_feed_the_lease_cache_reconciles_read() -> None:
+    async def scenario() -> Service:
+        rt, _, service = runtime(ActivityGate("me", 0, "p", standalone=True))
+        service.leases.watched = True
+        rt.on_lease_event(WatchEvent(EventType.LISTED, body("w", 1, "10"), initial=True))
+        rt.on_lease_event(WatchEvent(EventType.MODIFIED, body(None, 1, "11", 2)))
+        return service
+
+    service = asyncio.run(scenario())
+    assert service.leases.get("ns", "job") == body(None, 1, "11", 2)
+
+    async def deleted() -> Service:
+        rt, _, service = runtime(ActivityGate("me", 0, "p", standalone=True))
+        service.leases.watched = True
+        rt.on_lease_event(WatchEvent(EventType.ADDED, body("w", 1, "10")))
+        rt.on_lease_event(WatchEvent(EventType.DELETED, body("w", 1, "10")))
+        return service
+
+    assert asyncio.run(deleted()).leases.get("ns", "job") is None
 
 
 def test_own_write_is_skipped_only_as_a_modified_event() -> None:

@@ -69,6 +69,19 @@ class JobClocks:
             self._origins[key] = origin
         return max(0.0, self._monotonic() - origin.created_at)
 
+    def knows(self, key: str, uid: str) -> bool:
+        """Whether job ``key`` (incarnation ``uid``) is anchored: its age needs no server time.
+
+        Args:
+            key: the job's ``namespace/name``.
+            uid: its ``metadata.uid``.
+
+        Returns:
+            ``True`` once :meth:`elapsed_seconds` was called for it.
+        """
+        origin = self._origins.get(key)
+        return origin is not None and origin.uid == uid
+
     def forget(self, key: str) -> None:
         """The job is gone (or finished): drop its anchor.
 

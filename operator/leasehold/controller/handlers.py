@@ -72,11 +72,13 @@ async def leased_job_event(*, type: str, body: kopf.Body, memo: Any, **_: Any) -
     phase = (body.get("status") or {}).get("phase")
     memo.runtime.phases.observe(key, phase, deleted=type == "DELETED")
     if type == "DELETED":
+        memo.runtime.service.jobs.drop(meta["namespace"], meta["name"])
         memo.runtime.service.own_writes.forget("LeasedJob", meta["namespace"], meta["name"])
         # Its lease outlives it (the name's fencing domain): the reconcile of
         # a job that is gone takes the lease back for good.
         memo.runtime.queue.trigger(meta["namespace"], meta["name"])
         return
+    memo.runtime.service.jobs.put(body)  # the reconcile reads the job from here
     # Only a MODIFIED event can be the echo of this operator's own status
     # write; a listing (type None, e.g. after a peering pause) always reconciles.
     own = type == "MODIFIED" and memo.runtime.service.own_writes.is_own(

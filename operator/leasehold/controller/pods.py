@@ -71,6 +71,10 @@ class PodMemory:
         self._pods: dict[tuple[str, str, int | None], dict[int, PodFacts]] = {}
         """(namespace, job, completion index or None) -> token -> facts."""
         self._lock = threading.Lock()
+        self.fed = False
+        """Set by the operator's runtime: a pod watch feeds this memory (so it knows the
+        pods that exist, not only those gone)."""
+        self._evicted: set[tuple[str, str]] = set()
 
     def observe(self, pod: Mapping[str, Any]) -> None:
         """Remember a pod's state (from a watch event's body).
@@ -93,6 +97,7 @@ class PodMemory:
             known[token] = facts
             for old in sorted(known)[:-KEPT_TOKENS]:
                 del known[old]
+                self._evicted.add((str(meta.get("namespace", "")), str(job)))
 
     def recall(self, namespace: str, job: str, index: int | None = None) -> dict[int, PodFacts]:
         """The remembered pods of one job (of one completion index), by token.
@@ -108,6 +113,29 @@ class PodMemory:
         with self._lock:
             return dict(self._pods.get((namespace, job, index), {}))
 
+    def may_have_below(self, namespace: str, job: str, token: int) -> bool:
+        """Whether a pod of the job under a token below ``token`` may exist.
+
+        ``True`` unless a pod watch feeds this memory (:attr:`fed`) and it
+        saw no such pod (nor forgot one). A pod the watch has not delivered
+        yet (an operator just started) is missed: a stale pod is fenced
+        anyway, and a later reconcile deletes it.
+
+        Args:
+            namespace: the job's namespace.
+            job: the job's name.
+            token: the fencing token.
+        """
+        with self._lock:
+            if not self.fed or (namespace, job) in self._evicted:
+                return True
+            return any(
+                known < token
+                for key, tokens in self._pods.items()
+                if key[:2] == (namespace, job)
+                for known in tokens
+            )
+
     def forget(self, namespace: str, job: str) -> None:
         """The job is gone: drop its pods.
 
@@ -118,3 +146,4 @@ class PodMemory:
         with self._lock:
             for key in [k for k in self._pods if k[:2] == (namespace, job)]:
                 del self._pods[key]
+            self._evicted.discard((namespace, job))

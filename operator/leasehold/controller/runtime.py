@@ -72,6 +72,11 @@ class Runtime:
         peer replica is the active one.
         """
         body = event.body
+        if event.type is EventType.DELETED:
+            meta = body["metadata"]
+            self.service.leases.drop(meta["namespace"], meta["name"])
+        else:
+            self.service.leases.put(body)  # a reconcile reads its lease from here
         change = self.expiry.observe(body, deleted=event.type is EventType.DELETED)
         if change.after is None:
             metrics.lease_forgotten(change.before)
@@ -140,6 +145,11 @@ class Runtime:
                 if waited >= 30.0:
                     log.warning("still waiting for the first LIST of %s", watch.target.describe())
                     waited = 0.0
+        # Every lease was listed: reconciles read leases from the cache, and jobs
+        # (fed by Kopf's events) and pods (Kopf's pod watch) likewise.
+        self.service.leases.watched = True
+        self.service.jobs.watched = True
+        self.service.pods.fed = True
 
 
 def build_runtime(

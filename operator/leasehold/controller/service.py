@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any, Final, cast
+from typing import Any, Final, NoReturn, cast
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -33,6 +33,7 @@ from pydantic import ValidationError
 
 from leasehold import names
 from leasehold.controller import indexed, reconcile
+from leasehold.controller.caches import ObjectCache
 from leasehold.controller.deadline import JobClocks
 from leasehold.controller.expiry import ExpiryReason
 from leasehold.controller.indexed_service import IndexedJobs
@@ -44,6 +45,7 @@ from leasehold.lease.errors import (
     InvalidLeaseError,
     LeaseNotFoundError,
     TransientStoreError,
+    WriteRefusedError,
     api_error,
     api_message,
 )
@@ -207,6 +209,10 @@ class JobService:
         """The index leases of jobs with several completions."""
         self.pods = PodMemory()
         """The last state seen of attempt pods (fed by the pod watch)."""
+        self.jobs = ObjectCache()
+        """The newest LeasedJob bodies seen (fed by Kopf's events and the status writes)."""
+        self.leases = ObjectCache()
+        """The newest JobLease bodies seen (fed by the lease watch and this operator's writes)."""
         self._to_json: Callable[[Any], Any] = api_client.sanitize_for_serialization
 
     @property
@@ -265,7 +271,17 @@ class JobService:
         return self._read_job(namespace, name)[0]
 
     def _read_job(self, namespace: str, name: str) -> tuple[dict[str, Any] | None, datetime | None]:
-        """The job's body and the API server's time when it answered (``Date`` header)."""
+        """The job's body and the API server's time when it answered (``Date`` header).
+
+        From :attr:`jobs` (no server time) once this process measures the job's
+        age (:class:`~leasehold.controller.deadline.JobClocks`): only the first
+        sight needs the server's clock.
+        """
+        cached = self.jobs.get(namespace, name)
+        if cached is not None:
+            uid = str((cached.get("metadata") or {}).get("uid", ""))
+            if self._job_clocks.knows(f"{namespace}/{name}", uid):
+                return cached, None
         try:
             body, _, headers = self._custom.get_namespaced_custom_object_with_http_info(
                 names.GROUP, names.VERSION, namespace, names.PLURAL_LEASED_JOBS, name
@@ -291,10 +307,22 @@ class JobService:
 
     def _wrote_lease(self, lease: StoredLease) -> None:
         self.own_writes.record("JobLease", lease.namespace, lease.name, lease.resource_version)
+        self.leases.put(lease.body)
 
     def _get_lease(self, namespace: str, name: str) -> StoredLease | None:
+        """The job's lease: from :attr:`leases` when it holds it (or holds all), else a GET.
+
+        A stale body is caught by the write it leads to (``test`` ops,
+        ``resourceVersion``), which re-reads.
+        """
+        lease_name = reconcile.lease_name(name)
+        cached = self.leases.get(namespace, lease_name)
+        if cached is not None:
+            return to_stored(cached)
+        if self.leases.watched:
+            return None
         try:
-            return self._store.get(namespace, reconcile.lease_name(name))
+            return self._store.get(namespace, lease_name)
         except LeaseNotFoundError:
             return None
 
@@ -351,7 +379,9 @@ class JobService:
                     pod_created_for_holder=holder is not None and status.pod_name == holder,
                     elapsed_seconds=self._elapsed(job, server_now),
                     last_reclaim_reason=last_reclaim_reason(lease) if lease else None,
-                    pods=self._pod_facts(namespace, name) if wanted else None,
+                    pods=self._pod_facts(namespace, name, listed=holder is None)
+                    if wanted
+                    else None,
                 )
                 try:
                     plan = self._carry_out(job, body, lease, plan)
@@ -363,8 +393,12 @@ class JobService:
                 raise TransientStoreError(f"reconcile {namespace}/{name}: lease kept moving")
             for event in plan.events:
                 self.record_event(body, event.type, event.reason, event.message)
-            self._write_status(namespace, name, body, plan.status)
-            return self._after_finish(job, body, plan, server_now)
+            written = self._write_status(namespace, name, body, plan.status)
+            plan = self._after_finish(job, body, plan, server_now)
+            if not written and server_now is None:
+                # Planned on a cached body that was stale: read it (a GET) and plan again.
+                plan = replace(plan, requeue_after_seconds=0.0)
+            return plan
 
     def _after_finish(
         self, job: LeasedJob, body: dict[str, Any], plan: Plan, server_now: datetime | None
@@ -480,6 +514,7 @@ class JobService:
         if plan.action is Action.CLAIM_AND_START and lease is not None:
             assert plan.pod_name is not None
             claimed = self._store.claim(namespace, lease.name, plan.pod_name, observed=lease)
+            self.leases.put(claimed.lease.body)
             if not isinstance(claimed, Accepted):
                 log.info("claim for %s/%s refused: %s", namespace, plan.pod_name, claimed.rejection)
                 raise TransientStoreError(f"claim {namespace}/{name}: {claimed.rejection}")
@@ -531,30 +566,42 @@ class JobService:
                 lease, record.holder_identity, record.fencing_token, str(pod.metadata.uid), job_uid
             )
 
-    def _create_lease(self, job: LeasedJob, body: dict[str, Any], plan: Plan) -> Plan:
+    def _create_lease(self, job: LeasedJob, body: dict[str, Any], plan: Plan) -> NoReturn:
+        """Create the job's lease, then raise :class:`_LeaseMoved` to plan again on it."""
         namespace, name = _ns_name(body)
         status = job.status or LeasedJobStatus()
         carried = status.fencing_token or 0
         base = max(0, carried - (status.attempts or 0))
         # No ownerReference: the lease is the name's fencing domain and must
         # outlive this job (docs/architecture.md, "Across a job's whole life").
-        self._store.create(
-            namespace,
-            reconcile.lease_name(name),
-            job_name=name,
-            lease_duration_seconds=job.spec.lease_duration_seconds,
-            max_fencing_token=max(base + job.spec.max_attempts + job.spec.backoff_limit, carried),
-            initial_fencing_token=carried,
-            labels={names.LABEL_JOB: name},
-            startup_deadline_seconds=(
-                job.spec.startup_deadline_seconds if job.spec.template is not None else None
-            ),
-            job_uid=str(body["metadata"]["uid"]),
-            mode=_mode(job),
-            finalizers=[names.FINALIZER_DOMAIN],
-            suspended=job.spec.suspend,
-            work=_work(job),
-        )
+        try:
+            created = self._store.create(
+                namespace,
+                reconcile.lease_name(name),
+                job_name=name,
+                lease_duration_seconds=job.spec.lease_duration_seconds,
+                max_fencing_token=max(
+                    base + job.spec.max_attempts + job.spec.backoff_limit, carried
+                ),
+                initial_fencing_token=carried,
+                labels={names.LABEL_JOB: name},
+                startup_deadline_seconds=(
+                    job.spec.startup_deadline_seconds if job.spec.template is not None else None
+                ),
+                job_uid=str(body["metadata"]["uid"]),
+                mode=_mode(job),
+                finalizers=[names.FINALIZER_DOMAIN],
+                suspended=job.spec.suspend,
+                work=_work(job),
+            )
+        except WriteRefusedError as exc:
+            if exc.status != 409:
+                raise
+            # It exists: the lease cache had not seen it yet. Plan again on it.
+            current = self._store.get(namespace, reconcile.lease_name(name))
+            self.leases.put(current.body)
+            raise _LeaseMoved(current) from exc
+        self.leases.put(created.body)
         if carried:
             self.record_event(
                 body,
@@ -563,7 +610,10 @@ class JobService:
                 f"The JobLease was missing; recreated it at fencing token {carried} so tokens"
                 " never go back.",
             )
-        return plan
+        # Plan again on the lease just created, in this reconcile: its first
+        # claim and pod need not wait for the lease's watch event, and the job's
+        # status is written once for both steps (one status write fewer per job).
+        raise _LeaseMoved(created)
 
     def _retire_lease(self, namespace: str, name: str) -> None:
         """The job is gone: take its lease back for good, keeping it as the domain.
@@ -801,13 +851,17 @@ class JobService:
             Action.STOP, status, [*plan.events, JobEvent("Warning", "PodCreateFailed", message)]
         )
 
-    def _pod_facts(self, namespace: str, name: str) -> dict[int, PodFacts]:
+    def _pod_facts(self, namespace: str, name: str, *, listed: bool = True) -> dict[int, PodFacts]:
         """The job's attempt pods by fencing token (one list), with those already gone.
 
         A pod the list no longer returns (deleted right after its containers
         stopped, as after an eviction) is told by its last state the pod
-        watch saw (:class:`~leasehold.controller.pods.PodMemory`).
+        watch saw (:class:`~leasehold.controller.pods.PodMemory`). Without
+        ``listed`` (the lease is held: the pods only fill in the attempt's pod
+        UID and node), the pod watch's states alone, when a pod watch feeds them.
         """
+        if not listed and self.pods.fed:
+            return self.pods.recall(namespace, name)
         try:
             pods = self._core.list_namespaced_pod(
                 namespace, label_selector=f"{names.LABEL_JOB}={name}"
@@ -822,7 +876,13 @@ class JobService:
         return facts
 
     def _delete_pods(self, namespace: str, name: str, plan: Plan) -> None:
-        """Delete the pods the plan fenced off, but those its retention keeps."""
+        """Delete the pods the plan fenced off, but those its retention keeps.
+
+        No list when the pod watch saw no pod below the token (a job's first
+        attempt, the usual case).
+        """
+        if not self.pods.may_have_below(namespace, name, plan.delete_pods_below_token):
+            return
         self._delete_stale_pods(
             namespace,
             name,
@@ -973,11 +1033,12 @@ class JobService:
 
     def _write_status(
         self, namespace: str, name: str, body: dict[str, Any], status: LeasedJobStatus
-    ) -> None:
+    ) -> bool:
+        """Write the status unless unchanged; ``False`` if refused (the body read was stale)."""
         new = status.model_dump(mode="json", by_alias=True, exclude_none=True)
         old = body.get("status") or {}
         if new == old:
-            return
+            return True
         # Conditioned on the version the reconcile read: a change in between
         # (409) has its own watch event, whose reconcile writes the status.
         # So a written version holds nothing this reconcile has not seen,
@@ -998,16 +1059,20 @@ class JobService:
             )
         except ApiException as exc:
             if exc.status == 404:
-                return
+                return True
             if exc.status == 409:
                 log.debug(
                     "status of %s/%s: changed since read; its event reconciles", namespace, name
                 )
-                return
+                self.jobs.drop(namespace, name)
+                return False
             raise api_error(exc, f"patch status of LeasedJob {namespace}/{name}") from exc
         if read_version:
             version = (written.get("metadata") or {}).get("resourceVersion")
             self.own_writes.record("LeasedJob", namespace, name, str(version or ""))
+        if isinstance(written, dict):
+            self.jobs.put(written)  # the next reconcile plans on what was written
+        return True
 
     def _report_lease_name_taken(
         self, job: LeasedJob, body: dict[str, Any], lease: StoredLease

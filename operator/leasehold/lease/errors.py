@@ -21,9 +21,10 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-import urllib3
-from kubernetes.client.exceptions import ApiException
+if TYPE_CHECKING:
+    from kubernetes.client.exceptions import ApiException
 
 
 class StoreError(Exception):
@@ -88,13 +89,27 @@ def api_error(exc: ApiException, action: str) -> StoreError:
         :class:`TransientStoreError` for no response, 429 and 5xx;
         :class:`WriteRefusedError` for 409 and 422; else :class:`StoreError`.
     """
-    status = exc.status
+    return status_error(exc.status, api_message(exc), action)
+
+
+def status_error(status: int | None, message: str, action: str) -> StoreError:
+    """Map an HTTP status (``0``/``None``: no response) to the error that says what to do.
+
+    Args:
+        status: the HTTP status of the refusal.
+        message: the Status body's ``message`` (or the HTTP reason).
+        action: what was attempted, for the message.
+
+    Returns:
+        :class:`TransientStoreError` for no response, 429 and 5xx;
+        :class:`WriteRefusedError` for 409 and 422; else :class:`StoreError`.
+    """
     if not status or status == 429 or status >= 500:  # 0/None: no response (e.g. TLS error)
-        return TransientStoreError(f"{action}: {api_message(exc)}", status)
-    message = f"{action}: HTTP {status}: {api_message(exc)}"
+        return TransientStoreError(f"{action}: {message}", status)
+    text = f"{action}: HTTP {status}: {message}"
     if status in (409, 422):
-        return WriteRefusedError(message, status)
-    return StoreError(message, status)
+        return WriteRefusedError(text, status)
+    return StoreError(text, status)
 
 
 @contextlib.contextmanager
@@ -112,6 +127,11 @@ def api_errors(action: str, namespace: str, name: str | None = None) -> Iterator
             ``OSError`` (timeouts, dropped connections) as
             :class:`TransientStoreError`.
     """
+    # Imported here, not above: ``leasehold run`` imports this module but
+    # never the ``kubernetes`` package (its client is leasehold.lease.httpclient).
+    import urllib3
+    from kubernetes.client.exceptions import ApiException
+
     target = namespace if name is None else f"{namespace}/{name}"
     try:
         yield

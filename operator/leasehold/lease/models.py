@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, cast
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
+from leasehold.lease.leaseops import MAX_MESSAGE_LENGTH as MAX_MESSAGE_LENGTH
 from leasehold.lease.protocol import Outcome
 
 if TYPE_CHECKING:
@@ -42,7 +43,6 @@ MAX_PRIORITY: Final = 1_000_000
 MAX_PARAMS_BYTES: Final = 32 * 1024
 """``spec.params`` as compact JSON is at most this long (it is copied to the JobLease)."""
 MAX_PARAMS_PROPERTIES: Final = 256
-MAX_MESSAGE_LENGTH: Final = 1024
 MAX_COMPLETIONS: Final = 10_000
 """The most indexes a job may have (each is one JobLease; batch Job allows 100,000
 with ``backoffLimitPerIndex``, but its status lists stay bounded here too)."""

@@ -4,7 +4,7 @@ Why this module exists: it is the only code that writes JobLeases. Each
 operation is decided by :mod:`leasehold.lease.protocol` and sent as one JSON
 patch, which the API server applies inside its own compare-and-swap: ``test``
 ops on holder and token (renew, complete, release: no read before the write),
-on the token a claim was judged on (:func:`_claim_ops` says why that is
+on the token a claim was judged on (:func:`claim_ops` says why that is
 enough), or a ``resourceVersion`` precondition (the operator's reclaim and
 stop). The CRD's CEL rules judge the same write, so a client that skips this
 module cannot break the invariants either. A refused write (409/422) costs one
@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Final, cast
 
 from kubernetes import client
@@ -33,190 +33,65 @@ from leasehold.lease import models, protocol
 from leasehold.lease.errors import (
     InvalidLeaseError,
     LeaseNotFoundError,
-    TransientStoreError,
     WriteRefusedError,
     api_errors,
 )
-from leasehold.lease.protocol import (
-    Completion,
-    FencingToken,
-    HolderIdentity,
-    LeaseRecord,
-    Outcome,
-    Rejection,
+from leasehold.lease.leaseops import (
+    MAX_CONFLICT_RETRIES as MAX_CONFLICT_RETRIES,
 )
+from leasehold.lease.leaseops import (
+    UNBIND,
+    LeaseWriter,
+    completion_body,
+    holder_tests,
+    stored_from_body,
+    utcnow,
+)
+from leasehold.lease.leaseops import (
+    Accepted as Accepted,
+)
+from leasehold.lease.leaseops import (
+    Rejected as Rejected,
+)
+from leasehold.lease.leaseops import (
+    Result as Result,
+)
+from leasehold.lease.leaseops import (
+    StoredLease as StoredLease,
+)
+from leasehold.lease.leaseops import (
+    format_time as format_time,
+)
+from leasehold.lease.protocol import FencingToken, HolderIdentity, LeaseRecord, Rejection
 
 log = logging.getLogger(__name__)
 
 PLURAL: Final = names.PLURAL_JOB_LEASES
-MAX_CONFLICT_RETRIES: Final = 16
-"""How often an operation re-reads after a conflict before giving up."""
 
 _JSON_PATCH: Final = "application/json-patch+json"
-
-
-# --------------------------------------------------------------------------
-# Outcomes
-
-
-@dataclass(frozen=True)
-class StoredLease:
-    """A lease as read from (or written to) the API server.
-
-    Attributes:
-        namespace: the lease's namespace.
-        name: the lease's name.
-        record: the rules' view of it.
-        resource_version: ``metadata.resourceVersion`` of this version.
-        generation: ``metadata.generation`` (bumped by spec writes only).
-        body: the raw object.
-    """
-
-    namespace: str
-    name: str
-    record: LeaseRecord
-    resource_version: str
-    generation: int
-    body: dict[str, Any]
-
-    @property
-    def params(self) -> dict[str, Any] | None:
-        """The job's ``spec.params`` as copied to the lease (pull mode's input), if any."""
-        params = (self.body.get("spec") or {}).get("params")
-        return dict(params) if isinstance(params, dict) else None
-
-    @property
-    def priority(self) -> int:
-        """The job's ``spec.priority`` as copied to the lease (``0`` when absent)."""
-        priority = (self.body.get("spec") or {}).get("priority")
-        return priority if isinstance(priority, int) else 0
-
-
-@dataclass(frozen=True)
-class Accepted:
-    """The write landed; ``lease`` is the server's answer to it."""
-
-    lease: StoredLease
-
-    @property
-    def token(self) -> FencingToken:
-        """The lease's fencing token after the write (for a claim: yours)."""
-        return self.lease.record.fencing_token
-
-
-@dataclass(frozen=True)
-class Rejected:
-    """The rules refused the write; nothing changed.
-
-    Attributes:
-        rejection: why; each method lists the ones it can return.
-        lease: the lease as read when judging.
-    """
-
-    rejection: Rejection
-    lease: StoredLease
-
-
-Result = Accepted | Rejected
-"""The outcome of one store operation."""
 
 
 # --------------------------------------------------------------------------
 # Conversion
 
 
-def _parse_time(value: Any) -> datetime | None:
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        return value
-    return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-
-
-def format_time(value: datetime) -> str:
-    """Format a time as Kubernetes MicroTime, e.g. ``"2026-11-30T06:18:29.123456Z"``.
-
-    Naive datetimes are taken as UTC.
-    """
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 def to_stored(body: dict[str, Any]) -> StoredLease:
-    """Parse a JobLease body as returned by the API server.
+    """Parse a JobLease body as returned by the API server, checked against the model.
+
+    The operator's reads go through here; the fields are read by
+    :func:`~leasehold.lease.leaseops.stored_from_body` (``leasehold run``'s parser).
 
     Raises:
         InvalidLeaseError: the body does not match the JobLease model.
     """
     meta = body.get("metadata", {})
     try:
-        lease = models.JobLease.model_validate(body)
+        models.JobLease.model_validate(body)
     except ValidationError as exc:
         raise InvalidLeaseError(
             f"JobLease {meta.get('namespace')}/{meta.get('name')} is invalid: {exc}"
         ) from exc
-    spec = lease.spec
-    record = LeaseRecord(
-        job_name=spec.job_name,
-        holder_identity=HolderIdentity(spec.holder_identity) if spec.holder_identity else None,
-        fencing_token=FencingToken(spec.fencing_token),
-        lease_duration_seconds=spec.lease_duration_seconds,
-        acquire_time=spec.acquire_time,
-        renew_time=spec.renew_time,
-        completion=_completion(spec.completion),
-        max_fencing_token=(
-            FencingToken(spec.max_fencing_token) if spec.max_fencing_token is not None else None
-        ),
-        holder_uid=spec.holder_uid,
-        job_uid=spec.job_uid,
-        base_fencing_token=FencingToken(spec.base_fencing_token),
-        failures=spec.failures,
-        last_failure=_completion(spec.last_failure),
-        suspended=spec.suspended,
-        suspensions=spec.suspensions,
-        uncounted_attempts=spec.uncounted_attempts,
-        last_uncounted_token=(
-            FencingToken(spec.last_uncounted_token)
-            if spec.last_uncounted_token is not None
-            else None
-        ),
-    )
-    return StoredLease(
-        namespace=str(meta.get("namespace", "")),
-        name=str(meta.get("name", "")),
-        record=record,
-        resource_version=str(meta.get("resourceVersion", "")),
-        generation=int(meta.get("generation", 0)),
-        body=body,
-    )
-
-
-def _completion(c: models.CompletionRecord | None) -> Completion | None:
-    if c is None:
-        return None
-    return Completion(
-        fencing_token=FencingToken(c.fencing_token),
-        holder_identity=HolderIdentity(c.holder_identity),
-        outcome=Outcome(c.outcome),
-        complete_time=c.complete_time or datetime.min.replace(tzinfo=UTC),
-        message=c.message or "",
-        exit_code=c.exit_code,
-    )
-
-
-def _completion_body(completion: Completion) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "fencingToken": completion.fencing_token,
-        "holderIdentity": completion.holder_identity,
-        "outcome": str(completion.outcome),
-        "completeTime": format_time(completion.complete_time),
-    }
-    if completion.message:
-        body["message"] = completion.message[: models.MAX_MESSAGE_LENGTH]
-    if completion.exit_code is not None:
-        body["exitCode"] = completion.exit_code
-    return body
+    return stored_from_body(body)
 
 
 def _excuse_ops(before: LeaseRecord, after: LeaseRecord) -> list[dict[str, Any]]:
@@ -233,68 +108,6 @@ def _excuse_ops(before: LeaseRecord, after: LeaseRecord) -> list[dict[str, Any]]
 def _timeout(request_timeout: float | None) -> dict[str, Any]:
     """The client's ``_request_timeout`` keyword, when a timeout is given."""
     return {} if request_timeout is None else {"_request_timeout": request_timeout}
-
-
-def _holder_tests(holder: HolderIdentity, token: FencingToken) -> list[dict[str, Any]]:
-    return [
-        {"op": "test", "path": "/spec/holderIdentity", "value": holder},
-        {"op": "test", "path": "/spec/fencingToken", "value": token},
-    ]
-
-
-_UNBIND: Final[dict[str, Any]] = {"op": "add", "path": "/spec/holderUID", "value": None}
-"""Remove ``spec.holderUID`` whether or not it is there: the API server prunes a
-null from a field that is not nullable, where a JSON patch ``remove`` of an
-absent path would fail."""
-
-
-def _bind(holder_uid: str) -> dict[str, Any]:
-    """Bind the lease to the holder's pod, or confirm it: the CRD refuses a change."""
-    return {"op": "add", "path": "/spec/holderUID", "value": holder_uid}
-
-
-def _uid_test(holder_uid: str) -> dict[str, Any]:
-    return {"op": "test", "path": "/spec/holderUID", "value": holder_uid}
-
-
-def _claim_ops(
-    judged_token: FencingToken, new: LeaseRecord, holder_uid: str | None = None
-) -> list[dict[str, Any]]:
-    """The JSON patch of a claim judged on a lease at ``judged_token``.
-
-    It binds the claimant's pod (``holder_uid``) in the same write, if any.
-
-    Deliberately no ``resourceVersion`` precondition. The API server applies a
-    JSON patch inside its own compare-and-swap and evaluates the ``test`` op and
-    the CRD's CEL rules against the very version it replaces, so the write is
-    atomic without one, and it checks exactly what
-    :func:`leasehold.lease.protocol.claim` checks:
-
-    * the ``test`` on ``/spec/fencingToken``: no claim landed since the judged
-      one (every claim bumps the token);
-    * CEL "a fencing token bump is a claim": a held lease is never taken
-      (``LOST_RACE``);
-    * CEL "a completed lease can never be claimed or held again" (``COMPLETED``);
-    * CEL "spec.fencingToken cannot pass spec.maxFencingToken", on the cap as
-      stored now (``EXHAUSTED``);
-    * CEL "may only stay the same or go up by exactly one": token + 1.
-
-    The other CEL rules concern fields a claim does not write. Any other change
-    in between (the operator's status, a renewTime, labels) does not bear on the
-    claim; a ``resourceVersion`` precondition would turn each into a spurious
-    409 and an extra GET + PATCH.
-    """
-    assert new.acquire_time is not None  # set by protocol.claim
-    assert new.holder_identity is not None
-    acquired = format_time(new.acquire_time)
-    return [
-        {"op": "test", "path": "/spec/fencingToken", "value": judged_token},
-        {"op": "add", "path": "/spec/holderIdentity", "value": new.holder_identity},
-        {"op": "replace", "path": "/spec/fencingToken", "value": new.fencing_token},
-        {"op": "add", "path": "/spec/acquireTime", "value": acquired},
-        {"op": "add", "path": "/spec/renewTime", "value": acquired},
-        _bind(holder_uid) if holder_uid else _UNBIND,
-    ]
 
 
 @dataclass(frozen=True)
@@ -324,11 +137,7 @@ class WorkItem:
 # The store
 
 
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-class LeaseStore:
+class LeaseStore(LeaseWriter):
     """Lease operations on JobLease objects, each as one atomic write.
 
     The operations share their parameters and errors, so they are said once
@@ -355,12 +164,12 @@ class LeaseStore:
         self,
         api_client: client.ApiClient,
         *,
-        clock: Callable[[], datetime] = _utcnow,
+        clock: Callable[[], datetime] = utcnow,
         field_manager: str = "leasehold",
         request_timeout_seconds: float | None = None,
     ) -> None:
+        super().__init__(clock=clock)
         self._api = client.CustomObjectsApi(api_client)
-        self._clock = clock
         self._field_manager = field_manager
         self._default_timeout = request_timeout_seconds
 
@@ -370,10 +179,10 @@ class LeaseStore:
 
     # -- plain reads and writes ---------------------------------------------
 
-    def get(
-        self, namespace: str, name: str, *, request_timeout: float | None = None
-    ) -> StoredLease:
-        """Read a lease; :class:`~leasehold.lease.errors.InvalidLeaseError` if it does not parse."""
+    def _read(
+        self, namespace: str, name: str, request_timeout: float | None = None
+    ) -> dict[str, Any]:
+        """GET the JobLease's body."""
         with api_errors("get", namespace, name):
             body = self._api.get_namespaced_custom_object(
                 names.GROUP,
@@ -383,7 +192,11 @@ class LeaseStore:
                 name,
                 **self._timeout(request_timeout),
             )
-        return to_stored(cast("dict[str, Any]", body))
+        return cast("dict[str, Any]", body)
+
+    def _parse(self, body: dict[str, Any]) -> StoredLease:
+        """Check ``body`` against the model, then parse it (:func:`to_stored`)."""
+        return to_stored(body)
 
     def list_leases(
         self, namespace: str, *, label_selector: str | None = None
@@ -488,274 +301,6 @@ class LeaseStore:
 
     # -- the protocol -------------------------------------------------------
 
-    def claim(
-        self,
-        namespace: str,
-        name: str,
-        claimant: str,
-        *,
-        observed: StoredLease | None = None,
-        holder_uid: str | None = None,
-    ) -> Result:
-        """Claim an unheld lease: holder := ``claimant``, token := token + 1.
-
-        ``holder_uid`` is the claimant's pod UID, bound in the same write
-        (``None``: a claimant that is no pod, or the operator claiming for a pod
-        it has yet to create; it binds with :meth:`bind` once the pod exists).
-
-        With ``observed`` (the lease as the caller last saw it, from a list, a watch
-        or a read) the rules judge it and, if they allow the claim, the patch is
-        sent at once: one PATCH, no GET. Without it, or when the server or the
-        rules refuse on ``observed`` (which may be stale), it reads, judges and
-        writes, re-reading after each refused write. A rejection therefore always
-        comes from a fresh read.
-
-        Returns:
-            :class:`Accepted` (``.token`` is the new token) or :class:`Rejected`
-            with ``LOST_RACE``, ``COMPLETED`` or ``EXHAUSTED``.
-
-        Raises:
-            WriteRefusedError: the server refused the write twice on a lease nobody
-                changed in between: not a race (e.g. a holder name the schema refuses).
-        """
-        holder = HolderIdentity(claimant)
-        if observed is not None:
-            decision = protocol.claim(observed.record, holder, self._clock())
-            if isinstance(decision, protocol.Allowed):
-                ops = _claim_ops(observed.record.fencing_token, decision.record, holder_uid)
-                try:
-                    return Accepted(to_stored(self._patch("claim", namespace, name, ops)))
-                except WriteRefusedError as exc:
-                    log.debug(
-                        "claim %s/%s by %s on observed token %d: HTTP %s, reading",
-                        namespace,
-                        name,
-                        claimant,
-                        observed.record.fencing_token,
-                        exc.status,
-                    )
-            # Denied on `observed`, or the server refused: `observed` may be
-            # stale either way, so judge again on a fresh read.
-        refused: WriteRefusedError | None = None  # the last 422 ...
-        refused_version = ""  # ... on this resourceVersion
-        for _ in range(MAX_CONFLICT_RETRIES):
-            lease = self.get(namespace, name)
-            decision = protocol.claim(lease.record, holder, self._clock())
-            if isinstance(decision, protocol.Denied):
-                return Rejected(decision.rejection, lease)
-            if refused is not None and refused_version == lease.resource_version:
-                # Refused on a lease nobody changed since: not a race but a
-                # write the server will never take (e.g. an invalid holder name).
-                raise refused
-            ops = _claim_ops(lease.record.fencing_token, decision.record, holder_uid)
-            try:
-                body = self._patch("claim", namespace, name, ops)
-            except WriteRefusedError as exc:
-                refused = exc if exc.status == 422 else None
-                refused_version = lease.resource_version
-                log.debug(
-                    "claim %s/%s by %s: HTTP %s, re-reading", namespace, name, claimant, exc.status
-                )
-                continue
-            return Accepted(to_stored(body))
-        raise TransientStoreError(
-            f"claim {namespace}/{name}: still conflicting after {MAX_CONFLICT_RETRIES} tries"
-        )
-
-    def _guarded(
-        self,
-        namespace: str,
-        name: str,
-        action: str,
-        holder: HolderIdentity,
-        token: FencingToken,
-        ops: list[dict[str, Any]],
-        decide: Callable[[LeaseRecord], protocol.Decision],
-        request_timeout: float | None = None,
-        *,
-        holder_uid: str | None = None,
-        ends_hold: bool = False,
-        binds: bool = False,
-    ) -> Result:
-        """Write ``ops`` under holder + token tests; after a refusal, re-read and ``decide``.
-
-        With ``holder_uid``, the write also tests that the lease is bound to
-        that pod (a pod's renew, complete, release: an unbound lease fails the
-        test and ``decide`` says ``NOT_BOUND``), or, with ``binds`` (the
-        operator's :meth:`bind` only), binds it (the CRD refuses a change). A
-        write that ends the hold always clears ``spec.holderUID``.
-        """
-        uid_ops: list[dict[str, Any]] = []
-        if holder_uid is not None:
-            uid_ops.append(_bind(holder_uid) if binds else _uid_test(holder_uid))
-        if ends_hold:
-            uid_ops.append(_UNBIND)
-        for _ in range(MAX_CONFLICT_RETRIES):
-            try:
-                body = self._patch(
-                    action,
-                    namespace,
-                    name,
-                    _holder_tests(holder, token) + uid_ops + ops,
-                    request_timeout,
-                )
-            except WriteRefusedError as exc:
-                lease = self.get(namespace, name, request_timeout=request_timeout)
-                decision = decide(lease.record)
-                if isinstance(decision, protocol.Denied):
-                    return Rejected(decision.rejection, lease)
-                # The protocol allows it on a fresh read: the failure was a
-                # race with a write that is gone now. Try again.
-                log.debug(
-                    "%s %s/%s: HTTP %s but allowed on re-read; retrying",
-                    action,
-                    namespace,
-                    name,
-                    exc.status,
-                )
-                continue
-            return Accepted(to_stored(body))
-        raise TransientStoreError(
-            f"{action} {namespace}/{name}: still conflicting after {MAX_CONFLICT_RETRIES} tries"
-        )
-
-    def renew(
-        self,
-        namespace: str,
-        name: str,
-        holder: str,
-        token: int,
-        *,
-        request_timeout: float | None = None,
-        holder_uid: str | None = None,
-    ) -> Result:
-        """Renew: the holder is alive. Exactly one write, no read before it.
-
-        A holder passes as ``request_timeout`` the time left before its own deadline.
-        A holder that is a pod passes its ``holder_uid``: the lease must be
-        bound to it already (a pull claim binds it; in push mode the operator
-        binds it to the pod it created). A lease bound to another pod of the
-        same name is refused (``NOT_HOLDER``), an unbound one ``NOT_BOUND``
-        (not yet bound: retry within the window, it is no loss). A renewal
-        never binds.
-
-        Returns:
-            :class:`Accepted`, or :class:`Rejected` with ``NOT_HOLDER``,
-            ``NOT_BOUND``, ``STALE_TOKEN`` or ``COMPLETED``.
-        """
-        h, t = HolderIdentity(holder), FencingToken(token)
-        now = self._clock()
-        ops: list[dict[str, Any]] = [
-            {"op": "add", "path": "/spec/renewTime", "value": format_time(now)}
-        ]
-        return self._guarded(
-            namespace,
-            name,
-            "renew",
-            h,
-            t,
-            ops,
-            lambda r: protocol.renew(r, h, t, now, holder_uid=holder_uid),
-            request_timeout,
-            holder_uid=holder_uid,
-        )
-
-    def complete(
-        self,
-        namespace: str,
-        name: str,
-        holder: str,
-        token: int,
-        outcome: Outcome,
-        *,
-        message: str = "",
-        exit_code: int | None = None,
-        request_timeout: float | None = None,
-        holder_uid: str | None = None,
-    ) -> Result:
-        """Complete: record ``{token, outcome}`` once, with ``message`` and ``exit_code``.
-
-        ``holder_uid`` as for :meth:`renew`: refused when bound to another pod
-        (``NOT_HOLDER``) or unbound (``NOT_BOUND``).
-
-        Returns:
-            :class:`Accepted`, or :class:`Rejected` with ``NOT_HOLDER``,
-            ``STALE_TOKEN`` or ``COMPLETED``.
-        """
-        h, t = HolderIdentity(holder), FencingToken(token)
-        now = self._clock()
-
-        def decide(record: LeaseRecord) -> protocol.Decision:
-            return protocol.complete(
-                record,
-                h,
-                t,
-                outcome,
-                now,
-                message=message,
-                exit_code=exit_code,
-                holder_uid=holder_uid,
-            )
-
-        completion = Completion(
-            fencing_token=t,
-            holder_identity=h,
-            outcome=outcome,
-            complete_time=now,
-            message=message,
-            exit_code=exit_code,
-        )
-        ops: list[dict[str, Any]] = [
-            {"op": "add", "path": "/spec/completion", "value": _completion_body(completion)},
-            {"op": "remove", "path": "/spec/holderIdentity"},
-        ]
-        return self._guarded(
-            namespace,
-            name,
-            "complete",
-            h,
-            t,
-            ops,
-            decide,
-            request_timeout,
-            holder_uid=holder_uid,
-            ends_hold=True,
-        )
-
-    def release(
-        self,
-        namespace: str,
-        name: str,
-        holder: str,
-        token: int,
-        *,
-        request_timeout: float | None = None,
-        holder_uid: str | None = None,
-    ) -> Result:
-        """Release: the holder gives the lease up; the token is kept.
-
-        ``holder_uid`` as for :meth:`renew`: refused when bound to another pod
-        (``NOT_HOLDER``) or unbound (``NOT_BOUND``).
-
-        Returns:
-            :class:`Accepted`, or :class:`Rejected` with ``NOT_HOLDER``,
-            ``STALE_TOKEN`` or ``COMPLETED``.
-        """
-        h, t = HolderIdentity(holder), FencingToken(token)
-        ops = [{"op": "remove", "path": "/spec/holderIdentity"}]
-        return self._guarded(
-            namespace,
-            name,
-            "release",
-            h,
-            t,
-            ops,
-            lambda r: protocol.release(r, h, t, holder_uid=holder_uid),
-            request_timeout,
-            holder_uid=holder_uid,
-            ends_hold=True,
-        )
-
     def reclaim(self, judged: StoredLease) -> Result:
         """Reclaim a lease the operator judged expired: unheld, token kept.
 
@@ -776,9 +321,9 @@ class LeaseStore:
                 "path": "/metadata/resourceVersion",
                 "value": judged.resource_version,
             },
-            *_holder_tests(judged.record.holder_identity, judged.record.fencing_token),
+            *holder_tests(judged.record.holder_identity, judged.record.fencing_token),
             {"op": "remove", "path": "/spec/holderIdentity"},
-            _UNBIND,
+            UNBIND,
         ]
         return self._conditional(judged, ops, "reclaim")
 
@@ -805,7 +350,7 @@ class LeaseStore:
             {"op": "add", "path": "/spec/maxFencingToken", "value": judged.record.fencing_token},
         ]
         if judged.record.holder_identity is not None:
-            ops += [{"op": "remove", "path": "/spec/holderIdentity"}, _UNBIND]
+            ops += [{"op": "remove", "path": "/spec/holderIdentity"}, UNBIND]
         return self._conditional(judged, ops, "stop")
 
     def close(self, judged: StoredLease) -> Result:
@@ -858,7 +403,7 @@ class LeaseStore:
             },
             {"op": "remove", "path": "/spec/completion"},
             {"op": "add", "path": "/spec/failures", "value": decision.record.failures},
-            {"op": "add", "path": "/spec/lastFailure", "value": _completion_body(failure)},
+            {"op": "add", "path": "/spec/lastFailure", "value": completion_body(failure)},
             *_excuse_ops(judged.record, decision.record),
         ]
         return self._conditional(judged, ops, "reopen")
@@ -891,7 +436,7 @@ class LeaseStore:
         if judged.record.holder_identity is not None:
             ops += [
                 {"op": "remove", "path": "/spec/holderIdentity"},
-                _UNBIND,
+                UNBIND,
                 {"op": "add", "path": "/spec/suspensions", "value": new.suspensions},
             ]
             if new.max_fencing_token is not None:
@@ -1011,7 +556,7 @@ class LeaseStore:
                 "value": startup_deadline_seconds,
             },
             {"op": "add", "path": "/spec/holderIdentity", "value": None},
-            _UNBIND,
+            UNBIND,
             {"op": "add", "path": "/spec/completion", "value": None},
             {"op": "add", "path": "/spec/failures", "value": 0},
             {"op": "add", "path": "/spec/lastFailure", "value": None},

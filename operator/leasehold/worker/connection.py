@@ -13,9 +13,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
 
-from leasehold.lease.kubeclient import new_api_client
+from leasehold.lease.leaseops import Result, StoredLease
 from leasehold.lease.protocol import Outcome
-from leasehold.lease.store import LeaseStore, Result, StoredLease
 
 
 class LeaseOperations(Protocol):
@@ -93,8 +92,9 @@ class StoreScope:
     ``StoreScope(store)`` wraps a caller's store (never closed here);
     :meth:`open` builds a :class:`~leasehold.lease.store.LeaseStore` on
     :func:`~leasehold.lease.kubeclient.new_api_client` (``$KUBECONFIG`` or
-    in-cluster) when given ``None``. :meth:`close` closes only a client built
-    here, once.
+    in-cluster) when given ``None``; :meth:`open_http` a standard-library
+    client. :meth:`close` closes only a client built here (anything with a
+    ``close()``), once.
     """
 
     def __init__(self, store: LeaseOperations, api_client: Any = None) -> None:
@@ -110,8 +110,27 @@ class StoreScope:
         """
         if store is not None:
             return cls(store)
+        # Imported here: the kubernetes client is for SDK users, not ``leasehold run``.
+        from leasehold.lease.kubeclient import new_api_client
+        from leasehold.lease.store import LeaseStore
+
         api_client = new_api_client()
         return cls(LeaseStore(api_client), api_client)
+
+    @classmethod
+    def open_http(cls) -> StoreScope:
+        """A scope owning a standard-library client (``leasehold run``): an ``HttpLeaseClient``.
+
+        Same cluster as :meth:`open` finds, same lease writes, without the
+        ``kubernetes`` package (it starts in a fraction of the time).
+
+        Raises:
+            leasehold.lease.httpclient.ClusterConfigError: no cluster configuration found.
+        """
+        from leasehold.lease.httpclient import HttpLeaseClient
+
+        client = HttpLeaseClient.from_environment()
+        return cls(client, client)
 
     def close(self) -> None:
         """Close the API client built here, if any (idempotent)."""

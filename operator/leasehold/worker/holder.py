@@ -33,6 +33,7 @@ from leasehold import fencing
 from leasehold.fencing import http as http_fencing
 from leasehold.fencing import kube as kube_fencing
 from leasehold.lease.errors import TransientStoreError
+from leasehold.lease.leaseops import Accepted, Rejected, Result
 from leasehold.lease.protocol import (
     FencingToken,
     HolderIdentity,
@@ -40,7 +41,6 @@ from leasehold.lease.protocol import (
     Outcome,
     Rejection,
 )
-from leasehold.lease.store import Accepted, Rejected, Result
 from leasehold.names import (
     ENV_COMPLETION_INDEX,
     ENV_FENCING_TOKEN,
@@ -169,6 +169,7 @@ class LeaseHolder:
         renew_fraction: float = DEFAULT_RENEW_FRACTION,
         margin_seconds: float | None = None,
         on_lost: LossCallback | None = None,
+        http_client: bool = False,
     ) -> LeaseHolder:
         """Build the holder of the lease the operator claimed for this pod; not started.
 
@@ -177,12 +178,15 @@ class LeaseHolder:
         ``LEASEHOLD_LEASE_DURATION_SECONDS`` and (optional) ``LEASEHOLD_JOB``,
         ``LEASEHOLD_COMPLETION_INDEX`` (an Indexed job's index)
         from ``environ`` (default ``os.environ``). Without ``store`` one is
-        built on a new API client, which :meth:`close` closes.
+        built on a new API client, which :meth:`close` closes: the
+        ``kubernetes`` package's, or with ``http_client`` the standard
+        library's (:meth:`StoreScope.open_http`, what ``leasehold run`` uses).
 
         Raises:
             LeaseEnvironmentError: a variable is missing or malformed.
             kubernetes.config.ConfigException: no store given and no cluster
-                configuration found.
+                configuration found (with ``http_client``:
+                ``leasehold.lease.httpclient.ClusterConfigError``).
         """
         env = os.environ if environ is None else environ
         required = (ENV_NAMESPACE, ENV_LEASE, ENV_HOLDER, ENV_FENCING_TOKEN, ENV_LEASE_DURATION)
@@ -202,7 +206,7 @@ class LeaseHolder:
             raise LeaseEnvironmentError(f"{ENV_FENCING_TOKEN} must be >= 1, got {token}")
         if not (duration > 0 and math.isfinite(duration)):
             raise LeaseEnvironmentError(f"{ENV_LEASE_DURATION} must be > 0, got {duration}")
-        scope = StoreScope.open(store)
+        scope = StoreScope.open_http() if http_client and store is None else StoreScope.open(store)
         try:
             return cls(
                 scope,

@@ -19,8 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from leasehold.lease.errors import LeaseNotFoundError
+from leasehold.lease.leaseops import Accepted, Rejected, Result
 from leasehold.lease.protocol import MonotonicClock, Rejection
-from leasehold.lease.store import Accepted, Rejected, Result
 from leasehold.lease.waits import join_thread, wait_for_event
 from leasehold.worker.errors import LeaseLost, LossReason
 from leasehold.worker.timing import LeaseTiming

@@ -54,8 +54,8 @@ from types import FrameType
 from typing import Any, Final
 
 from leasehold.lease.errors import StoreError
+from leasehold.lease.leaseops import Rejected
 from leasehold.lease.protocol import Outcome
-from leasehold.lease.store import Rejected
 from leasehold.lease.waits import wait_for_event
 from leasehold.names import ENV_FENCING_TOKEN
 from leasehold.worker import shim
@@ -463,7 +463,7 @@ def run_command(
         return EXIT_USAGE
     if holder is None:
         try:
-            holder = LeaseHolder.from_env()
+            holder = LeaseHolder.from_env(http_client=True)
         except LeaseEnvironmentError as exc:
             log.error("bad lease environment: %s", exc)
             return EXIT_USAGE

@@ -1,0 +1,96 @@
+"""The newest body seen of each LeasedJob and JobLease, so a reconcile need not GET them.
+
+Why this module exists: a reconcile used to GET its job and its lease every
+time (about four reconciles per job: eight GETs), though the operator already
+receives both through its watches (Kopf's LeasedJob events, the JobLease
+:class:`~leasehold.controller.watching.ListWatch`) and its own writes' answers.
+:class:`ObjectCache` keeps those bodies. It is an informer's store, not a
+source of truth: every write the reconcile makes is still conditioned (the
+status on the ``resourceVersion`` read, the lease's writes on their ``test``
+ops or ``resourceVersion``), so a stale body costs one refused write and one
+re-read, never a decision the API server would accept on an old version.
+
+Thread-safe: fed on the event loop, read in reconcile threads.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+
+def _version(body: Mapping[str, Any]) -> str:
+    return str((body.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def is_older(candidate: str, kept: str) -> bool:
+    """Whether ``candidate`` is a version older than ``kept``.
+
+    Resource versions are opaque; the API server's (etcd's) are integers in
+    practice, and only then are they compared. Otherwise the candidate (the
+    later delivered) wins.
+    """
+    return candidate.isdigit() and kept.isdigit() and int(candidate) < int(kept)
+
+
+class ObjectCache:
+    """The newest body seen of each object, by namespace and name.
+
+    :meth:`put` keeps a body unless an object of a newer version is kept;
+    :meth:`drop` forgets one (deleted, or found stale). Until the owner sets
+    :attr:`watched`, :meth:`get` answers nothing: a cache no watch feeds
+    (a service used without the operator's runtime, as in tests) would only
+    hold the owner's own writes and miss everyone else's.
+    """
+
+    def __init__(self) -> None:
+        self._bodies: dict[tuple[str, str], dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self.watched = False
+        """Set by the owner once a watch feeds this cache and its first LIST was fed:
+        :meth:`get` answers from then on, and a miss means there is no such object
+        (or its creation's event is still on the way)."""
+
+    def put(self, body: Mapping[str, Any]) -> None:
+        """Keep a copy of ``body`` (a watch event's, or a write's answer), unless older.
+
+        Args:
+            body: the object as the API serves it (``metadata.namespace``/``name`` set).
+        """
+        meta = body.get("metadata") or {}
+        key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+        kept = copy.deepcopy(dict(body))
+        with self._lock:
+            current = self._bodies.get(key)
+            if current is not None and is_older(_version(kept), _version(current)):
+                return
+            self._bodies[key] = kept
+
+    def drop(self, namespace: str, name: str) -> None:
+        """Forget an object (deleted, or its body found stale).
+
+        Args:
+            namespace: its namespace.
+            name: its name.
+        """
+        with self._lock:
+            self._bodies.pop((namespace, name), None)
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A copy of the newest body kept, or ``None``.
+
+        Args:
+            namespace: its namespace.
+            name: its name.
+
+        Returns:
+            The body (the caller's to change), or ``None`` if none is kept
+            (always, until :attr:`watched`).
+        """
+        if not self.watched:
+            return None
+        with self._lock:
+            body = self._bodies.get((namespace, name))
+        return copy.deepcopy(body) if body is not None else None

@@ -1,0 +1,98 @@
+"""The operator's object cache: newest version kept, copies handed out, silent until watched."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from leasehold import names
+from leasehold.controller.caches import ObjectCache, is_older
+from leasehold.controller.deadline import JobClocks
+from leasehold.controller.pods import PodMemory
+
+
+def body(name: str, version: str, phase: str = "Running") -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": "ns", "name": name, "resourceVersion": version},
+        "status": {"phase": phase},
+    }
+
+
+def test_a_cache_no_watch_feeds_answers_nothing() -> None:
+    cache = ObjectCache()
+    cache.put(body("a", "5"))
+    assert cache.get("ns", "a") is None
+    cache.watched = True
+    assert cache.get("ns", "a") == body("a", "5")
+
+
+def test_an_older_version_delivered_late_does_not_replace_a_newer_one() -> None:
+    cache = ObjectCache()
+    cache.watched = True
+    cache.put(body("a", "12", "Succeeded"))  # an own write's answer
+    cache.put(body("a", "9", "Running"))  # the watch's event of an earlier version
+    assert cache.get("ns", "a") == body("a", "12", "Succeeded")
+    cache.put(body("a", "13", "Failed"))
+    assert cache.get("ns", "a") == body("a", "13", "Failed")
+
+
+def test_versions_are_compared_only_when_both_are_integers() -> None:
+    assert is_older("9", "12")
+    assert not is_older("12", "9")
+    assert not is_older("x9", "12")
+    assert not is_older("9", "")
+
+
+def test_the_caller_may_change_what_it_got() -> None:
+    cache = ObjectCache()
+    cache.watched = True
+    given = body("a", "1")
+    cache.put(given)
+    given["status"]["phase"] = "Changed after put"
+    got = cache.get("ns", "a")
+    assert got is not None and got["status"]["phase"] == "Running"
+    got["status"]["phase"] = "Changed after get"
+    again = cache.get("ns", "a")
+    assert again is not None and again["status"]["phase"] == "Running"
+
+
+def test_a_dropped_object_is_a_miss() -> None:
+    cache = ObjectCache()
+    cache.watched = True
+    cache.put(body("a", "1"))
+    cache.drop("ns", "a")
+    assert cache.get("ns", "a") is None
+
+
+def test_job_clocks_know_a_job_once_anchored_and_only_that_incarnation() -> None:
+    now = [100.0]
+    clocks = JobClocks(lambda: now[0])
+    assert not clocks.knows("ns/a", "uid-1")
+    clocks.elapsed_seconds("ns/a", "uid-1", datetime(2026, 1, 1, tzinfo=UTC), None)
+    assert clocks.knows("ns/a", "uid-1")
+    assert not clocks.knows("ns/a", "uid-2")
+
+
+def pod(job: str, token: int) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "namespace": "ns",
+            "name": f"{job}-{token}",
+            "labels": {names.LABEL_JOB: job, names.LABEL_TOKEN: str(token)},
+        }
+    }
+
+
+def test_pod_memory_says_when_no_pod_below_a_token_can_exist() -> None:
+    memory = PodMemory()
+    memory.observe(pod("a", 1))
+    assert memory.may_have_below("ns", "a", 1)  # no pod watch feeds it: list
+    memory.fed = True
+    assert not memory.may_have_below("ns", "a", 1)  # the first attempt: nothing stale
+    assert memory.may_have_below("ns", "a", 2)
+    for token in range(2, 7):
+        memory.observe(pod("a", token))
+    # Tokens 1 and 2 were forgotten (only the last few are kept): they may still exist.
+    assert memory.may_have_below("ns", "a", 3)
+    memory.forget("ns", "a")
+    assert not memory.may_have_below("ns", "a", 7)
