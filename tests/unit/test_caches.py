@@ -96,3 +96,18 @@ def test_pod_memory_says_when_no_pod_below_a_token_can_exist() -> None:
     assert memory.may_have_below("ns", "a", 3)
     memory.forget("ns", "a")
     assert not memory.may_have_below("ns", "a", 7)
+
+
+def test_a_write_answer_arriving_after_the_deletion_does_not_bring_the_object_back() -> None:
+    cache = ObjectCache()
+    cache.watched = True
+    cache.put(body("a", "12"))
+    cache.drop("ns", "a", deleted_version="14")  # the DELETED event
+    cache.put(body("a", "13"))  # a status write's answer, delivered late
+    assert cache.get("ns", "a") is None
+    cache.put(body("a", "14"))
+    assert cache.get("ns", "a") is None
+    cache.put(body("a", "20"))  # created again under the same name
+    assert cache.get("ns", "a") == body("a", "20")
+    cache.put(body("a", "13"))  # the old tombstone is gone, and 20 is newer anyway
+    assert cache.get("ns", "a") == body("a", "20")

@@ -17,8 +17,13 @@ from __future__ import annotations
 
 import copy
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
+
+MAX_TOMBSTONES: Final = 10_000
+"""Deleted objects remembered (the oldest forgotten first): a write's answer
+arrives moments after a deletion's event, never hours."""
 
 
 def _version(body: Mapping[str, Any]) -> str:
@@ -47,6 +52,9 @@ class ObjectCache:
 
     def __init__(self) -> None:
         self._bodies: dict[tuple[str, str], dict[str, Any]] = {}
+        self._deleted: OrderedDict[tuple[str, str], str] = OrderedDict()
+        """Objects seen deleted, by key: the deleted version (a late put at or
+        below it, e.g. a write's answer delivered after the deletion, is refused)."""
         self._lock = threading.Lock()
         self.watched = False
         """Set by the owner once a watch feeds this cache and its first LIST was fed:
@@ -62,21 +70,35 @@ class ObjectCache:
         meta = body.get("metadata") or {}
         key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
         kept = copy.deepcopy(dict(body))
+        version = _version(kept)
         with self._lock:
             current = self._bodies.get(key)
-            if current is not None and is_older(_version(kept), _version(current)):
+            if current is not None and is_older(version, _version(current)):
                 return
+            gone = self._deleted.get(key)
+            if gone is not None:
+                if gone == version or is_older(version, gone):
+                    return
+                del self._deleted[key]  # created again since
             self._bodies[key] = kept
 
-    def drop(self, namespace: str, name: str) -> None:
+    def drop(self, namespace: str, name: str, deleted_version: str | None = None) -> None:
         """Forget an object (deleted, or its body found stale).
 
         Args:
             namespace: its namespace.
             name: its name.
+            deleted_version: the ``resourceVersion`` its deletion was seen at, if it
+                was deleted: a body at or below it is not kept again (a write's
+                answer that arrives after the deletion's event).
         """
         with self._lock:
             self._bodies.pop((namespace, name), None)
+            if deleted_version:
+                self._deleted[(namespace, name)] = deleted_version
+                self._deleted.move_to_end((namespace, name))
+                while len(self._deleted) > MAX_TOMBSTONES:
+                    self._deleted.popitem(last=False)
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         """A copy of the newest body kept, or ``None``.

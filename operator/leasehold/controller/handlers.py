@@ -72,7 +72,9 @@ async def leased_job_event(*, type: str, body: kopf.Body, memo: Any, **_: Any) -
     phase = (body.get("status") or {}).get("phase")
     memo.runtime.phases.observe(key, phase, deleted=type == "DELETED")
     if type == "DELETED":
-        memo.runtime.service.jobs.drop(meta["namespace"], meta["name"])
+        memo.runtime.service.jobs.drop(
+            meta["namespace"], meta["name"], deleted_version=meta.get("resourceVersion")
+        )
         memo.runtime.service.own_writes.forget("LeasedJob", meta["namespace"], meta["name"])
         # Its lease outlives it (the name's fencing domain): the reconcile of
         # a job that is gone takes the lease back for good.

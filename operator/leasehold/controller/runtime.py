@@ -74,7 +74,9 @@ class Runtime:
         body = event.body
         if event.type is EventType.DELETED:
             meta = body["metadata"]
-            self.service.leases.drop(meta["namespace"], meta["name"])
+            self.service.leases.drop(
+                meta["namespace"], meta["name"], deleted_version=meta.get("resourceVersion")
+            )
         else:
             self.service.leases.put(body)  # a reconcile reads its lease from here
         change = self.expiry.observe(body, deleted=event.type is EventType.DELETED)

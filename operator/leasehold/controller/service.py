@@ -270,14 +270,17 @@ class JobService:
     def _get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._read_job(namespace, name)[0]
 
-    def _read_job(self, namespace: str, name: str) -> tuple[dict[str, Any] | None, datetime | None]:
+    def _read_job(
+        self, namespace: str, name: str, fresh: bool = False
+    ) -> tuple[dict[str, Any] | None, datetime | None]:
         """The job's body and the API server's time when it answered (``Date`` header).
 
         From :attr:`jobs` (no server time) once this process measures the job's
         age (:class:`~leasehold.controller.deadline.JobClocks`): only the first
-        sight needs the server's clock.
+        sight needs the server's clock. ``fresh``: always a GET (its answer, or
+        its absence, replaces what the cache held).
         """
-        cached = self.jobs.get(namespace, name)
+        cached = None if fresh else self.jobs.get(namespace, name)
         if cached is not None:
             uid = str((cached.get("metadata") or {}).get("uid", ""))
             if self._job_clocks.knows(f"{namespace}/{name}", uid):
@@ -288,8 +291,12 @@ class JobService:
             )
         except ApiException as exc:
             if exc.status == 404:
+                self.jobs.drop(namespace, name)
                 return None, None
             raise api_error(exc, f"get LeasedJob {namespace}/{name}") from exc
+        if fresh:
+            self.jobs.drop(namespace, name)  # a newer version than the read is kept out
+            self.jobs.put(cast("dict[str, Any]", body))
         return cast("dict[str, Any]", body), _server_time(headers)
 
     def _elapsed(self, job: LeasedJob, server_now: datetime | None) -> float:
@@ -319,8 +326,9 @@ class JobService:
         cached = self.leases.get(namespace, lease_name)
         if cached is not None:
             return to_stored(cached)
-        if self.leases.watched:
-            return None
+        # A miss is confirmed with a GET: the watch's first LIST may still be on
+        # its way through the event loop, and a job cancelled "before any
+        # attempt" must not be judged so while its lease exists.
         try:
             return self._store.get(namespace, lease_name)
         except LeaseNotFoundError:
@@ -345,60 +353,73 @@ class JobService:
             StoreError: an unexpected refusal (e.g. RBAC).
         """
         with self._lock(namespace, name):
-            body, server_now = self._read_job(namespace, name)
-            if body is None:
-                self._job_clocks.forget(f"{namespace}/{name}")
-                self._finish_clocks.forget(f"{namespace}/{name}")
-                self.pods.forget(namespace, name)
-                self._retire_lease(namespace, name)
-                self.indexed.retire(namespace, name)
+            return self._reconcile(namespace, name, fresh=False)
+
+    def _reconcile(self, namespace: str, name: str, fresh: bool) -> Plan | None:
+        """:meth:`reconcile`, under the job's lock; ``fresh``: GET the job, not the cache.
+
+        A plan made on the cached job that would act (claim, start a pod, stop,
+        take over, ...) is made again on a fresh read first: a cache that
+        missed the job's deletion or recreation (a paused peer, a re-list)
+        must never lead to a write for an incarnation that is gone. Status
+        writes need no such read: they are conditioned on the version read.
+        """
+        body, server_now = self._read_job(namespace, name, fresh=fresh)
+        if body is None:
+            self._job_clocks.forget(f"{namespace}/{name}")
+            self._finish_clocks.forget(f"{namespace}/{name}")
+            self.pods.forget(namespace, name)
+            self._retire_lease(namespace, name)
+            self.indexed.retire(namespace, name)
+            return None
+        try:
+            job = LeasedJob.model_validate(body)
+        except ValidationError as exc:
+            self._report_invalid(body, exc)
+            return None
+        if indexed.is_multi(job):  # one lease per index: controller/indexed_service.py
+            if server_now is None and not fresh:  # its plans act per index: read it
+                return self._reconcile(namespace, name, fresh=True)
+            plan = self.indexed.reconcile(job, body, self._elapsed(job, server_now))
+            return self._after_finish(job, body, plan, server_now)
+        lease = self._get_lease(namespace, name)
+        if lease is not None:
+            self._release_domain_if_namespace_goes(lease)
+            if lease.record.job_name != name:  # an index lease of job <name minus -i>
+                self._report_lease_name_taken(job, body, lease)
                 return None
+        status = job.status or LeasedJobStatus()
+        for _ in range(4):
+            holder = lease.record.holder_identity if lease else None
+            record = lease.record if lease else None
+            wanted = reconcile.wants_pod_facts(job, record)
+            plan = reconcile.plan(
+                job,
+                record,
+                now=self._clock(),
+                pod_created_for_holder=holder is not None and status.pod_name == holder,
+                elapsed_seconds=self._elapsed(job, server_now),
+                last_reclaim_reason=last_reclaim_reason(lease) if lease else None,
+                pods=self._pod_facts(namespace, name, listed=holder is None) if wanted else None,
+            )
+            if plan.action is not Action.NONE and server_now is None and not fresh:
+                return self._reconcile(namespace, name, fresh=True)
             try:
-                job = LeasedJob.model_validate(body)
-            except ValidationError as exc:
-                self._report_invalid(body, exc)
-                return None
-            if indexed.is_multi(job):  # one lease per index: controller/indexed_service.py
-                plan = self.indexed.reconcile(job, body, self._elapsed(job, server_now))
-                return self._after_finish(job, body, plan, server_now)
-            lease = self._get_lease(namespace, name)
-            if lease is not None:
-                self._release_domain_if_namespace_goes(lease)
-                if lease.record.job_name != name:  # an index lease of job <name minus -i>
-                    self._report_lease_name_taken(job, body, lease)
-                    return None
-            status = job.status or LeasedJobStatus()
-            for _ in range(4):
-                holder = lease.record.holder_identity if lease else None
-                record = lease.record if lease else None
-                wanted = reconcile.wants_pod_facts(job, record)
-                plan = reconcile.plan(
-                    job,
-                    record,
-                    now=self._clock(),
-                    pod_created_for_holder=holder is not None and status.pod_name == holder,
-                    elapsed_seconds=self._elapsed(job, server_now),
-                    last_reclaim_reason=last_reclaim_reason(lease) if lease else None,
-                    pods=self._pod_facts(namespace, name, listed=holder is None)
-                    if wanted
-                    else None,
-                )
-                try:
-                    plan = self._carry_out(job, body, lease, plan)
-                except _LeaseMoved as moved:
-                    lease = moved.lease  # e.g. a completion landed before our stop: it wins
-                    continue
-                break
-            else:
-                raise TransientStoreError(f"reconcile {namespace}/{name}: lease kept moving")
-            for event in plan.events:
-                self.record_event(body, event.type, event.reason, event.message)
-            written = self._write_status(namespace, name, body, plan.status)
-            plan = self._after_finish(job, body, plan, server_now)
-            if not written and server_now is None:
-                # Planned on a cached body that was stale: read it (a GET) and plan again.
-                plan = replace(plan, requeue_after_seconds=0.0)
-            return plan
+                plan = self._carry_out(job, body, lease, plan)
+            except _LeaseMoved as moved:
+                lease = moved.lease  # e.g. a completion landed before our stop: it wins
+                continue
+            break
+        else:
+            raise TransientStoreError(f"reconcile {namespace}/{name}: lease kept moving")
+        for event in plan.events:
+            self.record_event(body, event.type, event.reason, event.message)
+        written = self._write_status(namespace, name, body, plan.status)
+        plan = self._after_finish(job, body, plan, server_now)
+        if not written and server_now is None:
+            # Planned on a cached body that was stale: read it (a GET) and plan again.
+            plan = replace(plan, requeue_after_seconds=0.0)
+        return plan
 
     def _after_finish(
         self, job: LeasedJob, body: dict[str, Any], plan: Plan, server_now: datetime | None
@@ -1028,6 +1049,10 @@ class JobService:
             return
         version = (written.get("metadata") or {}).get("resourceVersion")
         self.own_writes.record("JobLease", lease.namespace, lease.name, str(version or ""))
+        if isinstance(written, dict):
+            # Its watch event is skipped as our own: the reconcile the reclaim
+            # triggers must read the reason from the cache.
+            self.leases.put(written)
 
     # -- reporting -----------------------------------------------------------------
 
@@ -1059,7 +1084,9 @@ class JobService:
             )
         except ApiException as exc:
             if exc.status == 404:
-                return True
+                # Gone (a cached body outlived it): forget it; the requeue's GET retires it.
+                self.jobs.drop(namespace, name)
+                return False
             if exc.status == 409:
                 log.debug(
                     "status of %s/%s: changed since read; its event reconciles", namespace, name
