@@ -76,7 +76,9 @@ its worker after the claim (a 5 s lease expired before the worker first renewed)
 STARTUP_SECONDS = 90
 MAX_ATTEMPTS = 8
 PREFIX = "chaos-"
-"""The run's LeasedJobs are ``chaos-NNN``; leftovers of an earlier run are deleted first."""
+"""Every run's LeasedJobs are ``chaos-<run>-NNN``: a name never reused (a job recreated under
+an earlier run's name would adopt its lease, a lifecycle the checkers do not model); leftovers of
+an earlier run are deleted first."""
 
 
 def kind_env(cluster: str, kubeconfig: Path) -> dict[str, str]:
@@ -123,6 +125,7 @@ class KindRun(Run):
         self.kubeconfig = work_dir / "kubeconfig"
         self.env = kind_env(args.cluster, self.kubeconfig)
         self.run_dir = f"{NODE_DIR}/{work_dir.name}"
+        self.prefix = f"{PREFIX}{work_dir.name[-5:].lower().replace('_', 'x')}-"
         self.kinds: dict[str, str] = {}
         self.lock = threading.Lock()
         self.busy: set[str] = set()
@@ -330,7 +333,7 @@ class KindRun(Run):
 
     def create_job(self, index: int) -> None:
         """Create one LeasedJob (plain, suspended once, Indexed); retried while the API is away."""
-        name = f"{PREFIX}{index:03d}"
+        name = f"{self.prefix}{index:03d}"
         kind = self.rng.choice(["plain", "plain", "suspend", "indexed"])
         env = [
             {"name": "CHAOS_DSN", "value": self.proxied_dsn},
@@ -471,7 +474,7 @@ class KindRun(Run):
 
     def owns(self, lease: str) -> bool:
         """Whether a lease is one of this run's (the namespace may hold others')."""
-        return lease.startswith(PREFIX)
+        return lease.startswith(self.prefix)
 
     def running_pods(self) -> list[str]:
         """Not used on kind: faults hit nodes, not processes."""

@@ -278,6 +278,8 @@ class Run:
                 ):
                     obj = event["object"]
                     version = obj["metadata"]["resourceVersion"]
+                    if not self.owns(obj["metadata"]["name"]):
+                        continue
                     spec = obj["spec"]
                     done = spec.get("completion")
                     record(
