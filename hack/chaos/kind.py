@@ -131,7 +131,6 @@ class KindRun(Run):
         self.busy: set[str] = set()
         self.healers: list[threading.Thread] = []
         self.last_phases: dict[str, dict[str, Any]] = {}
-        self.began = time.monotonic()
 
     # -- helpers -----------------------------------------------------------------
 
@@ -421,15 +420,14 @@ class KindRun(Run):
         }
         return self.last_phases
 
-    def faulty(self) -> bool:
-        """Whether the run is still in its faulty phase."""
-        return time.monotonic() - self.began < self.args.minutes * 60 and not self.stop.is_set()
-
     def suspender(self) -> None:
-        """Suspend each ``suspend`` job once while it runs, resume it a few seconds later."""
+        """Suspend each ``suspend`` job once while it runs, resume it a few seconds later.
+
+        Also after the faulty phase: a job may only run then.
+        """
         rng = random.Random(self.args.seed + 1)
         done: set[str] = set()
-        while self.faulty():
+        while not self.stop.is_set():
             time.sleep(1)
             running = [
                 name
@@ -660,7 +658,6 @@ class KindRun(Run):
 
     def execute(self) -> judge.Judgement:
         """Run the workload under node faults; gather the nodes' histories; judge."""
-        self.began = time.monotonic()
         threading.Thread(target=self.suspender, daemon=True).start()
         return super().execute()
 
