@@ -27,8 +27,9 @@ the built image (``make image kind-load``). What differs:
   - ``operator-kill``: the operator's pod deleted at once (``--force``);
   - ``apiserver-restart``, ``etcd-restart``: the static pod's manifest moved
     out of the control-plane node's manifest folder (the kubelet stops the
-    pod), back a few seconds later (a new pod: no crash-loop back-off); the
-    next fault waits until the API server answers again.
+    pod), back a few seconds later (a new pod: no crash-loop back-off); node
+    faults go on meanwhile; the next control-plane restart or operator kill
+    waits until the API server answers again.
 
 Usage: ``PYTHONPATH=hack .venv/bin/python -m chaos.kind --seed 7`` (the
 cluster, image and chart as ``make chaos-kind`` leaves them).
@@ -581,8 +582,8 @@ class KindRun(Run):
 
     def f_operator(self) -> None:
         """Delete the operator's pod at once; its Deployment starts another."""
-        if not self.api_ready():
-            return
+        if self.control_plane in self.busy:
+            return  # the API server is away
         self.sh(
             "kubectl",
             "-n",
@@ -599,35 +600,52 @@ class KindRun(Run):
         self.fault("operator-kill")
 
     def f_static(self, component: str) -> None:
-        """Restart a control-plane static pod: manifest out, pod gone, manifest back."""
-        if not self.api_ready():
-            return
+        """Restart a control-plane static pod: manifest out, pod gone, manifest back.
+
+        In a thread, so node faults go on while the control plane is away (on a
+        loaded machine the kubelet takes 1 to 3 minutes to bring it back); one
+        control-plane restart at a time.
+        """
+        with self.lock:
+            if self.control_plane in self.busy:
+                return
+            self.busy.add(self.control_plane)
         manifest = f"/etc/kubernetes/manifests/{component}.yaml"
         aside = f"/etc/kubernetes/{component}.yaml.chaos"
         down = self.rng.uniform(1.0, 4.0)
         self.fault(f"{component}-restart", down_seconds=round(down, 1))
-        self.sh("docker", "exec", self.control_plane, "mv", manifest, aside)
-        try:
-            deadline = time.monotonic() + 60
-            while (
-                time.monotonic() < deadline
-                and self.sh(
-                    "docker",
-                    "exec",
-                    self.control_plane,
-                    "crictl",
-                    "ps",
-                    "-q",
-                    "--name",
-                    f"^{component}$",
-                    check=False,
-                ).strip()
-            ):
-                time.sleep(0.5)
-            time.sleep(down)
-        finally:
-            self.sh("docker", "exec", self.control_plane, "mv", aside, manifest)
-        self.wait_api()
+
+        def restart() -> None:
+            try:
+                self.sh("docker", "exec", self.control_plane, "mv", manifest, aside)
+                deadline = time.monotonic() + 60
+                while (
+                    time.monotonic() < deadline
+                    and self.sh(
+                        "docker",
+                        "exec",
+                        self.control_plane,
+                        "crictl",
+                        "ps",
+                        "-q",
+                        "--name",
+                        f"^{component}$",
+                        check=False,
+                    ).strip()
+                ):
+                    time.sleep(0.5)
+                time.sleep(down)
+            finally:
+                self.sh("docker", "exec", self.control_plane, "mv", aside, manifest, check=False)
+                try:
+                    self.wait_api()
+                finally:
+                    with self.lock:
+                        self.busy.discard(self.control_plane)
+
+        thread = threading.Thread(target=restart, daemon=True)
+        self.healers.append(thread)
+        thread.start()
 
     def heal_all(self) -> None:
         """Undo every fault that may be in force (after the run, or when it is cut short)."""
