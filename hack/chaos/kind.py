@@ -487,8 +487,7 @@ class KindRun(Run):
             try:
                 heal()
             finally:
-                with self.lock:
-                    self.busy.discard(node)
+                self.release(node)
 
         thread = threading.Thread(target=run, daemon=True)
         self.healers.append(thread)
@@ -503,6 +502,11 @@ class KindRun(Run):
             node = self.rng.choice(free)
             self.busy.add(node)
             return node
+
+    def release(self, node: str) -> None:
+        """The node is under no fault any more."""
+        with self.lock:
+            self.busy.discard(node)
 
     def partition_rules(self) -> list[list[str]]:
         """Iptables rules cutting a node off the control-plane node (its kubelet and its pods)."""
@@ -528,7 +532,11 @@ class KindRun(Run):
             lambda: self.f_static("kube-apiserver"),
             lambda: self.f_static("etcd"),
         ]
-        self.rng.choice(kinds)()
+        try:
+            self.rng.choice(kinds)()
+        except (RuntimeError, subprocess.TimeoutExpired) as exc:
+            # e.g. "docker pause": "unable to freeze" on a loaded machine; nothing recorded
+            log(f"fault not injected: {exc}")
         time.sleep(self.rng.uniform(2.0, 5.0))
 
     def f_freeze(self) -> None:
@@ -537,7 +545,12 @@ class KindRun(Run):
         if node is None:
             return
         seconds = LEASE_SECONDS + self.rng.uniform(2.0, 6.0)
-        self.sh("docker", "pause", node)
+        try:
+            self.sh("docker", "pause", node)
+        except (RuntimeError, subprocess.TimeoutExpired):
+            self.unfreeze(node)
+            self.release(node)
+            raise
         self.fault("node-freeze", node=node, seconds=round(seconds, 1))
         self.later(seconds, node, lambda: self.unfreeze(node))
 
@@ -551,8 +564,13 @@ class KindRun(Run):
         if node is None:
             return
         seconds = LEASE_SECONDS + self.rng.uniform(2.0, 6.0)
-        for rule in self.partition_rules():
-            self.sh("docker", "exec", node, "iptables", "-I", *rule)
+        try:
+            for rule in self.partition_rules():
+                self.sh("docker", "exec", node, "iptables", "-I", *rule)
+        except (RuntimeError, subprocess.TimeoutExpired):
+            self.unpartition(node)
+            self.release(node)
+            raise
         self.fault("node-partition", node=node, seconds=round(seconds, 1))
         self.later(seconds, node, lambda: self.unpartition(node))
 
@@ -572,7 +590,12 @@ class KindRun(Run):
         if node is None:
             return
         seconds = self.rng.uniform(3.0, LEASE_SECONDS + 5.0)
-        self.sh("docker", "exec", node, "systemctl", "stop", "kubelet")
+        try:
+            self.sh("docker", "exec", node, "systemctl", "stop", "kubelet")
+        except (RuntimeError, subprocess.TimeoutExpired):
+            self.start_kubelet(node)
+            self.release(node)
+            raise
         self.fault("kubelet-stop", node=node, seconds=round(seconds, 1))
         self.later(seconds, node, lambda: self.start_kubelet(node))
 
