@@ -157,6 +157,13 @@ chaos: syspkgs-chaos venv controlplane tools porcupine ## Jepsen-style run: 200 
 	  $(if $(MINUTES),--minutes $(MINUTES)) $(if $(DRAIN),--drain-minutes $(DRAIN)) \
 	  $(if $(SCENARIO),--scenario $(SCENARIO))
 
+.PHONY: chaos-kind
+chaos-kind: venv tools porcupine ## The chaos run on the kind cluster: node freezes, partitions, kubelet stops, operator kills, control-plane restarts (SEED, JOBS, MINUTES, DRAIN).
+	$(MAKE) --no-print-directory kind-up kind-load
+	PYTHONPATH=hack $(PY) -m chaos.kind --seed $(SEED) --cluster $(KIND_CLUSTER) \
+	  $(if $(filter-out file,$(origin JOBS)),--jobs $(JOBS)) \
+	  $(if $(MINUTES),--minutes $(MINUTES)) $(if $(DRAIN),--drain-minutes $(DRAIN))
+
 .PHONY: bench
 bench: venv controlplane tools ## Benchmarks vs a raw compare-and-swap baseline; writes bench/results.md (~9 min; QUICK=1: ~2 min).
 	@test -x $(VENV)/bin/py-spy || $(VENV)/bin/pip install --quiet py-spy

@@ -43,7 +43,7 @@ Invariants (each violation is reported with the records that show it):
 3. per target key, no accepted write carries a token lower than one accepted
    before it (in the target's commit order);
 4. no job lost: every job ends ``Succeeded`` or ``Failed``, and a failed one
-   says why (attempts used up or deadline);
+   says why (attempts used up, deadline, a worker's or an index's failure);
 5. no accepted write was started after its worker's local deadline.
 """
 
@@ -211,6 +211,7 @@ def _check_jobs(history: list[dict[str, Any]], report: Report) -> None:
             "AttemptsExhausted",
             "DeadlineExceeded",
             "WorkerFailed",
+            "IndexFailed",  # an Indexed job: one index used up its attempts or failed
         ):
             report.violations["no-job-lost"].append(
                 f"{record['job']}: failed without a reason the run allows ({reason!r})"

@@ -107,6 +107,8 @@ class Run:
         os.chmod(work_dir, 0o777)
         self.stop = threading.Event()
         self.jobs: list[str] = []
+        self.ns = NS
+        """The namespace of the run's jobs (``chaos.kind`` runs in the chart's)."""
 
     # -- set-up ---------------------------------------------------------------
 
@@ -144,7 +146,7 @@ class Run:
             capture_output=True,
         )
         subprocess.run(
-            [kubectl, "--kubeconfig", str(self.kubeconfig), "create", "ns", NS],
+            [kubectl, "--kubeconfig", str(self.kubeconfig), "create", "ns", self.ns],
             check=True,
             capture_output=True,
         )
@@ -154,12 +156,12 @@ class Run:
                 "--kubeconfig",
                 str(self.kubeconfig),
                 "-n",
-                NS,
+                self.ns,
                 "create",
                 "rolebinding",
                 "w",
                 "--clusterrole=leasehold-worker",
-                f"--serviceaccount={NS}:default",
+                f"--serviceaccount={self.ns}:default",
             ],
             check=True,
             capture_output=True,
@@ -187,7 +189,7 @@ class Run:
         ).start()
         self.operator = OperatorProcess(
             self.kubeconfig,
-            NS,
+            self.ns,
             self.dir / "operator.log",
             env=faketime_env("+1h"),
             # A restart under load (the run shares its cores) may take a while.
@@ -248,14 +250,14 @@ class Run:
             },
         }
         self.custom.create_namespaced_custom_object(
-            "leasehold.dev", "v1alpha1", NS, "leasedjobs", body
+            "leasehold.dev", "v1alpha1", self.ns, "leasedjobs", body
         )
         self.jobs.append(name)
 
     def phases(self) -> dict[str, dict[str, Any]]:
         """Status of every job."""
         items: Any = self.custom.list_namespaced_custom_object(
-            "leasehold.dev", "v1alpha1", NS, "leasedjobs"
+            "leasehold.dev", "v1alpha1", self.ns, "leasedjobs"
         )
         return {i["metadata"]["name"]: i.get("status") or {} for i in items["items"]}
 
@@ -269,19 +271,21 @@ class Run:
                     self.custom.list_namespaced_custom_object,
                     "leasehold.dev",
                     "v1alpha1",
-                    NS,
+                    self.ns,
                     "jobleases",
                     timeout_seconds=10,
                     **({"resource_version": version} if version else {}),
                 ):
                     obj = event["object"]
                     version = obj["metadata"]["resourceVersion"]
+                    if not self.owns(obj["metadata"]["name"]):
+                        continue
                     spec = obj["spec"]
                     done = spec.get("completion")
                     record(
                         self.history,
                         kind="observed",
-                        lease=f"{NS}/{obj['metadata']['name']}",
+                        lease=f"{self.ns}/{obj['metadata']['name']}",
                         holder=spec.get("holderIdentity"),
                         token=spec.get("fencingToken", 0),
                         completion={
@@ -301,6 +305,10 @@ class Run:
             except Exception:
                 time.sleep(0.5)  # API server restarts end the watch; resume from version
 
+    def owns(self, lease: str) -> bool:
+        """Whether a lease in the namespace is one of this run's (here all are)."""
+        return True
+
     def pull_claimer(self, index: int) -> None:
         """Race the operator: claim unheld leases with the SDK and work under them."""
         identity = f"pull-{index}"
@@ -311,8 +319,9 @@ class Run:
             try:
                 leases = [
                     lease
-                    for lease in store.list_leases(NS)
-                    if lease.record.holder_identity is None
+                    for lease in store.list_leases(self.ns)
+                    if self.owns(lease.name)
+                    and lease.record.holder_identity is None
                     and lease.record.completion is None
                     and lease.record.fencing_token > 0
                 ]
@@ -320,19 +329,23 @@ class Run:
                     continue
                 target = self.rng.choice(leases)
                 call = clock()
-                holder = sdk.claim(NS, target.name, identity, store=store)
+                holder = sdk.claim(self.ns, target.name, identity, store=store)
                 if holder is None:
                     continue
                 record(
                     self.history,
                     kind="pull-claim",
                     call=call,
-                    lease=f"{NS}/{target.name}",
+                    lease=f"{self.ns}/{target.name}",
                     holder=identity,
                     token=int(holder.token),
                 )
                 work(
-                    holder, self.proxied_dsn, self.history, self.args.writes, f"{NS}/{target.name}"
+                    holder,
+                    self.proxied_dsn,
+                    self.history,
+                    self.args.writes,
+                    f"{self.ns}/{target.name}",
                 )
                 holder.close()
             except Exception as exc:
@@ -347,7 +360,7 @@ class Run:
         return [
             name
             for name in (f"{j}-{t}" for j in self.jobs for t in range(1, 9))
-            if self.runner.pid(NS, name) is not None
+            if self.runner.pid(self.ns, name) is not None
         ]
 
     def fault(self, kind: str, **detail: Any) -> None:
@@ -381,7 +394,7 @@ class Run:
         pod = self.rng.choice(pods)
         seconds = LEASE_SECONDS + self.rng.uniform(1.5, 4.0)
         try:
-            self.runner.pause(NS, pod)
+            self.runner.pause(self.ns, pod)
         except LookupError:
             return
         self.fault("pause", pod=pod, seconds=round(seconds, 1))
@@ -389,7 +402,7 @@ class Run:
         def resume() -> None:
             time.sleep(seconds)
             with contextlib.suppress(LookupError):
-                self.runner.resume(NS, pod)
+                self.runner.resume(self.ns, pod)
 
         threading.Thread(target=resume, daemon=True).start()
 
@@ -399,7 +412,7 @@ class Run:
         if pods:
             pod = self.rng.choice(pods)
             try:
-                self.runner.kill(NS, pod)
+                self.runner.kill(self.ns, pod)
                 self.fault("kill", pod=pod)
             except LookupError:
                 pass
@@ -448,6 +461,9 @@ class Run:
         self.operator.start()
 
     # -- the run -----------------------------------------------------------------
+
+    def collect(self) -> None:
+        """Gather records kept elsewhere into the history (here, none: all in one file)."""
 
     def execute(self) -> judge.Judgement:
         """Run the workload under faults; judge the history with both checkers."""
@@ -508,7 +524,7 @@ class Run:
             record(
                 self.history,
                 kind="job_end",
-                job=f"{NS}/{name}",
+                job=f"{self.ns}/{name}",
                 phase=status.get("phase"),
                 reason=reason,
             )
@@ -516,7 +532,7 @@ class Run:
             record(
                 self.history,
                 kind="job_end",
-                job=f"{NS}/(not created)",
+                job=f"{self.ns}/(not created)",
                 phase=None,
                 reason=f"{self.args.jobs - created} jobs never started in time",
             )
@@ -525,6 +541,7 @@ class Run:
                 "SELECT seq, key, token FROM chaos_effect ORDER BY seq"
             ):
                 record(self.history, kind="applied", seq=seq, key=key, token=token)
+        self.collect()
         return judge.judge(Path(self.history), self.dir / "porcupine.html")
 
 

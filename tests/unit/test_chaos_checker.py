@@ -87,6 +87,11 @@ def test_a_clean_history_passes_and_is_counted() -> None:
     assert all(name in report.table() for name in INVARIANTS)
 
 
+def test_an_indexed_job_failed_by_an_index_is_not_lost() -> None:
+    ended = {"kind": "job_end", "job": "ns/i", "phase": "Failed", "reason": "IndexFailed"}
+    assert check([*CLEAN, ended]).ok
+
+
 def with_(extra: list[dict[str, Any]], drop: int | None = None) -> list[dict[str, Any]]:
     base = [r for i, r in enumerate(CLEAN) if i != drop]
     return base + extra
