@@ -193,7 +193,9 @@ class IndexedJobs:
                 service.wrote_lease(suspended.lease)
                 if job.spec.template is not None:
                     self._delete_pods(namespace, lease.record.job_name, step.index, None)
-                return requeue
+                # Plan again at once: this reconcile's status still counts the
+                # index as active, and the suspend's own watch event is skipped.
+                return 0.0
             elif action is Action.RESUME and lease is not None:
                 resumed = service.store.resume(lease)
                 if not isinstance(resumed, Accepted):

@@ -81,9 +81,11 @@ SHIM_EXIT_SECONDS: Final = 1.0
 DEFAULT_GRACE_SECONDS: Final = 5.0
 POLL_SECONDS: Final = 0.05
 """How often the wrapper looks at the child while nothing happens."""
-KILL_ALLOWANCE_SECONDS: Final = 0.1
+KILL_ALLOWANCE_SECONDS: Final = 0.25
 """``SIGKILL`` goes out this long before the local deadline, so that the child
-is dead (not merely signalled) when the deadline comes."""
+is dead (not merely signalled) when the deadline comes: a few polls
+(:data:`POLL_SECONDS`) and a busy node's scheduling delay (0.1 s was seen to
+fall 36 ms short on a loaded CI machine)."""
 
 FORWARDED_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
 
