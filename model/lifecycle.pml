@@ -6,10 +6,11 @@
  * Transitions map to the code as listed in docs/architecture.md ("The model
  * of the protocol"). Seeded protocol bugs (mutations) are switched on with
  * -D<NAME>; model/check.sh runs each one and expects Spin to catch it.
- * Scenarios (-DS_RECREATE, -DS_REPLACE, -DS_FOREIGN, -DS_HANDOVER) switch on
- * what users and the cluster do besides the protocol: delete and recreate the
- * job, replace a pod under its name, pre-create a pod under the next name,
- * hand the operator's leadership over.
+ * Scenarios (-DS_RECREATE, -DS_REPLACE, -DS_FOREIGN, -DS_HANDOVER,
+ * -DS_SUSPEND, -DS_EXCUSE) switch on what users and the cluster do besides
+ * the protocol: delete and recreate the job, replace a pod under its name,
+ * pre-create a pod under the next name, hand the operator's leadership over,
+ * suspend and resume the job, excuse an ended attempt (a disruption).
  *
  * Time: `now` is real time in ticks. A worker's local deadline is
  * sent + D - WM measured on its own clock, which may run slow by up to E
@@ -58,6 +59,13 @@
 #define RENEW_BIND(uid) skip
 #endif
 
+/* The CRD: a suspended lease cannot be claimed. */
+#ifdef CLAIM_SUSPENDED
+#define UNSUSPENDED (true)
+#else
+#define UNSUSPENDED (!l_susp)
+#endif
+
 #define RUNNING 0
 #define SUCCEEDED 1
 #define FAILED 2
@@ -73,11 +81,20 @@ byte l_inc = 0;       /* spec.jobUID: the incarnation it serves */
 byte l_base = 0;      /* spec.baseFencingToken */
 byte l_cap = 0;       /* spec.maxFencingToken */
 byte l_ctok = 0;      /* completion token, 0: none */
-byte l_ver = 0;       /* resourceVersion */
+bool l_susp = false;  /* spec.suspended */
+byte l_lut = 0;       /* spec.lastUncountedToken, 0: none */
+/* resourceVersion, as what the operator's conditional writes compare: per
+ * replica, "changed since the watch last showed it" (or never shown) and
+ * "unchanged since the expiry was judged". Two bits instead of a counter, so
+ * states that differ only in how many writes happened are one state. */
+bool o_stale[2] = true;
+bool o_jok[2];
 
 /* The LeasedJob of that name: job_uid 0 while none exists; incarnations 1, 2. */
 byte job_uid = 1;
 byte job_phase[3];
+bool job_susp = false;  /* the job's spec.suspend */
+byte j_stok = 0;        /* status.attemptHistory: the token whose attempt a suspension ended */
 byte pending_stop = 0;  /* a deleted incarnation's stop, not yet delivered */
 
 /* Pods by name (= token) and by UID. */
@@ -88,40 +105,42 @@ byte next_uid = 1;
 
 /* Operator replicas: one leads (peering); each has its own view. */
 byte leader = 0;
-byte o_seen_ver[2];
-byte o_seen_t[2];
+byte o_seen_t[2] = UNSEEN;  /* when the watch last showed a change; UNSEEN: not yet */
 
 /* The fenced target and the ghost state of the invariants. */
 byte t_max = 0;        /* the target's bar */
 byte g_tmax = 0;       /* highest token the target ever accepted */
 byte max_issued = 0;   /* highest token ever claimed in the domain */
 byte completions[3];   /* accepted completions per incarnation */
+byte g_unc = 0;        /* attempts of this incarnation that use no budget */
 
-inline bump() { l_ver = (l_ver + 1) % 250 }
+inline bump() { o_stale[0] = true; o_stale[1] = true; o_jok[0] = false; o_jok[1] = false }
 
 proctype Worker(byte uid; byte tok; bool renewing) {
   byte dl = 0;          /* local deadline (real ticks); 0: no window yet */
   byte sent, renews = 0;
   bool ok, wlate, wpend = false, wdup = false, wrote = false, cpend = false, csent = false;
   do
-  :: renewing && !killed[uid] && renews < RENEWS && !csent ->
-       renews++; sent = now;
+  :: atomic { renewing && !killed[uid] && renews < RENEWS && !csent -> renews++; sent = now };
+       /* (A lost request is the same as one never sent: not modelled twice.) */
+       atomic {   /* the renew request lands: LeaseStore.renew */
+         ok = (l_held && l_tok == tok && UID_OK(uid));
+         if
+         :: ok -> assert(l_lut != tok);   /* inv 6 */
+              RENEW_BIND(uid); bump()
+         :: else -> sent = 0
+         fi
+       }
        if
-       :: atomic {   /* the renew request lands: LeaseStore.renew */
-            ok = (l_held && l_tok == tok && UID_OK(uid));
-            if :: ok -> RENEW_BIND(uid); bump() :: else -> skip fi
-          }
-          if
-          :: ok ->       /* the reply arrives: Renewer, worker/timing.py */
+       :: atomic { ok ->   /* the reply arrives: Renewer, worker/timing.py */
 #ifdef DEADLINE_FROM_REPLY
-               sent = now;
+            sent = now;
 #endif
-               if :: dl = sent + D - WM :: dl = sent + D - WM + E fi
-          :: skip        /* the reply is lost */
-          fi
-       :: skip           /* the request is lost */
-       fi;
-       ok = false; sent = 0
+            if :: dl = sent + D - WM :: dl = sent + D - WM + E fi;
+            ok = false; sent = 0 }
+       :: atomic { ok -> ok = false; sent = 0 }   /* the reply is lost */
+       :: !ok
+       fi
   :: atomic { !killed[uid] && !wrote && dl != 0 && !csent && IN_WINDOW(dl) ->
        wpend = true; wrote = true;   /* the guarded effect starts (its lease check) */
        /* ghost: the worker is past its deadline, or its hold ended */
@@ -158,6 +177,7 @@ proctype Worker(byte uid; byte tok; bool renewing) {
          :: ok ->
               completions[l_inc]++;
               assert(tok == l_tok && uid_owner[uid] == l_inc && completions[l_inc] <= 1); /* inv 1 */
+              assert(l_lut != tok);   /* inv 6 */
               l_ctok = tok; bump()
          :: else -> skip
          fi;
@@ -170,22 +190,24 @@ proctype Worker(byte uid; byte tok; bool renewing) {
 }
 
 proctype Operator(byte r) {
-  byte judged, ct, cinc, buid;
+  byte ct, cinc, buid;
   bool jpend = false, cpod = false, bpend = false;
   do
-  :: leader == r && o_seen_ver[r] != l_ver ->   /* the lease watch: ExpiryClock.observe */
-       atomic { o_seen_ver[r] = l_ver; o_seen_t[r] = now }
+  :: atomic { leader == r && o_stale[r] ->   /* the lease watch: ExpiryClock.observe */
+       o_stale[r] = false; o_seen_t[r] = now }
   :: atomic { leader == r && job_uid != 0 && l_inc != job_uid && !cpod ->   /* LeaseStore.rearm */
        l_inc = job_uid; l_held = false; l_huid = 0; l_ctok = 0;
 #ifdef REARM_RESETS_TOKEN
        l_tok = 0;
 #endif
-       l_base = l_tok; l_cap = l_tok + MAXATT; bump() }
+       l_base = l_tok; l_cap = l_tok + MAXATT; l_susp = job_susp; l_lut = 0; g_unc = 0; bump() }
   :: atomic { leader == r && job_uid != 0 && l_inc == job_uid && job_phase[job_uid] == RUNNING &&
-       !l_held && l_ctok == 0 && l_tok < l_cap && !cpod && !bpend && next_uid < NUID - 1 ->
+       !job_susp && !l_held && l_ctok == 0 && l_tok < l_cap && !cpod && !bpend &&
+       next_uid < NUID - 1 && UNSUSPENDED ->
        /* LeaseStore.claim (push mode), then the pod */
        l_tok++; l_held = true; l_huid = 0; bump();
        assert(l_tok > max_issued);   /* inv 2 */
+       assert(!l_susp);              /* inv 7 */
        max_issued = l_tok; ct = l_tok; cinc = l_inc; cpod = true }
   :: cpod ->   /* create pod <job>-<ct>: reconcile._create_pod; 409 adopted only if ours */
        atomic {
@@ -212,26 +234,56 @@ proctype Operator(byte r) {
   :: bpend -> atomic {   /* LeaseStore.bind */
        if :: l_held && l_tok == ct && l_huid == 0 -> l_huid = buid; bump() :: else -> skip fi;
        bpend = false; buid = 0 }
-  :: atomic { leader == r && !jpend && l_held && l_ctok == 0 && o_seen_ver[r] != UNSEEN &&
+  :: atomic { leader == r && !jpend && l_held && l_ctok == 0 && o_seen_t[r] != UNSEEN &&
        now >= o_seen_t[r] + D + OM - E ->   /* expired: ExpiryClock.expired */
-       judged = o_seen_ver[r]; jpend = true }
+       o_jok[r] = !o_stale[r]; jpend = true }
   :: jpend -> atomic {   /* LeaseStore.reclaim: resourceVersion precondition */
        if
 #ifdef RECLAIM_NO_PRECONDITION
        :: l_held && l_ctok == 0 ->
 #else
-       :: l_ver == judged ->
+       :: o_jok[r] ->
 #endif
             l_held = false; l_huid = 0; bump()
        :: else -> skip
        fi;
-       jpend = false; judged = 0 }
+       jpend = false; o_jok[r] = false }
   :: atomic { leader == r && job_uid != 0 && l_inc == job_uid && job_phase[job_uid] == RUNNING &&
        l_ctok != 0 -> job_phase[job_uid] = SUCCEEDED }   /* reconcile: the completion ends the job */
   :: atomic { leader == r && job_uid != 0 && l_inc == job_uid && job_phase[job_uid] == RUNNING &&
        !l_held && l_ctok == 0 && l_tok >= l_cap && !cpod ->   /* reconcile: AttemptsExhausted */
-       assert(l_tok >= l_base + MAXATT);   /* inv 4: a job fails only after its attempts */
+       assert(l_tok >= l_base + MAXATT + g_unc);   /* inv 4: a job fails only after its attempts */
        job_phase[job_uid] = FAILED }
+#ifdef S_SUSPEND
+  :: atomic { leader == r && job_uid != 0 && l_inc == job_uid && job_phase[job_uid] == RUNNING &&
+       job_susp && !l_susp && l_ctok == 0 ->   /* LeaseStore.suspend */
+       if
+       :: l_held ->   /* the running attempt ends, uses no budget */
+#ifndef SUSPEND_NO_CAP
+            l_cap++;
+#endif
+            g_unc++; j_stok = l_tok;
+            assert(g_unc + l_base <= l_tok)   /* inv 4: only attempts that ran */
+       :: else -> skip
+       fi;
+       l_held = false; l_huid = 0; l_susp = true; bump() }
+  :: atomic { leader == r && job_uid != 0 && l_inc == job_uid && !job_susp && l_susp ->
+       l_susp = false; bump() }   /* LeaseStore.resume */
+#endif
+#ifdef S_EXCUSE
+  :: atomic { leader == r && job_uid != 0 && l_inc == job_uid && job_phase[job_uid] == RUNNING &&
+       l_ctok == 0 && l_tok > l_base &&
+#ifndef EXCUSE_WHILE_HELD
+       !l_held &&
+#endif
+#ifndef EXCUSE_TWICE
+       l_lut < l_tok &&   /* the CRD: once per token */
+#endif
+       j_stok != l_tok &&   /* not one a suspension ended: failure_policy.verdict */
+       !cpod -> /* an ended attempt was disrupted: LeaseStore.excuse */
+       l_cap++; l_lut = l_tok; g_unc++; bump();
+       assert(g_unc + l_base <= l_tok) }   /* inv 4: only attempts that ran */
+#endif
   :: pending_stop != 0 -> atomic {   /* LeaseStore.stop of a deleted incarnation */
        if
 #ifndef STOP_BY_NAME
@@ -245,7 +297,8 @@ proctype Operator(byte r) {
        pending_stop = 0 }
 #ifdef S_HANDOVER
   :: atomic { leader == r ->   /* peering hand-over: the other replica counts afresh */
-       leader = 1 - r; o_seen_ver[1 - r] = UNSEEN }
+       leader = 1 - r; o_seen_t[1 - r] = UNSEEN; o_stale[1 - r] = true;
+       o_seen_t[r] = UNSEEN; o_stale[r] = true }   /* (reset again if it leads again) */
 #endif
   :: timeout -> break
   od
@@ -254,13 +307,17 @@ proctype Operator(byte r) {
 /* Users and the cluster: delete and recreate the job, replace a pod under
  * its name, pre-create a pod under the next name. */
 proctype User() {
-  bool recreated = false, replaced = false, foreign = false;
+  bool recreated = false, replaced = false, foreign = false, suspended = false;
   byte n;
   do
 #ifdef S_RECREATE
-  :: atomic { job_uid == 1 && !recreated -> job_phase[1] = DELETED; job_uid = 0; pending_stop = 1 }
+  :: atomic { job_uid == 1 && !recreated -> job_phase[1] = DELETED; job_uid = 0; pending_stop = 1; job_susp = false }
   :: atomic { job_uid == 0 && !recreated && pending_stop == 0 -> job_uid = 2; recreated = true }
   :: atomic { job_uid == 0 && !recreated -> job_uid = 2; recreated = true }   /* the stop still in flight */
+#endif
+#ifdef S_SUSPEND
+  :: atomic { job_uid != 0 && !suspended -> job_susp = true; suspended = true }   /* spec.suspend: true */
+  :: atomic { job_susp -> job_susp = false }                                     /* and false again */
 #endif
 #ifdef S_REPLACE
   :: atomic { !replaced && l_tok > 0 && pod_uid[l_tok] != 0 && next_uid < NUID ->   /* kubectl replace --force */
@@ -285,7 +342,6 @@ active proctype Clock() {
 }
 
 init {
-  o_seen_ver[0] = UNSEEN; o_seen_ver[1] = UNSEEN;
   atomic {
     run Operator(0);
 #ifdef S_HANDOVER
