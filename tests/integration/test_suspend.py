@@ -218,6 +218,13 @@ def test_the_api_server_counts_a_suspension_only_in_the_write_that_suspends(
     assert isinstance(suspended, Accepted), suspended
     record = suspended.lease.record
     assert (record.holder_identity, record.suspensions, record.max_fencing_token) == (None, 1, 2)
+    # The suspended attempt is uncounted once: no excuse raises the cap for it again
+    # (found by the model: claim, suspend, excuse would have raised it twice).
+    assert record.last_uncounted_token == 1
+    assert isinstance(store.excuse(suspended.lease), Rejected)
+    assert "spec.uncountedAttempts goes up" in refused(
+        {"uncountedAttempts": 1, "lastUncountedToken": 1, "maxFencingToken": 3}
+    )
     # Suspending an unheld lease again counts nothing; nothing claims it, by hand either.
     assert "spec.suspensions goes up" in refused({"suspensions": 2, "maxFencingToken": 3})
     assert "cannot be claimed" in refused({"fencingToken": 2, "holderIdentity": "w-2"})

@@ -35,6 +35,7 @@ from leasehold.lease.protocol import (
     release,
     renew,
     reopen,
+    suspend,
 )
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
@@ -369,6 +370,12 @@ def test_excuse_raises_the_cap_once_per_token_and_only_unheld(start: int, extra:
     assert (excused.uncounted_attempts, excused.last_uncounted_token) == (1, start + 1)
     assert (excused.fencing_token, excused.holder_identity) == (start + 1, None)
     refused(excuse(excused), excused, Rejection.NOT_EXPIRED)  # once per token
+    suspended = accepted(suspend(held))  # a suspension uncounts the attempt it ends, once
+    assert (suspended.max_fencing_token, suspended.last_uncounted_token) == (
+        start + extra + 1,
+        start + 1,
+    )
+    refused(excuse(suspended), suspended, Rejection.NOT_EXPIRED)
     uncapped = fresh(start)
     refused(excuse(uncapped), uncapped, Rejection.NOT_EXPIRED)
     done = accepted(complete(held, A, held.fencing_token, Outcome.FAILED, T0))

@@ -329,10 +329,13 @@ _LEASE_RULES: Final[list[dict[str, str]]] = [
     },
     {
         "rule": f"{REARM} || self.uncountedAttempts != oldSelf.uncountedAttempts"
+        " || (self.suspensions == oldSelf.suspensions + 1"
+        " && has(self.lastUncountedToken) && self.lastUncountedToken == self.fencingToken)"
         " || (has(self.lastUncountedToken) == has(oldSelf.lastUncountedToken)"
         " && (!has(self.lastUncountedToken)"
         " || self.lastUncountedToken == oldSelf.lastUncountedToken))",
-        "message": "spec.lastUncountedToken changes only when spec.uncountedAttempts goes up",
+        "message": "spec.lastUncountedToken changes only when spec.uncountedAttempts goes up,"
+        " or to the suspended token in the write that suspends a held lease",
         "fieldPath": ".lastUncountedToken",
         "reason": "FieldValueForbidden",
     },

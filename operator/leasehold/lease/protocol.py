@@ -408,8 +408,9 @@ def suspend(record: LeaseRecord) -> Decision:
     The lease becomes unheld at the same token (the running attempt's late
     writes are then refused, and its token never comes back); a held lease
     counts one suspension and its cap rises by one, so the attempt it ended
-    uses no budget. Denied with ``COMPLETED``: a completion that landed first
-    stands.
+    uses no budget, and its token becomes ``last_uncounted_token`` (so no
+    :func:`excuse` raises the cap for the same attempt a second time). Denied
+    with ``COMPLETED``: a completion that landed first stands.
     """
     if record.completion is not None:
         return Denied(Rejection.COMPLETED, record)
@@ -425,6 +426,8 @@ def suspend(record: LeaseRecord) -> Decision:
             max_fencing_token=(
                 FencingToken(cap + 1) if held and cap is not None else record.max_fencing_token
             ),
+            # The ended attempt is now uncounted: no excuse may raise the cap for it again.
+            last_uncounted_token=record.fencing_token if held else record.last_uncounted_token,
         )
     )
 

@@ -438,6 +438,11 @@ class LeaseStore(LeaseWriter):
                 {"op": "remove", "path": "/spec/holderIdentity"},
                 UNBIND,
                 {"op": "add", "path": "/spec/suspensions", "value": new.suspensions},
+                {
+                    "op": "add",
+                    "path": "/spec/lastUncountedToken",
+                    "value": judged.record.fencing_token,
+                },
             ]
             if new.max_fencing_token is not None:
                 ops.append(
