@@ -29,6 +29,7 @@ from leasehold import worker
 from leasehold.lease.protocol import Outcome, Rejection
 from leasehold.lease.store import Accepted, LeaseStore
 from leasehold.worker import LeaseLost, LossReason
+from leasehold.worker.run import KILL_ALLOWANCE_SECONDS
 from localcluster.cluster import LocalCluster
 from tests.integration.leases import count_requests
 
@@ -378,7 +379,8 @@ def test_run_kills_the_command_before_the_deadline_when_renewals_hang(
     assert "after SIGKILL" in stderr, stderr  # it ignored SIGTERM
     dead_at = death.wait()
     before_deadline = _seconds(r"([-\d.]+) s before the local deadline", stderr)
-    assert 0 < before_deadline < 0.5, stderr
+    # Killed before the deadline, and not much earlier than the kill allowance says.
+    assert 0 < before_deadline <= KILL_ALLOWANCE_SECONDS, stderr
     # The deadline counts from the start of the last renewal that got through,
     # at most 4.8 s before the hold; the operator would wait 6 s + its margin.
     assert dead_at - held_at < 4.8, stderr
