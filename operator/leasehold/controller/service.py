@@ -969,9 +969,25 @@ class JobService:
         (the lease duration after it started, or the startup bound before): it
         is told in the Event and in the lease's ``status.lastReclaimReason``.
 
+        Runs under the job's lock, as its reconciles do: none of them may read
+        the lease between the reclaim and its note (it would record the ended
+        attempt as ``Reclaimed`` when it went past its startup bound).
+
         Raises:
             TransientStoreError: the API server failed; try again later.
         """
+        job_name = str(((observed or {}).get("spec") or {}).get("jobName") or lease_name)
+        with self._lock(namespace, job_name):
+            return self._reclaim(namespace, lease_name, judged_generation, observed, reason)
+
+    def _reclaim(
+        self,
+        namespace: str,
+        lease_name: str,
+        judged_generation: int,
+        observed: dict[str, Any] | None,
+        reason: ExpiryReason,
+    ) -> ReclaimOutcome:
         judged_uid = ((observed or {}).get("metadata") or {}).get("uid")
         for attempt in range(8):
             try:
