@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from leasehold.lease.httpclient import ClusterConfigError, load_cluster_config
+from leasehold.lease.httpclient import ClusterConfigError, HttpLeaseClient, load_cluster_config
 
 
 def kubeconfig(server: str, user: dict[str, object], *, context: str = "c") -> dict[str, object]:
@@ -30,6 +30,17 @@ def test_a_token_kubeconfig_in_json(tmp_path: Path) -> None:
     assert (config.host, config.port) == ("10.0.0.1", 6443)
     assert config.tls is not None
     assert config.auth_headers() == {"Authorization": "Bearer t0k"}
+
+
+def test_a_server_url_path_prefixes_every_request(tmp_path: Path) -> None:
+    """An API server behind a proxy path (``https://host/k8s/clusters/c-x``) keeps the path."""
+    path = tmp_path / "kubeconfig"
+    path.write_text(json.dumps(kubeconfig("https://proxy:443/k8s/clusters/c-x/", {"token": "t"})))
+    config = load_cluster_config(path)
+    lease_path = HttpLeaseClient(config)._path("ns", "job")
+    assert lease_path == "/k8s/clusters/c-x/apis/leasehold.dev/v1alpha1/namespaces/ns/jobleases/job"
+    path.write_text(json.dumps(kubeconfig("https://10.0.0.1:6443", {"token": "t"})))
+    assert HttpLeaseClient(load_cluster_config(path))._path("ns").startswith("/apis/")
 
 
 def test_a_yaml_kubeconfig_with_a_token_file_relative_to_it(tmp_path: Path) -> None:

@@ -64,6 +64,8 @@ class ClusterConfig:
         token: a bearer token, if any.
         token_file: a file holding the bearer token, read at each request (a
             pod's projected token is rotated in place), if any.
+        path_prefix: the server URL's path, put before every API path (an API
+            server behind a proxy, e.g. ``https://host/k8s/clusters/c-x``), or ``""``.
     """
 
     host: str
@@ -73,6 +75,7 @@ class ClusterConfig:
     headers: Mapping[str, str] | None = None
     token: str | None = None
     token_file: Path | None = None
+    path_prefix: str = ""
 
     def auth_headers(self) -> dict[str, str]:
         """The headers that authenticate one request."""
@@ -202,6 +205,7 @@ def _config(
         headers=headers or None,
         token=user.get("token") or None,
         token_file=(user_dir / str(token_file)) if token_file else None,
+        path_prefix=url.path.rstrip("/"),
     )
 
 
@@ -376,8 +380,8 @@ class HttpLeaseClient(LeaseWriter):
     def _path(self, namespace: str, name: str | None = None) -> str:
         quote = urllib.parse.quote
         path = (
-            f"/apis/{names.GROUP}/{names.VERSION}/namespaces/{quote(namespace, safe='')}"
-            f"/{names.PLURAL_JOB_LEASES}"
+            f"{self._config.path_prefix}/apis/{names.GROUP}/{names.VERSION}"
+            f"/namespaces/{quote(namespace, safe='')}/{names.PLURAL_JOB_LEASES}"
         )
         return path if name is None else f"{path}/{quote(name, safe='')}"
 
