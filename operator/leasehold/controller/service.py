@@ -353,7 +353,13 @@ class JobService:
             StoreError: an unexpected refusal (e.g. RBAC).
         """
         with self._lock(namespace, name):
-            return self._reconcile(namespace, name, fresh=False)
+            try:
+                return self._reconcile(namespace, name, fresh=False)
+            except LeaseNotFoundError as exc:
+                # A write found the cached lease gone (deleted between two
+                # watches): forget it, so the next try reads the truth.
+                self.leases.drop(namespace, reconcile.lease_name(name))
+                raise TransientStoreError(f"reconcile {namespace}/{name}: {exc}") from exc
 
     def _reconcile(self, namespace: str, name: str, fresh: bool) -> Plan | None:
         """:meth:`reconcile`, under the job's lock; ``fresh``: GET the job, not the cache.
@@ -408,6 +414,9 @@ class JobService:
                 plan = self._carry_out(job, body, lease, plan)
             except _LeaseMoved as moved:
                 lease = moved.lease  # e.g. a completion landed before our stop: it wins
+                if lease.record.job_name != name:  # our create met another job's index lease
+                    self._report_lease_name_taken(job, body, lease)
+                    return None
                 continue
             break
         else:
@@ -544,6 +553,9 @@ class JobService:
             # from that event, reports the job Running.
             if claimed.token != int(plan.pod_name.rsplit("-", 1)[-1]):
                 # Someone claimed and released in between; the name would lie.
+                # The cached claim is forgotten first: should the release's
+                # answer be lost, the retry reads the lease, not our claim.
+                self.leases.drop(namespace, lease.name)
                 self._store.release(namespace, lease.name, plan.pod_name, claimed.token)
                 raise TransientStoreError(f"claim {namespace}/{name}: token moved, retrying")
             self.record_event(
@@ -744,6 +756,9 @@ class JobService:
             if exc.status is not None and 400 <= exc.status < 500 and exc.status != 429:
                 return self._pod_rejected(body, plan, lease, exc)
             raise api_error(exc, f"create pod {namespace}/{plan.pod_name}") from exc
+        # Known at once, not only when the pod watch delivers it: a stop planned
+        # before then (a cancel, a suspend) must see that this pod may exist.
+        self.pods.observe(self._to_json(created))
         self._quota_refusals.pop(f"{namespace}/{_ns_name(body)[1]}", None)
         status = _with_conditions(
             job,
