@@ -106,4 +106,9 @@ run claim-suspended caught "-DBITSTATE" -- -DS_SUSPEND -DTMAX=2 -DCLAIM_SUSPENDE
 run suspend-no-cap caught "-DBITSTATE" -- -DS_SUSPEND -DD=2 -DTMAX=2 -DSUSPEND_NO_CAP
 run excuse-while-held caught "-DBITSTATE" -- -DS_EXCUSE -DEXCUSE_WHILE_HELD
 run excuse-twice caught "-DBITSTATE" -- -DS_EXCUSE -DD=3 -DTMAX=4 -DEXCUSE_TWICE
+# A take-over or resume that makes the lease claimable at once, while the
+# worker the operator stopped or suspended may still write (what the
+# exhaustive search found; the code waits: JobService.earlier_hold_wait).
+run no-hold-wait-recreate caught "-DBITSTATE" -- -DS_RECREATE -DTMAX=3 -DNO_HOLD_WAIT
+run no-hold-wait-suspend caught "-DBITSTATE" -- -DS_SUSPEND -DTMAX=3 -DNO_HOLD_WAIT
 exit "$failed"

@@ -83,6 +83,7 @@ byte l_cap = 0;       /* spec.maxFencingToken */
 byte l_ctok = 0;      /* completion token, 0: none */
 bool l_susp = false;  /* spec.suspended */
 byte l_lut = 0;       /* spec.lastUncountedToken, 0: none */
+byte l_rtok = 0;      /* status.lastReclaimedToken: the last token judged expired */
 /* resourceVersion, as what the operator's conditional writes compare: per
  * replica, "changed since the watch last showed it" (or never shown) and
  * "unchanged since the expiry was judged". Two bits instead of a counter, so
@@ -114,6 +115,19 @@ byte max_issued = 0;   /* highest token ever claimed in the domain */
 byte completions[3];   /* accepted completions per incarnation */
 byte g_unc = 0;        /* attempts of this incarnation that use no budget */
 
+/* A take-over or resume makes the lease claimable again only once its
+ * current token's worker surely stopped (protocol.hold_may_outlive, the
+ * operator's JobService.earlier_hold_wait): the hold was never there, was
+ * completed or reclaimed, or the operator saw the lease unchanged for the
+ * expiry bound. NO_HOLD_WAIT: at once (the rule before the model found it). */
+#define HOLD_MAY_OUTLIVE (l_tok != 0 && l_ctok == 0 && l_rtok != l_tok && (!l_susp || l_lut == l_tok))
+#define QUIET(r) (o_seen_t[r] != UNSEEN && !o_stale[r] && now >= o_seen_t[r] + D + OM - E)
+#ifdef NO_HOLD_WAIT
+#define HOLD_ENDED(r) (true)
+#else
+#define HOLD_ENDED(r) (!HOLD_MAY_OUTLIVE || QUIET(r))
+#endif
+
 inline bump() { o_stale[0] = true; o_stale[1] = true; o_jok[0] = false; o_jok[1] = false }
 
 proctype Worker(byte uid; byte tok; bool renewing) {
@@ -143,8 +157,8 @@ proctype Worker(byte uid; byte tok; bool renewing) {
        fi
   :: atomic { !killed[uid] && !wrote && dl != 0 && !csent && IN_WINDOW(dl) ->
        wpend = true; wrote = true;   /* the guarded effect starts (its lease check) */
-       /* ghost: the worker is past its deadline, or its hold ended */
-       wlate = ((now > dl) || !(l_held && l_tok == tok && l_huid == uid)) }
+       /* ghost: the worker is past its deadline, or a newer token was issued */
+       wlate = ((now > dl) || max_issued > tok) }
   :: wpend ->   /* the write lands at the fenced target, maybe twice */
        atomic {
 #ifndef TARGET_NO_FENCE
@@ -195,7 +209,12 @@ proctype Operator(byte r) {
   do
   :: atomic { leader == r && o_stale[r] ->   /* the lease watch: ExpiryClock.observe */
        o_stale[r] = false; o_seen_t[r] = now }
-  :: atomic { leader == r && job_uid != 0 && l_inc != job_uid && !cpod ->   /* LeaseStore.rearm */
+#ifndef NO_HOLD_WAIT
+  :: atomic { leader == r && job_uid != 0 && l_inc != job_uid && !cpod && l_held &&
+       HOLD_MAY_OUTLIVE ->   /* an earlier incarnation's pod holds it: LeaseStore.stop first */
+       l_held = false; l_huid = 0; l_cap = l_tok; bump() }
+#endif
+  :: atomic { leader == r && job_uid != 0 && l_inc != job_uid && !cpod && HOLD_ENDED(r) ->   /* LeaseStore.rearm */
        l_inc = job_uid; l_held = false; l_huid = 0; l_ctok = 0;
 #ifdef REARM_RESETS_TOKEN
        l_tok = 0;
@@ -244,7 +263,7 @@ proctype Operator(byte r) {
 #else
        :: o_jok[r] ->
 #endif
-            l_held = false; l_huid = 0; bump()
+            l_held = false; l_huid = 0; l_rtok = l_tok; bump()
        :: else -> skip
        fi;
        jpend = false; o_jok[r] = false }
@@ -262,13 +281,13 @@ proctype Operator(byte r) {
 #ifndef SUSPEND_NO_CAP
             l_cap++;
 #endif
-            g_unc++; j_stok = l_tok;
+            g_unc++; j_stok = l_tok; l_lut = l_tok;
             assert(g_unc + l_base <= l_tok)   /* inv 4: only attempts that ran */
        :: else -> skip
        fi;
        l_held = false; l_huid = 0; l_susp = true; bump() }
-  :: atomic { leader == r && job_uid != 0 && l_inc == job_uid && !job_susp && l_susp ->
-       l_susp = false; bump() }   /* LeaseStore.resume */
+  :: atomic { leader == r && job_uid != 0 && l_inc == job_uid && !job_susp && l_susp &&
+       HOLD_ENDED(r) -> l_susp = false; bump() }   /* LeaseStore.resume */
 #endif
 #ifdef S_EXCUSE
   :: atomic { leader == r && job_uid != 0 && l_inc == job_uid && job_phase[job_uid] == RUNNING &&

@@ -28,8 +28,10 @@ MUTATIONS = (
     "suspend-no-cap",
     "excuse-while-held",
     "excuse-twice",
+    "no-hold-wait-recreate",
+    "no-hold-wait-suspend",
 )
-"""The mutations caught within seconds; ``make model-check`` runs all fifteen."""
+"""The mutations caught within seconds; ``make model-check`` runs all seventeen."""
 
 
 def test_model_holds_and_every_mutation_is_caught() -> None:
