@@ -392,7 +392,7 @@ def test_replace_fences_the_replaced_run_at_the_store_and_at_a_target(
     second = wait_for(
         "the second run",
         lambda: next((n for n in runs(api_client, namespace, "sync") if n != first), None),
-        75,
+        120,  # the next minute, then the replaced worker's lease window (20 s + margin)
     )
     _, token2, _ = wait_for(
         "the second run's claim", lambda: held_run(store, namespace, second), 30
@@ -429,6 +429,9 @@ def test_replace_fences_the_replaced_run_at_the_store_and_at_a_target(
         "a Replaced Event",
         lambda: any(r == "Replaced" for r, _ in cron_events(api_client, namespace, "sync")),
     )
+    # The new run waited out the replaced worker's lease window before it existed.
+    reasons = [r for r, _ in cron_events(api_client, namespace, "sync")]
+    assert "WaitingForEarlierHolder" in reasons, reasons
 
 
 def test_history_limits_keep_the_latest_finished_runs(

@@ -184,18 +184,25 @@ def test_a_job_created_suspended_creates_no_pod_until_resumed(
 def test_a_pull_job_suspended_cannot_be_claimed_until_resumed(
     operator: OperatorProcess, api_client: client.ApiClient, store: LeaseStore, namespace: str
 ) -> None:
-    create_job(api_client, namespace, "pulled", None, lease_seconds=30)
+    create_job(api_client, namespace, "pulled", None, lease_seconds=8)
     wait_for("lease", lambda: store.list_leases(namespace))
     first = store.claim(namespace, "pulled", "worker-a")
     assert isinstance(first, Accepted) and first.token == 1
     patch_spec(api_client, namespace, "pulled", {"suspend": True})
     wait_for("lease suspended", lambda: store.get(namespace, "pulled").record.suspended)
+    suspended_at = time.monotonic()
     renewed = store.renew(namespace, "pulled", "worker-a", 1)
     assert isinstance(renewed, Rejected)  # the worker lost its lease at once
     refused = store.claim(namespace, "pulled", "worker-b")
     assert isinstance(refused, Rejected) and refused.rejection is Rejection.SUSPENDED
     patch_spec(api_client, namespace, "pulled", {"suspend": False})
-    wait_for("lease resumed", lambda: not store.get(namespace, "pulled").record.suspended)
+    # worker-a does not know yet: it may work on until its local deadline (8 s
+    # from its last renewal), so the lease stays unclaimable until the operator
+    # saw it unchanged for the lease's duration plus its margin.
+    wait_for("lease resumed", lambda: not store.get(namespace, "pulled").record.suspended, 40)
+    assert time.monotonic() - suspended_at >= 8 - 1  # not before worker-a's window could end
+    reasons = [r for r, _ in events(api_client, namespace, "pulled")]
+    assert "WaitingForEarlierHolder" in reasons, reasons
     second = store.claim(namespace, "pulled", "worker-b")
     assert isinstance(second, Accepted) and second.token == 2
 

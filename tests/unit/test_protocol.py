@@ -31,6 +31,7 @@ from leasehold.lease.protocol import (
     claim,
     complete,
     excuse,
+    hold_may_outlive,
     reclaim,
     release,
     renew,
@@ -406,3 +407,25 @@ def test_a_pod_never_binds_a_lease_by_its_own_writes() -> None:
     refused(bind(held, B, FencingToken(1), "uid-1"), held, Rejection.NOT_HOLDER)
     refused(bind(held, A, FencingToken(2), "uid-1"), held, Rejection.STALE_TOKEN)
     accepted(renew(bound, A, FencingToken(1), T0, holder_uid="uid-1"))
+
+
+def test_a_hold_ended_without_expiry_may_outlive_its_end_until_waited_out() -> None:
+    """Take-over and resume wait for a worker that was stopped, not judged expired.
+
+    The Spin model's counterexample (invariant 5): a job deleted and created
+    again took its lease over and claimed the next token while the stopped
+    worker could still write under the old one within its local deadline.
+    """
+    never = fresh()
+    assert not hold_may_outlive(never, reclaimed=False)  # no claim yet: nobody to wait for
+    held = accepted(claim(fresh(), A, T0))
+    assert hold_may_outlive(held, reclaimed=False)  # still held: its worker runs
+    stopped = dataclasses.replace(held, holder_identity=None, max_fencing_token=held.fencing_token)
+    assert hold_may_outlive(stopped, reclaimed=False)  # stopped: its worker does not know yet
+    assert not hold_may_outlive(stopped, reclaimed=True)  # judged expired: its window passed
+    done = accepted(complete(held, A, held.fencing_token, Outcome.SUCCEEDED, T0))
+    assert not hold_may_outlive(done, reclaimed=False)  # its worker ended it
+    suspended_held = accepted(suspend(held))
+    assert hold_may_outlive(suspended_held, reclaimed=False)  # the suspension ended a hold
+    suspended_unheld = accepted(suspend(stopped))
+    assert not hold_may_outlive(suspended_unheld, reclaimed=False)  # nothing held to end

@@ -293,7 +293,21 @@ class CronService:
                 self._write_status(body, status)
                 return min(WAIT_POLL_SECONDS, until_next or WAIT_POLL_SECONDS)
         elif policy is ConcurrencyPolicy.REPLACE:
-            self._replace_earlier(body, earlier, runs)
+            current = self._replace_earlier(body, earlier, runs)
+            # A replaced run's worker learns of it only when a renewal is
+            # refused: the new run (a higher token of the same domain) starts
+            # once every such window has surely ended (JobService.earlier_hold_wait).
+            wait = max(
+                (self._jobs.earlier_hold_wait(lease, body) for lease in current), default=0.0
+            )
+            if wait > 0:
+                message = (
+                    f"Run for {_iso(d.scheduled_time)} waits {wait:.0f}s: a replaced run's"
+                    " worker may still run until its lease window ends."
+                )
+                self._condition(status, "Waiting", "True", "ReplacedRunMayStillRun", message, now)
+                self._write_status(body, status)
+                return min(wait, until_next or wait)
         self._not_waiting(status, now)
         body, base = self._reserve(body, status, cron, leases)
         self._start_run(body, cron, run, d.scheduled_time, base)
@@ -326,17 +340,23 @@ class CronService:
 
     def _replace_earlier(
         self, body: dict[str, Any], earlier: list[StoredLease], runs: list[dict[str, Any]]
-    ) -> None:
+    ) -> list[StoredLease]:
         """Replace: take every earlier run's lease back now, then delete its LeasedJob.
 
         Only runs whose lease this call stopped are deleted: a run that completed
         first keeps its LeasedJob (its status may not say so yet).
+
+        Returns:
+            The earlier runs' leases as they are now (stopped, or as they were).
         """
         stopped: set[str] = set()
+        current: list[StoredLease] = []
         for lease in earlier:
             if lease_is_final(lease.record):
+                current.append(lease)
                 continue
             result = self._store.stop(lease)
+            current.append(result.lease)
             if not isinstance(result, Accepted) and result.lease.record.completion is None:
                 raise TransientStoreError(f"stop lease {lease.name}: it moved, retrying")
             if isinstance(result, Accepted):
@@ -352,6 +372,7 @@ class CronService:
             meta = run["metadata"]
             if meta["name"] in stopped:
                 self._delete_run(str(meta["namespace"]), str(meta["name"]))
+        return current
 
     # -- the fencing domain ---------------------------------------------------------
 

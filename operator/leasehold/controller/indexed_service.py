@@ -159,6 +159,10 @@ class IndexedJobs:
             action = plan.action
             if action is Action.CREATE_LEASE:
                 lease = self._create(job, body, step)
+            elif action in (Action.TAKE_OVER_LEASE, Action.RESUME) and (
+                lease is not None and (wait := service.earlier_hold_wait(lease, body)) > 0
+            ):
+                return wait if requeue is None else min(requeue, wait)
             elif action is Action.TAKE_OVER_LEASE and lease is not None:
                 taken = service.store.rearm(
                     lease,

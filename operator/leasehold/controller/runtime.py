@@ -202,6 +202,7 @@ def build_runtime(
         queue.trigger(namespace, job_name)
 
     clock = ExpiryClock(settings.expiry_margin_seconds, time.monotonic)
+    service.lease_clock = clock  # a take-over or resume waits out an earlier hold on it
     expiry = ExpiryWatch(clock, on_expired, gate=gate)
     runtime = Runtime(settings, service, queue, expiry, gate, new_api_client)
     gate.on_open(runtime.reconcile_deferred)

@@ -35,7 +35,7 @@ from leasehold import names
 from leasehold.controller import indexed, reconcile
 from leasehold.controller.caches import ObjectCache
 from leasehold.controller.deadline import JobClocks
-from leasehold.controller.expiry import ExpiryReason
+from leasehold.controller.expiry import ExpiryClock, ExpiryReason
 from leasehold.controller.indexed_service import IndexedJobs
 from leasehold.controller.pods import PodMemory, pod_facts
 from leasehold.controller.reconcile import Action, JobEvent, Plan, PodFacts
@@ -50,7 +50,7 @@ from leasehold.lease.errors import (
     api_message,
 )
 from leasehold.lease.models import LeasedJob, LeasedJobStatus
-from leasehold.lease.protocol import MonotonicClock
+from leasehold.lease.protocol import MonotonicClock, hold_may_outlive
 from leasehold.lease.store import (
     Accepted,
     LeaseStore,
@@ -214,6 +214,10 @@ class JobService:
         self.leases = ObjectCache()
         """The newest JobLease bodies seen (fed by the lease watch and this operator's writes)."""
         self._to_json: Callable[[Any], Any] = api_client.sanitize_for_serialization
+        self.lease_clock = ExpiryClock(1.0, monotonic)
+        """When each lease version was first seen: the expiry judge's clock, fed by the
+        lease watch (the runtime sets its own); see :meth:`earlier_hold_wait`."""
+        self._waits_told: dict[str, int] = {}
 
     @property
     def store(self) -> LeaseStore:
@@ -230,6 +234,64 @@ class JobService:
     def now(self) -> datetime:
         """The wall-clock time for status stamps (for people; never judged)."""
         return self._clock()
+
+    def earlier_hold_wait(self, lease: StoredLease, body: dict[str, Any] | None = None) -> float:
+        """Seconds to wait before making ``lease`` claimable again (0: now).
+
+        A take-over or a resume must not let a new token be issued while the
+        worker of the current one may still think it holds the lease (it
+        was stopped or suspended, not judged expired: see
+        :func:`~leasehold.lease.protocol.hold_may_outlive`). It waits until
+        this operator has seen the lease unchanged for its
+        ``leaseDurationSeconds`` plus the expiry margin, on the expiry
+        judge's monotonic clock: the bound a reclaim waits. A fresh operator
+        counts from its first sight, as for a reclaim.
+
+        Args:
+            lease: the lease as read, before the take-over or resume.
+            body: the job, to tell the wait once in an Event (``None``: no Event).
+
+        Returns:
+            Seconds left (``0.0`` when the earlier hold surely ended or its
+            window has passed).
+        """
+        if not hold_may_outlive(lease.record, reclaimed=last_reclaim_reason(lease) is not None):
+            return 0.0
+        meta = lease.body.get("metadata") or {}
+        key = f"{lease.namespace}/{lease.name}/{meta.get('uid')}"
+        left = self.lease_clock.remaining_seconds(
+            key, str(lease.generation), lease.record.lease_duration_seconds
+        )
+        if left <= 0:
+            self._waits_told.pop(key, None)
+            return 0.0
+        if lease.record.held and not lease.record.suspended:
+            # A take-over of a lease its earlier incarnation's pod still holds:
+            # stop it first (no renewal lands after this), then wait it out.
+            stopped = self._store.stop(lease)
+            if isinstance(stopped, Accepted):
+                self._wrote_lease(stopped.lease)
+            return self.lease_clock.remaining_seconds(
+                key, str(stopped.lease.generation), lease.record.lease_duration_seconds
+            )
+        if body is not None and self._waits_told.get(key) != lease.generation:
+            self._waits_told[key] = lease.generation
+            self.record_event(
+                body,
+                "Normal",
+                "WaitingForEarlierHolder",
+                f"The worker of fencing token {lease.record.fencing_token} may still run until"
+                f" its lease window ends: the next token is issued in {left:.0f}s at the"
+                " latest (the lease unchanged for leaseDurationSeconds plus the margin).",
+            )
+        log.info(
+            "%s/%s: the holder of token %d was ended without expiry; next claim in %.1fs",
+            lease.namespace,
+            lease.name,
+            lease.record.fencing_token,
+            left,
+        )
+        return left
 
     def wrote_lease(self, lease: StoredLease) -> None:
         """Note a lease version this operator wrote (its watch event needs no reconcile)."""
@@ -496,6 +558,10 @@ class JobService:
             if plan.delete_pods_below_token:
                 self._delete_pods(namespace, name, plan)
             return plan
+        if plan.action in (Action.RESUME, Action.TAKE_OVER_LEASE) and lease is not None:
+            wait = self.earlier_hold_wait(lease, body)
+            if wait > 0:
+                return replace(plan, action=Action.NONE, requeue_after_seconds=wait)
         if plan.action is Action.RESUME and lease is not None:
             resumed = self._store.resume(lease)
             if isinstance(resumed, Accepted):

@@ -355,6 +355,40 @@ def reclaim(record: LeaseRecord, *, expired: bool) -> Decision:
     return Allowed(dataclasses.replace(record, holder_identity=None, holder_uid=None))
 
 
+def hold_may_outlive(record: LeaseRecord, *, reclaimed: bool) -> bool:
+    """Whether the worker of the lease's current token may still believe it holds it.
+
+    Asked before the operator makes a lease claimable again by a write of its
+    own that ended (or ends) a hold without the worker's word and without
+    judging it expired: a take-over by a new incarnation
+    (:func:`~leasehold.lease.store.LeaseStore.rearm`, after the old one was
+    stopped or while it still holds) and a resume after a suspension that
+    ended a held attempt. Such a worker keeps producing effects until its
+    local deadline (``leaseDurationSeconds`` from the start of its last
+    renewal, less its margin), so the next token must not be issued before
+    the operator has seen the lease unchanged for that long: the same bound
+    as a reclaim (docs/architecture.md, "How expiry is judged"). The Spin
+    model found the gap (invariant 5: a take-over's next claim while the
+    stopped worker could still write).
+
+    Args:
+        record: the lease as it is now (before the take-over, or suspended).
+        reclaimed: the current token's hold was reclaimed (judged expired).
+
+    Returns:
+        ``False`` when the current token's hold surely ended: never claimed,
+        completed, reclaimed, or (a suspended lease) the suspension found it
+        unheld; else ``True``.
+    """
+    if record.fencing_token == 0 or record.acquire_time is None:
+        return False  # never held (a cron run's lease made ahead of it)
+    if record.completion is not None or reclaimed:
+        return False
+    if record.suspended:
+        return record.last_uncounted_token == record.fencing_token  # a held attempt ended
+    return True
+
+
 def reopen(record: LeaseRecord, *, counted: bool = True) -> Decision:
     """Decide a reopen: the operator retries a job whose worker failed.
 
