@@ -102,6 +102,8 @@ byte pending_stop = 0;  /* a deleted incarnation's stop, not yet delivered */
 byte pod_uid[NTOK];
 byte uid_owner[NUID];
 bool killed[NUID];
+byte w_dl[NUID];      /* ghost: each worker's local deadline (0: no window yet) */
+byte w_tok[NUID];     /* ghost: the token of each worker's window */
 byte next_uid = 1;
 
 /* Operator replicas: one leads (peering); each has its own view. */
@@ -133,6 +135,7 @@ inline bump() { o_stale[0] = true; o_stale[1] = true; o_jok[0] = false; o_jok[1]
 proctype Worker(byte uid; byte tok; bool renewing) {
   byte dl = 0;          /* local deadline (real ticks); 0: no window yet */
   byte sent, renews = 0;
+  byte w_i = 0;
   bool ok, wlate, wpend = false, wdup = false, wrote = false, cpend = false, csent = false;
   do
   :: atomic { renewing && !killed[uid] && renews < RENEWS && !csent -> renews++; sent = now };
@@ -151,6 +154,15 @@ proctype Worker(byte uid; byte tok; bool renewing) {
             sent = now;
 #endif
             if :: dl = sent + D - WM :: dl = sent + D - WM + E fi;
+            /* inv 8: one worker per token at a time: no other live pod has an
+             * open window under this token (a pod replaced under its name,
+             * whose process still runs, must not get one) */
+            w_i = 1;
+            do
+            :: w_i < NUID -> assert(w_i == uid || w_tok[w_i] != tok || killed[w_i] || w_dl[w_i] < now); w_i++
+            :: else -> break
+            od;
+            w_i = 0; w_dl[uid] = dl; w_tok[uid] = tok;
             ok = false; sent = 0 }
        :: atomic { ok -> ok = false; sent = 0 }   /* the reply is lost */
        :: !ok
@@ -340,7 +352,10 @@ proctype User() {
 #endif
 #ifdef S_REPLACE
   :: atomic { !replaced && l_tok > 0 && pod_uid[l_tok] != 0 && next_uid < NUID ->   /* kubectl replace --force */
-       n = l_tok; killed[pod_uid[n]] = true; uid_owner[next_uid] = uid_owner[pod_uid[n]];
+       /* the old pod's object is gone; its process may still run (a node
+        * that does not hear of the deletion) or be killed at once */
+       n = l_tok; if :: killed[pod_uid[n]] = true :: skip fi;
+       uid_owner[next_uid] = uid_owner[pod_uid[n]];
        pod_uid[n] = next_uid; replaced = true;
        run Worker(next_uid, n, true); next_uid++ }
 #endif
