@@ -210,7 +210,7 @@ def test_a_pod_replaced_under_the_same_name_is_not_the_holder(
     kubectl: Kubectl,
     namespace: str,
 ) -> None:
-    create_job(api_client, namespace, "swap", run(6), lease_seconds=3)
+    create_job(api_client, namespace, "swap", run(6), lease_seconds=4)
     local_pod_runner.wait_for_pid(namespace, "swap-1", timeout=30)
     original = kubectl.json("get", "pod", "swap-1", "-n", namespace)
     bound = wait_for(
@@ -237,7 +237,10 @@ def test_a_pod_replaced_under_the_same_name_is_not_the_holder(
     # its renewal is refused; the job goes on under a fresh claim.
     wait_for("Succeeded", phase_is(api_client, namespace, "swap", "Succeeded"), 60)
     st = status(api_client, namespace, "swap")
-    assert (st["completion"]["fencingToken"], st["completion"]["holderIdentity"]) == (2, "swap-2")
+    # Token 2 as a rule; a later one when a starved worker lost a short lease
+    # too (seen in CI). Never token 1: the replaced pod is not its holder.
+    token = st["completion"]["fencingToken"]
+    assert token >= 2 and st["completion"]["holderIdentity"] == f"swap-{token}"
     late = store.complete(namespace, "swap", "swap-1", 1, Outcome.SUCCEEDED, holder_uid=replaced)
     assert isinstance(late, Rejected)
 

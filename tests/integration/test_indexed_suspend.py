@@ -86,6 +86,13 @@ def test_suspending_an_indexed_job_suspends_every_index_and_resume_runs_them_on(
     patch_spec(api_client, namespace, "sus", {"suspend": True})
     wait_for("Suspended", phase_is(api_client, namespace, "sus", "Suspended"), 30)
     for index in (0, 1):
+        # The phase shows Suspended at once; each index's suspend write follows
+        # in its own step of the reconcile (status `active` counts it till then).
+        wait_for(
+            f"index {index}'s lease suspended",
+            functools.partial(_lease_suspended, store, namespace, f"sus-{index}"),
+            30,
+        )
         record = store.get(namespace, f"sus-{index}").record
         assert record.suspended and record.holder_identity is None
         assert (record.fencing_token, record.suspensions, record.max_fencing_token) == (1, 1, 2)
@@ -121,6 +128,12 @@ def test_suspending_an_indexed_job_suspends_every_index_and_resume_runs_them_on(
     assert tokens == {0: 2, 1: 2, 2: 1}  # resumed under the next token; index 2 never suspended
     reasons = [r for r, _ in events(api_client, namespace, "sus")]
     assert (reasons.count("Suspended"), reasons.count("Resumed")) == (1, 1)
+
+
+def _lease_suspended(store: LeaseStore, namespace: str, name: str) -> bool:
+    """Whether the JobLease ``namespace/name`` is suspended and unheld."""
+    record = store.get(namespace, name).record
+    return record.suspended and record.holder_identity is None
 
 
 def _try(check: Callable[[], bool]) -> bool:
