@@ -67,7 +67,7 @@ lint: venv ## ruff, mypy (strict), import-linter contracts, CRD drift.
 # --dist loadfile keeps a module's tests, and its module fixtures, on one worker.
 # Many tests wait on lease timers, so more workers than cores pays off.
 TEST_WORKERS ?= 3
-PYTEST_XDIST := -n $(TEST_WORKERS) --dist loadfile
+PYTEST_XDIST := -n $(TEST_WORKERS) --dist loadfile --durations=40
 
 .PHONY: test-unit
 test-unit: syspkgs-test venv ## Unit tests (no cluster).

@@ -221,6 +221,12 @@ def test_the_api_server_counts_a_suspension_only_in_the_write_that_suspends(
     assert "can only be lowered" in refused({"maxFencingToken": 2})
     assert "spec.suspensions goes up" in refused({"suspensions": 1, "maxFencingToken": 2})
     assert "is unheld" in refused({"suspended": True})
+    # The suspend of a held lease must mark its token as uncounted: a resume
+    # waits out a hold only the mark says was ended, and an excuse is refused
+    # for a marked token (otherwise one attempt would raise the cap twice).
+    unmarked = {"suspended": True, "holderIdentity": None, "suspensions": 1, "maxFencingToken": 2}
+    assert "spec.suspensions goes up" in refused(unmarked)
+    assert "spec.suspensions goes up" in refused({**unmarked, "lastUncountedToken": 0})
     suspended = store.suspend(store.get(namespace, "q"))
     assert isinstance(suspended, Accepted), suspended
     record = suspended.lease.record

@@ -188,3 +188,21 @@ def test_expired_iff_unchanged_for_duration_plus_margin(
         remaining = expiry.remaining_seconds(KEY, f"v{version}", duration)
         assert remaining == duration + margin - elapsed
         assert expiry.is_expired(KEY, f"v{version}", duration) == (elapsed >= duration + margin)
+
+
+def test_a_reader_beside_the_watch_never_restarts_its_clock(
+    clock: FakeMonotonic, expiry: ExpiryClock
+) -> None:
+    """A take-over's wait that reads a stale version does not postpone the watch's reclaim."""
+    expiry.observe(KEY, "v2")  # the watch saw v2
+    clock.advance(DURATION)
+    # A reconcile holding the older v1 (a stale cache) waits the full window...
+    assert expiry.remaining_if_seen(KEY, "v1", DURATION) == DURATION + MARGIN
+    # ...and v2's clock runs on from its first sight, unchanged.
+    assert expiry.remaining_if_seen(KEY, "v2", DURATION) == MARGIN
+    clock.advance(MARGIN)
+    assert expiry.is_expired(KEY, "v2", DURATION)
+    # A lease the watch has not delivered yet is noted at first sight, as before.
+    assert expiry.remaining_if_seen("ns/new", "v1", DURATION) == DURATION + MARGIN
+    clock.advance(1.0)
+    assert expiry.remaining_if_seen("ns/new", "v1", DURATION) == DURATION + MARGIN - 1.0

@@ -427,5 +427,8 @@ def test_a_hold_ended_without_expiry_may_outlive_its_end_until_waited_out() -> N
     assert not hold_may_outlive(done, reclaimed=False)  # its worker ended it
     suspended_held = accepted(suspend(held))
     assert hold_may_outlive(suspended_held, reclaimed=False)  # the suspension ended a hold
+    # Stopped, then suspended: the stopped worker may still run; no mark says so.
     suspended_unheld = accepted(suspend(stopped))
-    assert not hold_may_outlive(suspended_unheld, reclaimed=False)  # nothing held to end
+    assert suspended_unheld.last_uncounted_token != suspended_unheld.fencing_token
+    assert hold_may_outlive(suspended_unheld, reclaimed=False)
+    assert not hold_may_outlive(suspended_unheld, reclaimed=True)

@@ -19,6 +19,7 @@ from leasehold.lease.errors import (
     WriteRefusedError,
     api_error,
     api_errors,
+    names_missing_object,
 )
 from leasehold.lease.protocol import Outcome
 from leasehold.lease.store import LeaseStore, StoredLease, to_stored
@@ -111,12 +112,40 @@ def test_api_error_maps_status_to_what_the_caller_should_do(
     assert "the server says why" in str(error)
 
 
-def test_a_404_on_a_named_lease_is_lease_not_found() -> None:
-    """Only a named lease is 'not found'; a list's 404 is a plain StoreError."""
+NOT_FOUND_JOB = (
+    '{"kind": "Status", "status": "Failure", "reason": "NotFound", "code": 404,'
+    ' "message": "jobleases.leasehold.dev \\"job\\" not found",'
+    ' "details": {"name": "job", "group": "leasehold.dev", "kind": "jobleases"}}'
+)
+NOT_SERVED = (
+    '{"kind": "Status", "status": "Failure", "reason": "NotFound", "code": 404,'
+    ' "message": "the server could not find the requested resource", "details": {}}'
+)
+
+
+def _api_404(body: str | None) -> ApiException:
+    exc = ApiException(status=404, reason="Not Found")
+    exc.body = body
+    return exc
+
+
+def test_a_404_naming_the_lease_is_lease_not_found() -> None:
+    """Only a named lease whose Status names it is 'not found'; a list's 404 is a StoreError."""
     with pytest.raises(LeaseNotFoundError) as named, api_errors("get", "ns", "job"):
-        raise ApiException(status=404, reason="Not Found")
+        raise _api_404(NOT_FOUND_JOB)
     assert (named.value.namespace, named.value.name) == ("ns", "job")
     assert isinstance(named.value.__cause__, ApiException)
     with pytest.raises(StoreError) as listed, api_errors("list", "ns"):
-        raise ApiException(status=404, reason="Not Found")
+        raise _api_404(NOT_FOUND_JOB)
     assert not isinstance(listed.value, LeaseNotFoundError)
+
+
+@pytest.mark.parametrize(
+    "body", [NOT_SERVED, None, "not json", NOT_FOUND_JOB.replace('"job"', '"x"')]
+)
+def test_a_404_that_names_no_lease_is_transient(body: str | None) -> None:
+    """An API server starting up answers 404 for every custom-resource path: retry, not loss."""
+    with pytest.raises(TransientStoreError) as caught, api_errors("renew", "ns", "job"):
+        raise _api_404(body)
+    assert caught.value.status == 404
+    assert not names_missing_object(body, "job")

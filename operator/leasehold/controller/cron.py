@@ -525,6 +525,11 @@ class CronService:
         for lease in leases:
             if lease is top or lease.name in runs or not lease_is_final(lease.record):
                 continue
+            if self._jobs.earlier_hold_wait(lease) > 0:
+                # A replaced run's worker may still run: its lease (and its
+                # expiry clock) stays until its window has surely ended, so a
+                # Replace that waits for it still sees it.
+                continue
             if not lease.body["metadata"].get("deletionTimestamp"):
                 self._store.delete(namespace, lease.name)
             self._store.drop_finalizer(namespace, lease.name, names.FINALIZER_DOMAIN)

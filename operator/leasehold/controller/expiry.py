@@ -93,6 +93,34 @@ class ExpiryClock:
         first_seen = self.observe(key, version)
         return duration_seconds + self._margin - (self._monotonic() - first_seen)
 
+    def remaining_if_seen(self, key: str, version: str, duration_seconds: float) -> float:
+        """As :meth:`remaining_seconds`, without restarting a clock the watch keeps.
+
+        For readers beside the watch (:meth:`ExpiryWatch.observe` notes each
+        version's first sight). A reader holding another version than the one
+        the watch last noted (a stale cached body, or a write's answer the
+        watch has yet to deliver) is answered the full window and the note is
+        left as it is: noting that version would restart the clock of the
+        version the watch saw, and postpone its reclaim. A lease not seen at
+        all yet is noted now, as :meth:`remaining_seconds` does.
+
+        Args:
+            key: the lease's identity (``namespace/name/uid``).
+            version: the version the reader judges.
+            duration_seconds: the lease's duration.
+
+        Returns:
+            Seconds until the lease at ``version`` has gone unchanged for
+            ``duration + margin`` (``<= 0``: it has); the full window when
+            ``version`` is not the one noted.
+        """
+        seen = self._seen.get(key)
+        if seen is None:
+            return self.remaining_seconds(key, version, duration_seconds)
+        if seen.version != version:
+            return duration_seconds + self._margin
+        return duration_seconds + self._margin - (self._monotonic() - seen.at)
+
     def is_expired(self, key: str, version: str, duration_seconds: float) -> bool:
         """Whether lease ``key`` at ``version`` went unchanged for ``duration + margin``."""
         return self.remaining_seconds(key, version, duration_seconds) <= 0

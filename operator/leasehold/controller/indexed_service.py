@@ -196,7 +196,10 @@ class IndexedJobs:
                     return None  # it moved: its watch event brings the next reconcile
                 service.wrote_lease(suspended.lease)
                 if job.spec.template is not None:
-                    self._delete_pods(namespace, lease.record.job_name, step.index, None)
+                    # The suspended attempt's pod; ended ones stay for `kubectl logs`.
+                    self._delete_pods(
+                        namespace, lease.record.job_name, step.index, None, keep_ended=True
+                    )
                 # Plan again at once: this reconcile's status still counts the
                 # index as active, and the suspend's own watch event is skipped.
                 return 0.0

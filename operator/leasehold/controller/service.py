@@ -259,7 +259,7 @@ class JobService:
             return 0.0
         meta = lease.body.get("metadata") or {}
         key = f"{lease.namespace}/{lease.name}/{meta.get('uid')}"
-        left = self.lease_clock.remaining_seconds(
+        left = self.lease_clock.remaining_if_seen(
             key, str(lease.generation), lease.record.lease_duration_seconds
         )
         if left <= 0:
@@ -271,7 +271,7 @@ class JobService:
             stopped = self._store.stop(lease)
             if isinstance(stopped, Accepted):
                 self._wrote_lease(stopped.lease)
-            return self.lease_clock.remaining_seconds(
+            return self.lease_clock.remaining_if_seen(
                 key, str(stopped.lease.generation), lease.record.lease_duration_seconds
             )
         if body is not None and self._waits_told.get(key) != lease.generation:
@@ -357,7 +357,9 @@ class JobService:
                 return None, None
             raise api_error(exc, f"get LeasedJob {namespace}/{name}") from exc
         if fresh:
-            self.jobs.drop(namespace, name)  # a newer version than the read is kept out
+            # put keeps a newer version a watch event brought meanwhile: dropping
+            # it first would let this older read replace it, and a reconcile
+            # for that newer version would plan on this one.
             self.jobs.put(cast("dict[str, Any]", body))
         return cast("dict[str, Any]", body), _server_time(headers)
 

@@ -112,6 +112,58 @@ def status_error(status: int | None, message: str, action: str) -> StoreError:
     return StoreError(text, status)
 
 
+def names_missing_object(body: bytes | str | None, name: str) -> bool:
+    """Whether a 404's Status body says that the object ``name`` does not exist.
+
+    A 404 whose Status names no object (``details.name`` absent or another
+    name) is not the object's absence: an API server that is starting up, or
+    whose CRD is not served yet, answers "the server could not find the
+    requested resource" for every custom-resource path. Taking that for a
+    deleted lease would kill every worker during an API server restart.
+
+    Args:
+        body: the 404 answer's body (a ``Status`` object as JSON), or ``None``.
+        name: the object's name the request was for.
+
+    Returns:
+        ``True`` when the Status is ``NotFound`` with ``details.name == name``.
+    """
+    try:
+        status = json.loads(body or b"{}")
+    except ValueError:
+        return False
+    if not isinstance(status, dict):
+        return False
+    details = status.get("details")
+    return (
+        status.get("reason") == "NotFound"
+        and isinstance(details, dict)
+        and details.get("name") == name
+    )
+
+
+def not_found_error(body: bytes | str | None, namespace: str, name: str, action: str) -> StoreError:
+    """The error for a 404 answer to a request for the JobLease ``namespace/name``.
+
+    Args:
+        body: the answer's body (a ``Status`` as JSON), or ``None``.
+        namespace: the JobLease's namespace.
+        name: the JobLease's name.
+        action: what was attempted, for the message.
+
+    Returns:
+        :class:`LeaseNotFoundError` when the Status names the lease
+        (:func:`names_missing_object`); else :class:`TransientStoreError`
+        (the path is not served yet: retry).
+    """
+    if names_missing_object(body, name):
+        return LeaseNotFoundError(namespace, name)
+    return TransientStoreError(
+        f"{action} {namespace}/{name}: HTTP 404 naming no JobLease (the API not served yet?)",
+        404,
+    )
+
+
 @contextlib.contextmanager
 def api_errors(action: str, namespace: str, name: str | None = None) -> Iterator[None]:
     """Convert the API and transport errors raised inside the block.
@@ -120,7 +172,8 @@ def api_errors(action: str, namespace: str, name: str | None = None) -> Iterator
         action: what was attempted (``"get"``, ``"claim"``, ...).
         namespace: the object's namespace.
         name: the JobLease's name; ``None`` for a list. With a name, a 404
-            becomes :class:`LeaseNotFoundError`.
+            whose Status names the lease becomes :class:`LeaseNotFoundError`
+            (:func:`not_found_error`).
 
     Raises:
         StoreError: a subclass as :func:`api_error` maps it; urllib3 errors and
@@ -137,7 +190,7 @@ def api_errors(action: str, namespace: str, name: str | None = None) -> Iterator
         yield
     except ApiException as exc:
         if exc.status == 404 and name is not None:
-            raise LeaseNotFoundError(namespace, name) from exc
+            raise not_found_error(exc.body, namespace, name, action) from exc
         raise api_error(exc, f"{action} {target}") from exc
     except (urllib3.exceptions.HTTPError, OSError) as exc:
         raise TransientStoreError(f"{action} {target}: {exc}") from exc

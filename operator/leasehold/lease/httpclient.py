@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from leasehold import names
-from leasehold.lease.errors import LeaseNotFoundError, TransientStoreError, status_error
+from leasehold.lease.errors import TransientStoreError, not_found_error, status_error
 from leasehold.lease.leaseops import LeaseWriter, StoredLease, utcnow
 
 KUBECONFIG_ENV: Final = "KUBECONFIG"
@@ -374,7 +374,7 @@ class HttpLeaseClient(LeaseWriter):
                 raise TransientStoreError(f"{action} {target}: answer is no object")
             return answer
         if status == 404 and name is not None:
-            raise LeaseNotFoundError(namespace, name)
+            raise not_found_error(data, namespace, name, action)
         raise status_error(status, _status_message(data, reason), f"{action} {target}")
 
     def _path(self, namespace: str, name: str | None = None) -> str:

@@ -295,9 +295,11 @@ _LEASE_RULES: Final[list[dict[str, str]]] = [
         f" || ({REARM} && self.suspensions == 0)"
         " || (self.suspensions == oldSelf.suspensions + 1 && self.suspended"
         " && !oldSelf.suspended && has(oldSelf.holderIdentity)"
-        " && !has(self.holderIdentity) && self.fencingToken == oldSelf.fencingToken)",
+        " && !has(self.holderIdentity) && self.fencingToken == oldSelf.fencingToken"
+        " && has(self.lastUncountedToken) && self.lastUncountedToken == self.fencingToken)",
         "message": "spec.suspensions goes up by exactly one, only in the write that suspends a"
-        " held lease (unheld, same token); a new incarnation starts at 0",
+        " held lease (unheld, same token, its token marked as spec.lastUncountedToken);"
+        " a new incarnation starts at 0",
         "fieldPath": ".suspensions",
         "reason": "FieldValueForbidden",
     },

@@ -377,16 +377,17 @@ def hold_may_outlive(record: LeaseRecord, *, reclaimed: bool) -> bool:
 
     Returns:
         ``False`` when the current token's hold surely ended: never claimed,
-        completed, reclaimed, or (a suspended lease) the suspension found it
-        unheld; else ``True``.
+        completed or reclaimed; else ``True`` (held, stopped, released or
+        suspended: its worker may not know yet).
     """
     if record.fencing_token == 0 or record.acquire_time is None:
         return False  # never held (a cron run's lease made ahead of it)
-    if record.completion is not None or reclaimed:
-        return False
-    if record.suspended:
-        return record.last_uncounted_token == record.fencing_token  # a held attempt ended
-    return True
+    # Held, stopped, or suspended: a suspended lease may have ended a hold
+    # (``last_uncounted_token`` marks it since the CRD requires it, but a lease
+    # suspended before that, or stopped then suspended, carries no mark), so
+    # it is waited out too. The wait ends once the lease went unchanged for
+    # its window, which a lease suspended for a while already has.
+    return record.completion is None and not reclaimed
 
 
 def reopen(record: LeaseRecord, *, counted: bool = True) -> Decision:
