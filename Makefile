@@ -67,6 +67,7 @@ lint: venv ## ruff, mypy (strict), import-linter contracts, CRD drift.
 # --dist loadfile keeps a module's tests, and its module fixtures, on one worker.
 # Many tests wait on lease timers, so more workers than cores pays off.
 TEST_WORKERS ?= 3
+PYTEST_SKIP ?=
 PYTEST_XDIST := -n $(TEST_WORKERS) --dist loadfile --durations=40
 
 .PHONY: test-unit
@@ -78,12 +79,12 @@ test-integration: syspkgs-test venv controlplane tools ## Integration + e2e test
 	$(VENV)/bin/pytest $(PYTEST_XDIST) tests/integration tests/e2e
 
 .PHONY: test
-test: test-local ## Everything: lint, unit, integration, e2e, then the kind tier (real nodes).
-	$(MAKE) --no-print-directory test-kind
+test: syspkgs-test venv ## Everything: lint, unit, integration, e2e, the kind tier (real nodes); the model check beside them.
+	hack/test-all.sh
 
 .PHONY: test-local
 test-local: syspkgs-test venv controlplane tools lint ## Lint, unit, integration and e2e tests (no Docker, no kind; TEST_WORKERS=3).
-	$(VENV)/bin/pytest $(PYTEST_XDIST) tests
+	$(VENV)/bin/pytest $(PYTEST_XDIST) tests $(PYTEST_SKIP)
 
 .PHONY: model-check
 model-check: syspkgs-model ## Exhaustive Spin search of the protocol model (model/), then every seeded mutation.
@@ -126,7 +127,7 @@ k9s: syspkgs ## Build k9s from Go modules into the cache (once; slow) and print 
 
 .PHONY: test-kind
 test-kind: venv tools ## The kind tier: the README's Helm quickstart verbatim, then real-node faults, on a kind cluster.
-	$(VENV)/bin/pytest -m kind tests/kind
+	$(VENV)/bin/pytest -m kind --durations=20 tests/kind
 
 ##@ Local cluster
 
