@@ -228,7 +228,7 @@ def test_run_records_the_commands_exit(
 def _gone(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone, or going as it is read
         return True
     return stat.rsplit(")", 1)[1].split()[0] == "Z"  # a zombie no one reaped yet
 

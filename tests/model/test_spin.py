@@ -16,6 +16,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 MODEL = Path(__file__).resolve().parents[2] / "model"
 MUTATIONS = (
     "complete-no-token-check",
@@ -34,6 +36,7 @@ MUTATIONS = (
 """The mutations caught within seconds; ``make model-check`` runs all seventeen."""
 
 
+@pytest.mark.timeout(1800)  # `make test` runs it at nice 19 beside the cluster tiers
 def test_model_holds_and_every_mutation_is_caught() -> None:
     """The correct model has 0 errors; every mutation yields a violation."""
     assert shutil.which("spin") and shutil.which("gcc"), "run hack/syspkgs.sh model"

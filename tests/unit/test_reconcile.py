@@ -468,3 +468,25 @@ def test_a_pod_that_exits_0_without_a_completion_gets_a_warning_naming_leasehold
     assert "hello-1 exited 0" in warning and "leasehold run --" in warning
     assert ended(3) == []  # a crash is an ordinary reclaim
     assert ended(None) == []  # still running when reclaimed (a stall)
+
+
+def test_an_attempt_that_succeeded_before_its_pod_was_seen_bound_still_gets_its_node() -> None:
+    """A short command on a busy operator: the pod watch's memory fills the node in."""
+    done = Completion(FencingToken(1), HolderIdentity("hello-1"), Outcome.SUCCEEDED, NOW)
+    open_attempt = AttemptRecord(fencing_token=1, pod_name="hello-1", start_time=NOW)
+    seen = job().model_copy(update={"status": LeasedJobStatus(attempt_history=[open_attempt])})
+    finished = lease(1, completion=done)
+    assert reconcile.wants_pod_facts(seen, finished)
+    # A success is not judged by its pod: the memory of the pod watch is enough.
+    assert not reconcile.pod_facts_judge_an_end(finished)
+    assert reconcile.pod_facts_judge_an_end(lease(1))  # ended without a completion
+    pods = {1: reconcile.PodFacts(uid="uid-1", node_name="n1", exit_code=0)}
+    plan = reconcile.plan(seen, finished, now=NOW, pod_created_for_holder=True, pods=pods)
+    assert plan.status.phase == Phase.SUCCEEDED
+    assert [(a.node_name, a.pod_uid) for a in plan.status.attempt_history or []] == [
+        ("n1", "uid-1")
+    ]
+    # Once known, nothing more is read (even before the phase is written).
+    filled = plan.status.model_copy(update={"phase": Phase.RUNNING})
+    known = job().model_copy(update={"status": filled})
+    assert not reconcile.wants_pod_facts(known, finished)

@@ -18,7 +18,7 @@ from leasehold.worker.shim import descendants
 def _alive(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone, or going as it is read
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 

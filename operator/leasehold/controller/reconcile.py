@@ -284,13 +284,41 @@ def wants_pod_facts(job: LeasedJob, lease: LeaseRecord | None) -> bool:
         return False
     if status.phase in (Phase.SUCCEEDED, Phase.FAILED):
         return False
+    last = status.attempt_history[-1] if status.attempt_history else None
     if lease.holder_identity is None:
         # An attempt ended (or none ran): its pod tells how (failure rules).
-        done = lease.completion
-        ended = done is None or done.outcome == Outcome.FAILED
-        return ended and lease.fencing_token > lease.base_fencing_token
-    last = status.attempt_history[-1] if status.attempt_history else None
+        if pod_facts_judge_an_end(lease):
+            return True
+        # It succeeded before any reconcile saw its pod bound (a short command
+        # on a busy operator): its pod still tells the node.
+        return (
+            last is not None
+            and last.fencing_token == lease.fencing_token
+            and (last.node_name is None)
+        )
     return last is None or last.fencing_token != lease.fencing_token or last.node_name is None
+
+
+def pod_facts_judge_an_end(lease: LeaseRecord) -> bool:
+    """Whether the pods must be listed to judge how the lease's last attempt ended.
+
+    An unheld lease whose attempt ended without a completion, or with a
+    Failed one, is judged by its pod (failure rules, disruptions): the pods
+    are listed, so a pod already deleted is still told by its last state.
+    Otherwise the pod watch's memory of the pods is enough (it only fills in
+    the attempt's pod UID and node).
+
+    Args:
+        lease: the job's lease record.
+
+    Returns:
+        ``True`` when the pods are to be listed rather than recalled.
+    """
+    if lease.holder_identity is not None:
+        return False
+    done = lease.completion
+    ended = done is None or done.outcome == Outcome.FAILED
+    return ended and lease.fencing_token > lease.base_fencing_token
 
 
 def _end_attempt(

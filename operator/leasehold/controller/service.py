@@ -470,7 +470,15 @@ class JobService:
                 pod_created_for_holder=holder is not None and status.pod_name == holder,
                 elapsed_seconds=self._elapsed(job, server_now),
                 last_reclaim_reason=last_reclaim_reason(lease) if lease else None,
-                pods=self._pod_facts(namespace, name, listed=holder is None) if wanted else None,
+                pods=(
+                    self._pod_facts(
+                        namespace,
+                        name,
+                        listed=record is not None and reconcile.pod_facts_judge_an_end(record),
+                    )
+                    if wanted
+                    else None
+                ),
             )
             if plan.action is not Action.NONE and server_now is None and not fresh:
                 return self._reconcile(namespace, name, fresh=True)
