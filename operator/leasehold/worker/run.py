@@ -85,7 +85,9 @@ KILL_ALLOWANCE_SECONDS: Final = 0.5
 """The kill starts this long before the local deadline, so that the command is
 dead and reaped (not merely signalled) when the deadline comes: the shim must
 be scheduled to kill the tree and exit. On a CI machine running three test
-workers on two cores that took 0.14-0.31 s; 0.1 s fell short."""
+workers on two cores that took 0.14-0.31 s; 0.1 s fell short. If the shim has
+not exited halfway through, the wrapper sends the group ``SIGKILL`` itself
+(on a machine at load 10 the shim took 0.7-0.9 s, past the deadline)."""
 
 FORWARDED_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
 
@@ -222,25 +224,36 @@ class _Child:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, signum)
 
-    def kill_tree(self) -> None:
+    def kill_tree(self, by: float | None = None) -> None:
         """Have the shim ``SIGKILL`` the command and all its descendants; wait for it.
 
-        The group gets ``SIGKILL`` if the shim does not exit within
-        :data:`SHIM_EXIT_SECONDS` (it is stopped, or was killed itself).
+        The group gets ``SIGKILL`` from here if the shim does not exit within
+        :data:`SHIM_EXIT_SECONDS` (it is stopped, was killed itself, or is not
+        scheduled on a busy node), or by ``by``, whichever comes first.
+
+        Args:
+            by: a ``time.monotonic()`` instant by which the tree must be
+                signalled whatever the shim does (a local deadline's kill);
+                ``None``: only :data:`SHIM_EXIT_SECONDS` bounds the wait.
         """
         self._close_watch()
         deadline = time.monotonic() + SHIM_EXIT_SECONDS
+        if by is not None:
+            deadline = min(deadline, by)
         while not self.exited() and time.monotonic() < deadline:
             time.sleep(0.002)
         if not self.exited():
             self.signal_group(signal.SIGKILL)
 
-    def reap(self) -> int:
+    def reap(self, by: float | None = None) -> int:
         """Kill what is left of the command's tree, reap the shim, return its returncode.
 
         The returncode is the command's: the shim exits as the command did.
+
+        Args:
+            by: as for :meth:`kill_tree`.
         """
-        self.kill_tree()
+        self.kill_tree(by)
         returncode = self.process.wait()
         self._reaped = True
         return returncode
@@ -364,7 +377,11 @@ class _Runner:
             while not child.exited() and time.monotonic() < kill_at:
                 time.sleep(min(0.01, max(0.0, kill_at - time.monotonic())))
         escalated = not child.exited()
-        returncode = child.reap()  # SIGKILL to the group, then reap
+        # The shim sweeps the tree (descendants that left the group too); if it
+        # is not scheduled in time, the group's SIGKILL is sent from here
+        # halfway through the allowance, so the command dies before the deadline.
+        by = None if deadline is None else deadline - KILL_ALLOWANCE_SECONDS / 2
+        returncode = child.reap(by)  # SIGKILL to the tree, then reap
         stopped = time.monotonic()
         log.error(
             "command stopped (%s%s) %.3f s after the loss was noticed%s",
