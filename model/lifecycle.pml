@@ -33,7 +33,7 @@
 #define RENEWS 1   /* renewals per worker */
 #endif
 #define MAXATT 2   /* spec.maxAttempts of each incarnation */
-#define NUID 6     /* pod UIDs 1..NUID-1 */
+#define NUID 6     /* pod UIDs 1..NUID-1 (W8 and the Clock's EXPIRE list them: 1..5) */
 #define NTOK 6     /* pod names <job>-1 .. <job>-(NTOK-1) */
 #define NOBODY 9   /* owner of a pod no job created */
 #define UNSEEN 255
