@@ -3,12 +3,14 @@
 #
 # Usage: model/check.sh [quick|deep|mutations]
 #   quick  bitstate search (a 2^26-bit table, 8 MB) of every scenario together, then
-#          each seeded mutation: Spin must report its violation (default)
+#          each seeded mutation (a bitstate search): Spin must report its
+#          violation (default)
 #   deep   exhaustive searches (-DCOLLAPSE), one per scenario (the protocol
-#          alone, then with each of the user scenarios), with bounds
-#          MODEL_DEEP (Spin -D flags), up to MODEL_MEMLIM_MB (default 6000) of
-#          memory each, then the mutations
-#   mutations  only the seeded mutations
+#          alone, then with each of the user scenarios) and a few more, with
+#          bounds MODEL_DEEP (Spin -D flags; default the model's own, RENEWS=1
+#          D=4 TMAX=9), up to MODEL_MEMLIM_MB (default 6000) of memory each,
+#          then the mutations, each an exhaustive search at the same bounds
+#   mutations  only the seeded mutations, as in deep
 # MODEL_MUTATIONS (space-separated names) limits the mutations run; unset: all.
 # Prints one line per run: name, verdict, states stored, seconds.
 # Exit 1 when the correct model has an error or a mutation is not caught.
@@ -68,49 +70,73 @@ run() {
 }
 
 failed=0
+# The bounds of the exhaustive searches: the model's defaults (RENEWS=1 D=4
+# TMAX=9), written out.
+deep="${MODEL_DEEP:--DRENEWS=1 -DD=4 -DTMAX=9}"
+exact="-DCOLLAPSE -DMEMLIM=${MODEL_MEMLIM_MB:-6000}"
 if [[ "$mode" == mutations ]]; then
   :
 elif [[ "$mode" == deep ]]; then
   # Exhaustive: -DCOLLAPSE stores each state as indices into per-process
-  # tables (exact: no hash compaction or bitstate loss). One search per
-  # scenario (each exhaustive at the bounds), so that each fits in memory
-  # and minutes; together they cover every scenario at the bounds, not
-  # their combinations (those are in the bitstate search and the
-  # mutations). Bounds: MODEL_DEEP (Spin -D flags); docs/architecture.md
-  # gives the figures of each run.
-  deep="${MODEL_DEEP:--DRENEWS=1 -DD=3 -DTMAX=6}"
+  # tables (exact: no hash compaction or bitstate loss); a search that hits
+  # -DMEMLIM or the depth bound is reported incomplete and fails. One search
+  # per scenario (the protocol alone, then with each user scenario) at the
+  # bounds MODEL_DEEP, then the protocol with two renewals per worker, and
+  # the pair of scenarios whose interaction the model once found wanting
+  # (suspend and excuse). docs/architecture.md gives the figures of each.
   for scenario in "" S_RECREATE S_REPLACE S_FOREIGN S_HANDOVER S_SUSPEND S_EXCUSE; do
     # shellcheck disable=SC2086
-    PAN_W="${PAN_W:-26}" run "correct${scenario:+-${scenario#S_}}" ok \
-      "-DCOLLAPSE -DMEMLIM=${MODEL_MEMLIM_MB:-6000}" -- $deep ${scenario:+-D$scenario}
+    PAN_W="${PAN_W:-27}" run "correct${scenario:+-${scenario#S_}}" ok "$exact" -- $deep ${scenario:+-D$scenario}
   done
+  # shellcheck disable=SC2086
+  PAN_W="${PAN_W:-27}" run correct-RENEWS2 ok "$exact" -- $(sed 's/-DRENEWS=[0-9]*//' <<<"$deep") -DRENEWS=2
+  # shellcheck disable=SC2086
+  PAN_W="${PAN_W:-27}" run correct-SUSPEND-EXCUSE ok "$exact" -- $deep -DS_SUSPEND -DS_EXCUSE
 else
   PAN_W=26 run correct ok "-DBITSTATE" -- $all
 fi
-# Each invariant's seeded bugs: the scenario that exposes it, and the mutation.
-run complete-no-token-check caught "-DBITSTATE" -- -DCOMPLETE_NO_TOKEN_CHECK
-run complete-twice caught "-DBITSTATE" -- -DCOMPLETE_TWICE
-run rearm-resets-token caught "-DBITSTATE" -- -DS_RECREATE -DREARM_RESETS_TOKEN
-run target-no-fence caught "-DBITSTATE" -- -DTARGET_NO_FENCE
-run stop-by-name caught "-DBITSTATE" -- -DS_RECREATE -DSTOP_BY_NAME
-run no-local-deadline caught "-DBITSTATE" -- -DNO_LOCAL_DEADLINE
-run deadline-from-reply caught "-DBITSTATE" -- -DDEADLINE_FROM_REPLY
-# A larger bit table (128 MB): at 2^27 bits the search missed it after the
-# window ghosts (invariant 8) grew the state vector (58 M states, 0 errors).
-PAN_W="${PAN_W:-30}" run reclaim-no-precondition caught "-DBITSTATE" -- -DRENEWS=2 -DRECLAIM_NO_PRECONDITION
-run adopt-any caught "-DBITSTATE" -- -DS_FOREIGN -DADOPT_ANY
-run no-uid-check caught "-DBITSTATE" -- -DS_REPLACE -DNO_UID_CHECK
-run renew-binds caught "-DBITSTATE" -- -DS_FOREIGN -DS_REPLACE -DRENEW_BINDS
-# The suspend and excuse mutations at smaller bounds (their counterexamples
-# are short; at the default bounds the depth-first search takes minutes to
-# reach them).
-run claim-suspended caught "-DBITSTATE" -- -DS_SUSPEND -DTMAX=2 -DCLAIM_SUSPENDED
-run suspend-no-cap caught "-DBITSTATE" -- -DS_SUSPEND -DD=2 -DTMAX=2 -DSUSPEND_NO_CAP
-run excuse-while-held caught "-DBITSTATE" -- -DS_EXCUSE -DEXCUSE_WHILE_HELD
-run excuse-twice caught "-DBITSTATE" -- -DS_EXCUSE -DD=3 -DTMAX=4 -DEXCUSE_TWICE
-# A take-over or resume that makes the lease claimable at once, while the
-# worker the operator stopped or suspended may still write (what the
-# exhaustive search found; the code waits: JobService.earlier_hold_wait).
-run no-hold-wait-recreate caught "-DBITSTATE" -- -DS_RECREATE -DTMAX=3 -DNO_HOLD_WAIT
-run no-hold-wait-suspend caught "-DBITSTATE" -- -DS_SUSPEND -DTMAX=3 -DNO_HOLD_WAIT
+# Each invariant's seeded bugs: name, the scenario that exposes it and the
+# mutation (Spin -D flags), then what the quick mode adds (smaller bounds
+# where the bitstate search reaches the counterexample sooner; PAN_W=n: a
+# larger bit table). In the deep and mutations modes each is an exhaustive
+# search at the bounds of the deep searches (MODEL_DEEP): the search that
+# finds no error in the correct model finds the mutation's.
+mutations=(
+  "complete-no-token-check|-DCOMPLETE_NO_TOKEN_CHECK|"
+  "complete-twice|-DCOMPLETE_TWICE|"
+  "rearm-resets-token|-DS_RECREATE -DREARM_RESETS_TOKEN|"
+  "target-no-fence|-DTARGET_NO_FENCE|"
+  "stop-by-name|-DS_RECREATE -DSTOP_BY_NAME|"
+  "no-local-deadline|-DNO_LOCAL_DEADLINE|"
+  "deadline-from-reply|-DDEADLINE_FROM_REPLY|"
+  # In the quick mode with a larger bit table (128 MB) and two renewals: at
+  # 2^27 bits the bitstate search once missed it.
+  "reclaim-no-precondition|-DRECLAIM_NO_PRECONDITION|-DRENEWS=2 PAN_W=30"
+  "adopt-any|-DS_FOREIGN -DADOPT_ANY|"
+  "no-uid-check|-DS_REPLACE -DNO_UID_CHECK|"
+  "renew-binds|-DS_FOREIGN -DS_REPLACE -DRENEW_BINDS|"
+  "claim-suspended|-DS_SUSPEND -DCLAIM_SUSPENDED|-DTMAX=2"
+  "suspend-no-cap|-DS_SUSPEND -DSUSPEND_NO_CAP|-DD=2 -DTMAX=2"
+  "excuse-while-held|-DS_EXCUSE -DEXCUSE_WHILE_HELD|"
+  "excuse-twice|-DS_EXCUSE -DEXCUSE_TWICE|-DD=3 -DTMAX=4"
+  # A take-over or resume that makes the lease claimable at once, while the
+  # worker the operator stopped or suspended may still write (what the
+  # exhaustive search found; the code waits: JobService.earlier_hold_wait).
+  "no-hold-wait-recreate|-DS_RECREATE -DNO_HOLD_WAIT|-DTMAX=3"
+  "no-hold-wait-suspend|-DS_SUSPEND -DNO_HOLD_WAIT|-DTMAX=3"
+)
+for m in "${mutations[@]}"; do
+  IFS='|' read -r name flags quick <<<"$m"
+  if [[ "$mode" == quick ]]; then
+    w=27 spinq=()
+    for f in $quick; do
+      if [[ "$f" == PAN_W=* ]]; then w="${f#PAN_W=}"; else spinq+=("$f"); fi
+    done
+    # shellcheck disable=SC2086
+    PAN_W="$w" run "$name" caught "-DBITSTATE" -- $flags "${spinq[@]}"
+  else
+    # shellcheck disable=SC2086
+    PAN_W="${PAN_W:-27}" run "$name" caught "$exact" -- $deep $flags
+  fi
+done
 exit "$failed"

@@ -33,7 +33,7 @@
 #define RENEWS 1   /* renewals per worker */
 #endif
 #define MAXATT 2   /* spec.maxAttempts of each incarnation */
-#define NUID 6     /* pod UIDs 1..NUID-1 */
+#define NUID 6     /* pod UIDs 1..NUID-1 (W8 and the Clock's EXPIRE list them: 1..5) */
 #define NTOK 6     /* pod names <job>-1 .. <job>-(NTOK-1) */
 #define NOBODY 9   /* owner of a pod no job created */
 #define UNSEEN 255
@@ -102,9 +102,19 @@ byte pending_stop = 0;  /* a deleted incarnation's stop, not yet delivered */
 byte pod_uid[NTOK];
 byte uid_owner[NUID];
 bool killed[NUID];
-byte w_dl[NUID];      /* ghost: each worker's local deadline (0: no window yet) */
-byte w_tok[NUID];     /* ghost: the token of each worker's window */
 byte next_uid = 1;
+
+/* Each worker's state that other steps than its own must put in canonical
+ * form (the Clock when a window closes, the User when it kills a pod), by
+ * UID; the rest (requests and writes in flight) is the Worker's own. */
+byte w_dl[NUID];      /* its local deadline, real ticks; 0: no open window
+                       * (also the ghost of invariant 8) */
+byte w_tok[NUID];     /* ghost: the token of its open window, 0: none */
+bool w_rnw[NUID];     /* it renews (a pod the operator created, or one
+                       * replaced under such a name); set when it starts */
+byte w_ren[NUID];     /* renewals done (a round trip ended) */
+bool w_wr[NUID];      /* its guarded effect started (one per worker) */
+bool w_cs[NUID];      /* its completion was sent */
 
 /* Operator replicas: one leads (peering); each has its own view. */
 byte leader = 0;
@@ -132,91 +142,145 @@ byte g_unc = 0;        /* attempts of this incarnation that use no budget */
 
 inline bump() { o_stale[0] = true; o_stale[1] = true; o_jok[0] = false; o_jok[1] = false }
 
-proctype Worker(byte uid; byte tok; bool renewing) {
-  byte dl = 0;          /* local deadline (real ticks); 0: no window yet */
-  byte sent, renews = 0;
-  byte w_i = 0;
-  bool ok, wlate, wpend = false, wdup = false, wrote = false, cpend = false, csent = false;
-  do
-  :: atomic { renewing && !killed[uid] && renews < RENEWS && !csent -> renews++; sent = now };
-       /* (A lost request is the same as one never sent: not modelled twice.) */
-       atomic {   /* the renew request lands: LeaseStore.renew */
-         ok = (l_held && l_tok == tok && UID_OK(uid));
-         if
-         :: ok -> assert(l_lut != tok);   /* inv 6 */
-              RENEW_BIND(uid); bump()
-         :: else -> sent = 0
-         fi
-       }
-       if
-       :: atomic { ok ->   /* the reply arrives: Renewer, worker/timing.py */
-#ifdef DEADLINE_FROM_REPLY
-            sent = now;
-#endif
-            if :: dl = sent + D - WM :: dl = sent + D - WM + E fi;
-            /* inv 8: one worker per token at a time: no other live pod has an
-             * open window under this token (a pod replaced under its name,
-             * whose process still runs, must not get one) */
-            w_i = 1;
-            do
-            :: w_i < NUID -> assert(w_i == uid || w_tok[w_i] != tok || killed[w_i] || w_dl[w_i] < now); w_i++
-            :: else -> break
-            od;
-            w_i = 0; w_dl[uid] = dl; w_tok[uid] = tok;
-            ok = false; sent = 0 }
-       :: atomic { ok -> ok = false; sent = 0 }   /* the reply is lost */
-       :: !ok
-       fi
-  :: atomic { !killed[uid] && !wrote && dl != 0 && !csent && IN_WINDOW(dl) ->
-       wpend = true; wrote = true;   /* the guarded effect starts (its lease check) */
-       /* ghost: the worker is past its deadline, or a newer token was issued */
-       wlate = ((now > dl) || max_issued > tok) }
-  :: wpend ->   /* the write lands at the fenced target, maybe twice */
-       atomic {
-#ifndef TARGET_NO_FENCE
-         if :: tok >= t_max ->
-#endif
-              assert(tok >= g_tmax);                    /* inv 3 */
-              assert(!(wlate && max_issued > tok));     /* inv 5 */
-              if :: tok > t_max -> t_max = tok :: else -> skip fi;
-              if :: tok > g_tmax -> g_tmax = tok :: else -> skip fi
-#ifndef TARGET_NO_FENCE
-         :: else -> skip
-         fi
-#endif
-       }
-       if :: wpend = false :: !wdup -> wdup = true fi
-  :: wpend -> wpend = false   /* the write is lost */
-  :: !killed[uid] && !csent && (dl != 0 || !renewing) && (!renewing || IN_WINDOW(dl))
-     -> csent = true; cpend = true
-  :: cpend ->   /* the completion lands: LeaseStore.complete */
-       atomic {
-#ifdef COMPLETE_NO_TOKEN_CHECK
-         ok = (l_held && l_ctok == 0 && (l_huid == uid || l_huid == 0));
+/* Reduction: a worker that can start nothing more (no renewal, no guarded
+ * effect, no completion: it was killed, sent its completion, or renews and
+ * has no open window, no renewal left and none in flight) has its
+ * bookkeeping (renewals done, effect started, completion sent) put to one
+ * value, the values that keep it so. These three are read only by the
+ * guards of those starts, each of which is false either way: renew needs
+ * !killed, !w_cs and a renewal left; the effect needs !killed, !w_cs and an
+ * open window; the completion needs !killed, !w_cs and, for a renewing
+ * worker, an open window. Its requests, writes and completions in flight
+ * are not touched (they still land), nor is its window ghost. */
+inline wfin(i) {
+  if
+  :: killed[i] || w_cs[i] || (w_rnw[i] && w_dl[i] == 0 && w_ren[i] >= RENEWS) ->
+       w_ren[i] = RENEWS; w_wr[i] = true; w_cs[i] = true
+  :: else -> skip
+  fi
+}
+
+/* Reduction: a window that closed (w_dl < now: the worker's own guards need
+ * now <= w_dl, and invariant 8 counts a window open only while
+ * now <= w_dl) is the same as no window: w_dl and its ghost token go to 0
+ * at the tick that closes it (0 < now from the first tick on, and no window
+ * opens before it: a deadline is at least 1). Not under NO_LOCAL_DEADLINE,
+ * whose worker writes after its deadline (and marks the write late by it). */
+#ifdef NO_LOCAL_DEADLINE
+#define EXPIRE(i) skip
 #else
-         ok = (l_held && l_tok == tok && l_huid == uid && l_ctok == 0);
+#define EXPIRE(i) if :: w_dl[i] != 0 && w_dl[i] < now -> w_dl[i] = 0; w_tok[i] = 0; wfin(i) :: else -> skip fi
 #endif
+/* Reduction: the operator's watch time counts only through
+ * now >= o_seen_t + D + OM - E (the expiry and QUIET); once that holds it
+ * holds at every later tick, so the exact time is dropped: 0 satisfies it
+ * from then on (now >= D + OM - E already). A real 0 seen then is past the
+ * bound as well: the same class. UNSEEN stays. */
+#define SEEN_PAST(r) if :: o_seen_t[r] != UNSEEN && now >= o_seen_t[r] + D + OM - E -> o_seen_t[r] = 0 :: else -> skip fi
+
+/* inv 8's check for the worker uid getting a window under tok: worker i is
+ * uid itself, or not under tok, or killed, or its window closed */
+#define W8(i) (i == uid || w_tok[i] != tok || killed[i] || w_dl[i] < now)
+
+/* Reduction: every step is one atomic statement from the loop's top (the
+ * original's guard-then-effect steps and its local choices after a landing
+ * kept the pod at an inner control point: a state of its own, though only
+ * this pod's later steps read what it decided). A renewal's three steps
+ * (request sent, request lands, reply arrives or is lost) are kept apart, as
+ * before, by rp; while one is in flight the pod takes no other step (as in
+ * the original, whose renewal was one sequence inside one loop branch). The
+ * pod never ends: a pod that ends is one that takes no further step, which
+ * every state here still allows (the loop's top is a valid end state). */
+proctype Worker(byte uid; byte tok) {
+  byte sent = 0;        /* the renew request's start (real ticks) while in flight */
+  byte rp = 0;          /* renewal: 0 none in flight, 1 request sent, 2 reply in flight */
+  /* Reduction: wlate and wdup are read only while wpend; they go back to
+   * false with it. sent and rp go back to 0 when the round trip ends. */
+  bool wlate = false, wpend = false, wdup = false, cpend = false;
+end:
+  do
+  :: atomic { rp == 0 && w_rnw[uid] && !killed[uid] && w_ren[uid] < RENEWS && !w_cs[uid] ->
+       sent = now; rp = 1 }
+       /* (A lost request is the same as one never sent: not modelled twice.) */
+  :: atomic { rp == 1 ->   /* the renew request lands: LeaseStore.renew */
+       if
+       :: l_held && l_tok == tok && UID_OK(uid) ->
+            assert(l_lut != tok);   /* inv 6 */
+            RENEW_BIND(uid); bump(); rp = 2
+       :: else ->
+            sent = 0; rp = 0;
+            if :: w_ren[uid] < RENEWS -> w_ren[uid]++ :: else -> skip fi; wfin(uid)
+       fi }
+  :: atomic { rp == 2 ->   /* the reply arrives: Renewer, worker/timing.py */
+#ifdef DEADLINE_FROM_REPLY
+       sent = now;
+#endif
+       /* inv 8: one worker per token at a time: no other live pod has an
+        * open window under this token (a pod replaced under its name,
+        * whose process still runs, must not get one) */
+       assert(W8(1) && W8(2) && W8(3) && W8(4) && W8(5));
+       /* (A killed pod's window is never read: its guards need !killed, and
+        * invariant 8 passes it; kept at 0.) */
+       if
+       :: !killed[uid] ->
+            if :: w_dl[uid] = sent + D - WM :: w_dl[uid] = sent + D - WM + E fi;
+            w_tok[uid] = tok
+       :: else -> skip
+       fi;
+       sent = 0; rp = 0;
+       if :: w_ren[uid] < RENEWS -> w_ren[uid]++ :: else -> skip fi; wfin(uid) }
+  :: atomic { rp == 2 ->   /* the reply is lost */
+       sent = 0; rp = 0;
+       if :: w_ren[uid] < RENEWS -> w_ren[uid]++ :: else -> skip fi; wfin(uid) }
+  :: atomic { rp == 0 && !killed[uid] && !w_wr[uid] && w_dl[uid] != 0 && !w_cs[uid] && IN_WINDOW(w_dl[uid]) ->
+       wpend = true; w_wr[uid] = true;   /* the guarded effect starts (its lease check) */
+       /* ghost: the worker is past its deadline, or a newer token was issued */
+       wlate = ((now > w_dl[uid]) || max_issued > tok) }
+  :: atomic { rp == 0 && wpend ->   /* the write lands at the fenced target, maybe twice */
+#ifndef TARGET_NO_FENCE
+       if :: tok >= t_max ->
+#endif
+            assert(tok >= g_tmax);                    /* inv 3 */
+            assert(!(wlate && max_issued > tok));     /* inv 5 */
+            if :: tok > t_max -> t_max = tok :: else -> skip fi;
+            if :: tok > g_tmax -> g_tmax = tok :: else -> skip fi
+#ifndef TARGET_NO_FENCE
+       :: else -> skip
+       fi;
+#endif
+       if :: wpend = false; wdup = false; wlate = false :: !wdup -> wdup = true fi }
+  :: atomic { rp == 0 && wpend -> wpend = false; wdup = false; wlate = false }   /* the write is lost */
+  :: atomic { rp == 0 && !killed[uid] && !w_cs[uid] && (w_dl[uid] != 0 || !w_rnw[uid]) &&
+       (!w_rnw[uid] || IN_WINDOW(w_dl[uid])) ->
+       w_cs[uid] = true; cpend = true; wfin(uid) }
+  :: atomic { rp == 0 && cpend ->   /* the completion lands: LeaseStore.complete */
+       if
 #ifdef COMPLETE_TWICE
-         ok = (l_held && l_tok == tok && l_huid == uid);
+       :: l_held && l_tok == tok && l_huid == uid ->
+#elif defined(COMPLETE_NO_TOKEN_CHECK)
+       :: l_held && l_ctok == 0 && (l_huid == uid || l_huid == 0) ->
+#else
+       :: l_held && l_tok == tok && l_huid == uid && l_ctok == 0 ->
 #endif
-         if
-         :: ok ->
-              completions[l_inc]++;
-              assert(tok == l_tok && uid_owner[uid] == l_inc && completions[l_inc] <= 1); /* inv 1 */
-              assert(l_lut != tok);   /* inv 6 */
-              l_ctok = tok; bump()
-         :: else -> skip
-         fi;
-         ok = false
-       }
-       if :: cpend = false :: skip fi   /* delivered once, or again later */
-  :: cpend -> cpend = false             /* lost */
-  :: !wpend && !cpend -> break          /* the pod ends */
+            completions[l_inc]++;
+            assert(tok == l_tok && uid_owner[uid] == l_inc && completions[l_inc] <= 1); /* inv 1 */
+            assert(l_lut != tok);   /* inv 6 */
+            l_ctok = tok; bump()
+       :: else -> skip
+       fi;
+       if :: cpend = false :: skip fi }   /* delivered once, or again later */
+  :: atomic { rp == 0 && cpend -> cpend = false }   /* lost */
   od
 }
 
+/* Reduction: as the Worker's, every step is one atomic statement from the
+ * loop's top (the original's "cpod -> atomic {...}" stopped at a state of
+ * its own between the guard, true until this replica's own step makes it
+ * false, and the effect). ct (the claimed token) goes back to 0 once its
+ * pod is created and bound or released (nothing reads it until the next
+ * claim sets it); cinc and buid likewise. */
 proctype Operator(byte r) {
-  byte ct, cinc, buid;
+  byte ct = 0, cinc = 0, buid = 0;
   bool jpend = false, cpod = false, bpend = false;
   do
   :: atomic { leader == r && o_stale[r] ->   /* the lease watch: ExpiryClock.observe */
@@ -227,6 +291,10 @@ proctype Operator(byte r) {
        l_held = false; l_huid = 0; l_cap = l_tok; bump() }
 #endif
   :: atomic { leader == r && job_uid != 0 && l_inc != job_uid && !cpod && HOLD_ENDED(r) ->   /* LeaseStore.rearm */
+       /* Reduction: completions[] is read only at l_inc, and l_inc never
+        * comes back to an incarnation it left (0, then 1, then 2): the count
+        * of the one it leaves is dropped. */
+       completions[l_inc] = 0;
        l_inc = job_uid; l_held = false; l_huid = 0; l_ctok = 0;
 #ifdef REARM_RESETS_TOKEN
        l_tok = 0;
@@ -237,11 +305,18 @@ proctype Operator(byte r) {
        next_uid < NUID - 1 && UNSUSPENDED ->
        /* LeaseStore.claim (push mode), then the pod */
        l_tok++; l_held = true; l_huid = 0; bump();
+       /* Reduction: l_rtok, j_stok and l_lut are read only as "== l_tok"
+        * (HOLD_MAY_OUTLIVE, the excuse's guard; inv 6's "l_lut != tok" is
+        * checked only where tok == l_tok, or after inv 1 already failed) and
+        * "l_lut < l_tok" (the excuse); each is at most the old l_tok, below
+        * the new one, and l_tok never goes down (but under
+        * REARM_RESETS_TOKEN, whose next claim fails inv 2 right here), so
+        * 0 is the same value to every later read. */
+       l_rtok = 0; j_stok = 0; l_lut = 0;
        assert(l_tok > max_issued);   /* inv 2 */
        assert(!l_susp);              /* inv 7 */
        max_issued = l_tok; ct = l_tok; cinc = l_inc; cpod = true }
-  :: cpod ->   /* create pod <job>-<ct>: reconcile._create_pod; 409 adopted only if ours */
-       atomic {
+  :: atomic { cpod ->   /* create pod <job>-<ct>: reconcile._create_pod; 409 adopted only if ours */
          if
          :: pod_uid[ct] != 0 ->
               if
@@ -256,19 +331,19 @@ proctype Operator(byte r) {
                       :: else -> skip fi
               fi
          :: else ->
-              pod_uid[ct] = next_uid; uid_owner[next_uid] = cinc;
-              run Worker(next_uid, ct, true);
+              pod_uid[ct] = next_uid; uid_owner[next_uid] = cinc; w_rnw[next_uid] = true;
+              run Worker(next_uid, ct);
               buid = next_uid; next_uid++; bpend = true
          fi;
-         cpod = false; cinc = 0
-       }
-  :: bpend -> atomic {   /* LeaseStore.bind */
+         cpod = false; cinc = 0;
+         if :: !bpend -> ct = 0 :: else -> skip fi }
+  :: atomic { bpend ->   /* LeaseStore.bind */
        if :: l_held && l_tok == ct && l_huid == 0 -> l_huid = buid; bump() :: else -> skip fi;
-       bpend = false; buid = 0 }
+       bpend = false; buid = 0; ct = 0 }
   :: atomic { leader == r && !jpend && l_held && l_ctok == 0 && o_seen_t[r] != UNSEEN &&
        now >= o_seen_t[r] + D + OM - E ->   /* expired: ExpiryClock.expired */
        o_jok[r] = !o_stale[r]; jpend = true }
-  :: jpend -> atomic {   /* LeaseStore.reclaim: resourceVersion precondition */
+  :: atomic { jpend ->   /* LeaseStore.reclaim: resourceVersion precondition */
        if
 #ifdef RECLAIM_NO_PRECONDITION
        :: l_held && l_ctok == 0 ->
@@ -315,7 +390,10 @@ proctype Operator(byte r) {
        l_cap++; l_lut = l_tok; g_unc++; bump();
        assert(g_unc + l_base <= l_tok) }   /* inv 4: only attempts that ran */
 #endif
-  :: pending_stop != 0 -> atomic {   /* LeaseStore.stop of a deleted incarnation */
+  /* (One stop request, delivered once: the original's guard outside the
+   * atomic let two replicas both take it and the second land it with
+   * pending_stop already 0, a request nobody sent.) */
+  :: atomic { pending_stop != 0 ->   /* LeaseStore.stop of a deleted incarnation */
        if
 #ifndef STOP_BY_NAME
        :: l_inc == pending_stop ->
@@ -336,10 +414,15 @@ proctype Operator(byte r) {
 }
 
 /* Users and the cluster: delete and recreate the job, replace a pod under
- * its name, pre-create a pod under the next name. */
+ * its name, pre-create a pod under the next name.
+ * Reduction: the User never ends (the original could end at any point, a
+ * copy of every later state with the User gone; a User that ends is one
+ * that takes no further step, which every state here allows), and n, a
+ * temporary, goes back to 0 in the step that used it. */
 proctype User() {
   bool recreated = false, replaced = false, foreign = false, suspended = false;
-  byte n;
+  byte n = 0;
+end:
   do
 #ifdef S_RECREATE
   :: atomic { job_uid == 1 && !recreated -> job_phase[1] = DELETED; job_uid = 0; pending_stop = 1; job_susp = false }
@@ -354,24 +437,44 @@ proctype User() {
   :: atomic { !replaced && l_tok > 0 && pod_uid[l_tok] != 0 && next_uid < NUID ->   /* kubectl replace --force */
        /* the old pod's object is gone; its process may still run (a node
         * that does not hear of the deletion) or be killed at once */
-       n = l_tok; if :: killed[pod_uid[n]] = true :: skip fi;
+       n = l_tok;
+       if
+       :: killed[pod_uid[n]] = true;
+          /* a killed pod's window is read by nobody (its own guards need
+           * !killed; invariant 8 passes it): closed, and its bookkeeping
+           * canonical (wfin) */
+          w_dl[pod_uid[n]] = 0; w_tok[pod_uid[n]] = 0; wfin(pod_uid[n])
+       :: skip
+       fi;
        uid_owner[next_uid] = uid_owner[pod_uid[n]];
-       pod_uid[n] = next_uid; replaced = true;
-       run Worker(next_uid, n, true); next_uid++ }
+       pod_uid[n] = next_uid; replaced = true; w_rnw[next_uid] = true;
+       run Worker(next_uid, n); next_uid++; n = 0 }
 #endif
 #ifdef S_FOREIGN
+  /* a pod the operator did not create: it does not renew (w_rnw false), so
+   * it has no window and starts no effect; its renewal count and effect
+   * flag are set to what wfin would give (never read for it) */
   :: atomic { !foreign && l_tok + 1 < NTOK && pod_uid[l_tok + 1] == 0 && next_uid < NUID ->
        n = l_tok + 1; pod_uid[n] = next_uid; uid_owner[next_uid] = NOBODY; foreign = true;
-       run Worker(next_uid, n, false); next_uid++ }
+       w_ren[next_uid] = RENEWS; w_wr[next_uid] = true;
+       run Worker(next_uid, n); next_uid++; n = 0 }
 #endif
-  :: break
+  :: false   /* (no scenario: nothing to do) */
   od
 }
 
+/* Reduction: a tick is one atomic step (the original's "now < TMAX ->
+ * now++" held the Clock between guard and increment, a state of its own),
+ * and the Clock does not end at TMAX (it just has no step left: the
+ * original's copy of every state at TMAX, with the Clock ended, is gone).
+ * The tick also drops what it made unreadable: closed windows (EXPIRE) and
+ * watch times past the expiry bound (SEEN_PAST). */
 active proctype Clock() {
+end:
   do
-  :: now < TMAX -> now++
-  :: now == TMAX -> break
+  :: atomic { now < TMAX -> now++;
+       EXPIRE(1); EXPIRE(2); EXPIRE(3); EXPIRE(4); EXPIRE(5);
+       SEEN_PAST(0); SEEN_PAST(1) }
   od
 }
 
