@@ -208,11 +208,13 @@ def test_completion_that_lands_before_the_deadline_stop_wins(
     # worker's completion is sent right before the service's stop write, so
     # it lands first, as when a worker finishes just as the deadline fires.
     service = JobService(api_client)
-    create_job(api_client, namespace, "race", None, lease_seconds=30, activeDeadlineSeconds=1)
+    # The deadline leaves time to create and claim the lease on a busy machine
+    # (at 1 s a slow first reconcile already found it passed and closed the lease).
+    create_job(api_client, namespace, "race", None, lease_seconds=30, activeDeadlineSeconds=4)
     service.reconcile(namespace, "race")  # creates the lease
     claimed = store.claim(namespace, "race", "pool-1")
     assert isinstance(claimed, Accepted)
-    time.sleep(2.5)  # past the deadline (the Date header has one-second resolution)
+    time.sleep(5.5)  # past the deadline (the Date header has one-second resolution)
     stop = service.store.stop
 
     def completion_first(judged: StoredLease) -> Any:
