@@ -321,7 +321,11 @@ def test_a_hung_renew_is_given_up_at_its_timeout_and_tried_again(
         (first, timeout1), (second, timeout2) = store.renews[:2]
         assert timeout1 is not None and timeout1 <= 0.25
         assert timeout2 is not None and timeout2 <= 0.25
-        assert second - first == pytest.approx(0.25, abs=EPSILON)  # at once, not at the deadline
+        # Tried again at once when the timeout gave it up: not at the next
+        # renewal (0.5 s) nor at the deadline. (The first request's own stamp
+        # may come late on a busy machine: the timeout runs from the attempt's
+        # start, so the gap can be shorter than 0.25 s, never longer.)
+        assert second - first <= 0.25 + EPSILON
     finally:
         holder.release()
 
