@@ -113,6 +113,15 @@ def _renewed(env: dict[str, str], job: str) -> tuple[int, datetime] | None:
     return int(spec["fencingToken"]), _time(spec["renewTime"])
 
 
+def _helm_upgrade(env: dict[str, str], values_flag: str, values: Path) -> None:
+    """``helm upgrade`` the chart's release with ``values_flag`` and ``-f values``; wait for it."""
+    run(
+        env,
+        *("helm", "upgrade", "leasehold", "deploy/helm/leasehold", "-n", OPERATOR_NAMESPACE),
+        *(values_flag, "-f", str(values), "--wait", "--timeout=5m"),
+    )
+
+
 @pytest.fixture
 def ha_env(operator_env: dict[str, str], tmp_path: Path) -> Iterator[dict[str, str]]:
     env = operator_env
@@ -123,20 +132,7 @@ def ha_env(operator_env: dict[str, str], tmp_path: Path) -> Iterator[dict[str, s
     )
     for job in ("ha-remote", "ha-local"):
         run(env, "kubectl", "-n", NAMESPACE, "delete", "ljob", job, "--ignore-not-found")
-    run(
-        env,
-        "helm",
-        "upgrade",
-        "leasehold",
-        "deploy/helm/leasehold",
-        "-n",
-        OPERATOR_NAMESPACE,
-        "--reuse-values",
-        "-f",
-        str(values),
-        "--wait",
-        "--timeout=5m",
-    )
+    _helm_upgrade(env, "--reuse-values", values)
     try:
         yield env
     finally:
@@ -149,20 +145,7 @@ def ha_env(operator_env: dict[str, str], tmp_path: Path) -> Iterator[dict[str, s
         # cluster: the release is put back to one replica only for a cluster
         # that stays (KEEP=1), which saves the rollout's wait (~40 s) otherwise.
         if os.environ.get("KEEP"):
-            run(
-                env,
-                "helm",
-                "upgrade",
-                "leasehold",
-                "deploy/helm/leasehold",
-                "-n",
-                OPERATOR_NAMESPACE,
-                "--reset-values",
-                "-f",
-                str(before),
-                "--wait",
-                "--timeout=5m",
-            )
+            _helm_upgrade(env, "--reset-values", before)
 
 
 def test_standby_takes_over_from_a_frozen_node_and_reclaims_nothing_early(

@@ -525,7 +525,7 @@ class CronService:
         for lease in leases:
             if lease is top or lease.name in runs or not lease_is_final(lease.record):
                 continue
-            if self._jobs.earlier_hold_wait(lease) > 0:
+            if self._jobs.hold_window_left(lease) > 0:
                 # A replaced run's worker may still run: its lease (and its
                 # expiry clock) stays until its window has surely ended, so a
                 # Replace that waits for it still sees it.

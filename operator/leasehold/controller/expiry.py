@@ -90,7 +90,9 @@ class ExpiryClock:
         A ``version`` other than the one last seen is noted now, so the answer is
         then the full window.
         """
-        first_seen = self.observe(key, version)
+        return self._left(self.observe(key, version), duration_seconds)
+
+    def _left(self, first_seen: float, duration_seconds: float) -> float:
         return duration_seconds + self._margin - (self._monotonic() - first_seen)
 
     def remaining_if_seen(self, key: str, version: str, duration_seconds: float) -> float:
@@ -119,7 +121,7 @@ class ExpiryClock:
             return self.remaining_seconds(key, version, duration_seconds)
         if seen.version != version:
             return duration_seconds + self._margin
-        return duration_seconds + self._margin - (self._monotonic() - seen.at)
+        return self._left(seen.at, duration_seconds)
 
     def is_expired(self, key: str, version: str, duration_seconds: float) -> bool:
         """Whether lease ``key`` at ``version`` went unchanged for ``duration + margin``."""

@@ -173,6 +173,12 @@ class OwnWrites:
             return False
 
 
+def _clock_key(lease: StoredLease) -> str:
+    """The lease's key on the expiry judge's clock: ``namespace/name/uid``."""
+    meta = lease.body.get("metadata") or {}
+    return f"{lease.namespace}/{lease.name}/{meta.get('uid')}"
+
+
 class JobService:
     """Reconcile LeasedJobs and reclaim their leases, with one API client.
 
@@ -255,13 +261,8 @@ class JobService:
             Seconds left (``0.0`` when the earlier hold surely ended or its
             window has passed).
         """
-        if not hold_may_outlive(lease.record, reclaimed=last_reclaim_reason(lease) is not None):
-            return 0.0
-        meta = lease.body.get("metadata") or {}
-        key = f"{lease.namespace}/{lease.name}/{meta.get('uid')}"
-        left = self.lease_clock.remaining_if_seen(
-            key, str(lease.generation), lease.record.lease_duration_seconds
-        )
+        key = _clock_key(lease)
+        left = self.hold_window_left(lease)
         if left <= 0:
             self._waits_told.pop(key, None)
             return 0.0
@@ -292,6 +293,27 @@ class JobService:
             left,
         )
         return left
+
+    def hold_window_left(self, lease: StoredLease) -> float:
+        """Seconds until the earlier hold of ``lease`` has surely ended; no write, no Event.
+
+        What :meth:`earlier_hold_wait` waits for, read alone (a cron job asks
+        it before it prunes a replaced run's lease).
+
+        Args:
+            lease: the lease as read.
+
+        Returns:
+            ``0.0`` when the hold surely ended
+            (:func:`~leasehold.lease.protocol.hold_may_outlive`), else the
+            seconds left of its window on the expiry judge's clock (``<= 0``:
+            passed).
+        """
+        if not hold_may_outlive(lease.record, reclaimed=last_reclaim_reason(lease) is not None):
+            return 0.0
+        return self.lease_clock.remaining_if_seen(
+            _clock_key(lease), str(lease.generation), lease.record.lease_duration_seconds
+        )
 
     def wrote_lease(self, lease: StoredLease) -> None:
         """Note a lease version this operator wrote (its watch event needs no reconcile)."""
