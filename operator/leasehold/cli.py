@@ -93,6 +93,8 @@ def _cmd_operator(args: argparse.Namespace) -> int:
         overrides["standalone"] = False
     if args.priority is not None:
         overrides["priority"] = args.priority
+    if args.peering_lifetime_seconds is not None:
+        overrides["peering_lifetime_seconds"] = args.peering_lifetime_seconds
     if args.reconcile_workers is not None:
         overrides["reconcile_workers"] = args.reconcile_workers
     if args.log_level:
@@ -176,6 +178,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="run with Kopf peering under this name (HA: one active replica); default: standalone",
     )
     p_op.add_argument("--priority", type=int, help="peering priority of this replica")
+    p_op.add_argument(
+        "--peering-lifetime-seconds",
+        type=int,
+        metavar="S",
+        help="HA: a replica silent this long is taken over by a standby (15-3600, default 60)",
+    )
     p_op.add_argument(
         "--reconcile-workers",
         type=int,

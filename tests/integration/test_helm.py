@@ -181,7 +181,13 @@ def test_chart_lints_strictly(helm: Helm, values: Path | None) -> None:
 
 
 def test_schema_rejects_unknown_and_invalid_values(helm: Helm) -> None:
-    for bad in ("replica=2", "image.tags=x", "metrics.serviceMonitor.intervall=1m", "replicas=-1"):
+    for bad in (
+        "replica=2",
+        "image.tags=x",
+        "metrics.serviceMonitor.intervall=1m",
+        "replicas=-1",
+        "peeringLifetimeSeconds=5",
+    ):
         result = helm("template", "x", str(CHART), "--set", bad, check=False)
         assert result.returncode != 0, f"--set {bad} was accepted"
         assert "values don't meet the specifications of the schema" in result.stderr, result.stderr
@@ -306,6 +312,10 @@ def test_ha_pods_get_distinct_peering_priorities(helm: Helm, tmp_path: Path) -> 
     container = find(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
     args = container["args"]
     assert args[args.index("--peering") + 1] == "lh-leasehold"
+    assert args[args.index("--peering-lifetime-seconds") + 1] == "60"
+    quick = helm.template("lh", "ns", "-f", str(CI_VALUES), "--set", "peeringLifetimeSeconds=20")
+    quick_args = find(quick, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert quick_args[quick_args.index("--peering-lifetime-seconds") + 1] == "20"
     assert find(docs, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
     deployment = find(docs, "Deployment")["spec"]
     # No surge: with a required anti-affinity and as many nodes as replicas, a

@@ -10,7 +10,8 @@ replica's node is frozen (``docker pause``). Two jobs run meanwhile:
   reclaim carries the resourceVersion it judged, so a renewal since refuses
   it). It succeeds under token 1.
 * ``ha-local``: its worker runs on the frozen node. The standby takes over
-  once the frozen replica's peering entry is older than Kopf's lifetime (60 s),
+  once the frozen replica's peering entry is older than its lifetime (the
+  chart's ``peeringLifetimeSeconds``, 20 s here; 60 s by default),
   reclaims the lease (only after it expired: no renewal for its duration)
   and runs attempt 2 on its own node.
 
@@ -46,11 +47,13 @@ from tests.kind.kube import (
 pytestmark = [pytest.mark.kind, pytest.mark.timeout(15 * 60)]
 
 LEASE_SECONDS = 10
-REMOTE_SECONDS = 120
-"""How long ha-remote works: past the take-over (~60-75 s) and the unfreeze after it."""
+PEERING_LIFETIME_SECONDS = 20
+REMOTE_SECONDS = 80
+"""How long ha-remote works: past the take-over (~25-45 s after the freeze) and the unfreeze."""
 
-HA_VALUES = """
+HA_VALUES = f"""
 replicas: 2
+peeringLifetimeSeconds: {PEERING_LIFETIME_SECONDS}
 affinity:
   podAntiAffinity:
     requiredDuringSchedulingIgnoredDuringExecution:
@@ -155,6 +158,9 @@ def test_standby_takes_over_from_a_frozen_node_and_reclaims_nothing_early(
     active = wait("two operator replicas peering", 120, lambda: _active(env))
     standby = next(p for p in operator_pods(env) if p["name"] != active["name"])
     assert active["node"] != standby["node"]
+    # The chart's value reached Kopf: each replica announces it in its peering entry.
+    lifetimes = {name: entry.get("lifetime") for name, entry in _peers(env).items()}
+    assert set(lifetimes.values()) == {PEERING_LIFETIME_SECONDS}, lifetimes
     print(f"active {active}, standby {standby}")
 
     # ha-remote on the standby's node, ha-local on the active one's (cordon the other).
@@ -191,6 +197,7 @@ def test_standby_takes_over_from_a_frozen_node_and_reclaims_nothing_early(
     )
     took_over_after = time.monotonic() - frozen_at
     assert second["node"] == standby["node"]
+
     history = {
         a["fencingToken"]: a for a in get(env, "ljob", "ha-local")["status"]["attemptHistory"]
     }

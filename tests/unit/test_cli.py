@@ -22,3 +22,13 @@ def test_an_unknown_log_level_is_a_usage_error(capsys: pytest.CaptureFixture[str
         main(["operator", "--log-level", "bogus"])
     assert exited.value.code == 2
     assert "invalid choice: 'BOGUS'" in capsys.readouterr().err
+
+
+def test_a_peering_lifetime_below_kopfs_keepalive_floor_is_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Kopf touches a peering entry 5-10 s before its lifetime ends: under 15 s
+    # a live replica could be judged dead between two keep-alives.
+    code = main(["operator", "--peering", "x", "--peering-lifetime-seconds", "5"])
+    assert code == 2
+    assert "invalid setting peering_lifetime_seconds" in capsys.readouterr().err

@@ -43,6 +43,7 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     settings.peering.mandatory = not runtime.settings.standalone
     settings.peering.name = runtime.settings.peering_name
     settings.peering.priority = runtime.settings.priority
+    settings.peering.lifetime = runtime.settings.peering_lifetime_seconds
     await runtime.start()
     metrics.serve(runtime.settings.metrics_port)
     log.info(

@@ -49,6 +49,15 @@ class OperatorSettings(BaseSettings):
     priority: int = 0
     """This replica's peering priority (the highest active one works)."""
 
+    peering_lifetime_seconds: int = Field(default=60, ge=15, le=3600)
+    """How long a replica's peering entry counts as alive after its last
+    keep-alive (Kopf's ``settings.peering.lifetime``; each replica touches its
+    entry 5-10 s before this runs out). It bounds an HA take-over: a standby
+    starts working this long after the active replica froze or died. Leases
+    are safe either way (a reclaim is judged on the standby's own clock and
+    guarded by the lease's resourceVersion); a shorter lifetime only makes the
+    take-over sooner, at one more peering write per replica and lifetime."""
+
     reconcile_workers: int = Field(default=16, ge=1, le=256)
     """Threads running reconciles and reclaims (blocking API calls) at once.
     A burst of expiries is taken back this many at a time."""
