@@ -402,21 +402,24 @@ class JobService:
         self.own_writes.record("JobLease", lease.namespace, lease.name, lease.resource_version)
         self.leases.put(lease.body)
 
-    def _get_lease(self, namespace: str, name: str) -> StoredLease | None:
-        """The job's lease: from :attr:`leases` when it holds it (or holds all), else a GET.
+    def _cached_lease(self, namespace: str, name: str) -> StoredLease | None:
+        """The job's lease as :attr:`leases` holds it; ``None``: a miss, not yet confirmed.
 
         A stale body is caught by the write it leads to (``test`` ops,
-        ``resourceVersion``), which re-reads.
+        ``resourceVersion``), which re-reads. A miss is confirmed by
+        :meth:`_confirmed_lease` before anything but the lease's create is
+        planned on it: the watch's first LIST may still be on its way through
+        the event loop, and a job cancelled "before any attempt" must not be
+        judged so while its lease exists. The create needs no such read: it
+        is its own check (an existing lease answers 409, read then).
         """
-        lease_name = reconcile.lease_name(name)
-        cached = self.leases.get(namespace, lease_name)
-        if cached is not None:
-            return to_stored(cached)
-        # A miss is confirmed with a GET: the watch's first LIST may still be on
-        # its way through the event loop, and a job cancelled "before any
-        # attempt" must not be judged so while its lease exists.
+        cached = self.leases.get(namespace, reconcile.lease_name(name))
+        return to_stored(cached) if cached is not None else None
+
+    def _confirmed_lease(self, namespace: str, name: str) -> StoredLease | None:
+        """The job's lease read with a GET (a cache miss confirmed); ``None``: none exists."""
         try:
-            return self._store.get(namespace, lease_name)
+            return self._store.get(namespace, reconcile.lease_name(name))
         except LeaseNotFoundError:
             return None
 
@@ -474,14 +477,15 @@ class JobService:
                 return self._reconcile(namespace, name, fresh=True)
             plan = self.indexed.reconcile(job, body, self._elapsed(job, server_now))
             return self._after_finish(job, body, plan, server_now)
-        lease = self._get_lease(namespace, name)
-        if lease is not None:
-            self._release_domain_if_namespace_goes(lease)
-            if lease.record.job_name != name:  # an index lease of job <name minus -i>
-                self._report_lease_name_taken(job, body, lease)
-                return None
+        lease = self._cached_lease(namespace, name)
+        miss_confirmed = lease is not None
         status = job.status or LeasedJobStatus()
-        for _ in range(4):
+        for _ in range(5):
+            if lease is not None:
+                self._release_domain_if_namespace_goes(lease)
+                if lease.record.job_name != name:  # an index lease of job <name minus -i>
+                    self._report_lease_name_taken(job, body, lease)
+                    return None
             holder = lease.record.holder_identity if lease else None
             record = lease.record if lease else None
             wanted = reconcile.wants_pod_facts(job, record)
@@ -504,14 +508,16 @@ class JobService:
             )
             if plan.action is not Action.NONE and server_now is None and not fresh:
                 return self._reconcile(namespace, name, fresh=True)
+            if not miss_confirmed and plan.action is not Action.CREATE_LEASE:
+                miss_confirmed = True
+                lease = self._confirmed_lease(namespace, name)
+                continue  # plan again on what the GET found
+            miss_confirmed = True  # the create is its own check
             try:
                 plan = self._carry_out(job, body, lease, plan)
             except _LeaseMoved as moved:
                 lease = moved.lease  # e.g. a completion landed before our stop: it wins
-                if lease.record.job_name != name:  # our create met another job's index lease
-                    self._report_lease_name_taken(job, body, lease)
-                    return None
-                continue
+                continue  # its job name is checked at the loop's top
             break
         else:
             raise TransientStoreError(f"reconcile {namespace}/{name}: lease kept moving")
@@ -754,7 +760,7 @@ class JobService:
         cap lowered to the current token. A job created again under the same
         name takes the lease over (:meth:`LeaseStore.rearm`).
         """
-        lease = self._get_lease(namespace, name)
+        lease = self._cached_lease(namespace, name) or self._confirmed_lease(namespace, name)
         if lease is None:
             return
         self._release_domain_if_namespace_goes(lease)
