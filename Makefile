@@ -169,3 +169,8 @@ chaos-kind: venv tools porcupine ## The chaos run on the kind cluster: node free
 bench: venv controlplane tools ## Benchmarks vs a raw compare-and-swap baseline; writes bench/results.md (~9 min; QUICK=1: ~2 min).
 	@test -x $(VENV)/bin/py-spy || $(VENV)/bin/pip install --quiet py-spy
 	$(PY) -m bench $(if $(QUICK),--quick)
+
+.PHONY: bench-kind
+bench-kind: venv tools ## LeasedJob vs batch/v1 Job on the kind cluster KIND_CLUSTER, real pods (BENCH_JOBS=20,200); writes build/bench-kind.md.
+	$(MAKE) --no-print-directory kind-up kind-load
+	PYTHONPATH=hack $(PY) -m bench.kind --cluster $(KIND_CLUSTER) --jobs $(or $(BENCH_JOBS),20)

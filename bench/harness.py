@@ -16,11 +16,11 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from kubernetes import client, config
 
@@ -36,7 +36,6 @@ from bench.stats import (
 )
 from leasehold import names
 from leasehold.lease.store import LeaseStore, format_time
-from localcluster import LocalCluster
 from operatorproc import OperatorProcess
 
 REPO: Final = Path(__file__).resolve().parents[1]
@@ -402,12 +401,39 @@ def rss_mb(pid: int) -> float:
 # The run
 
 
+class HasPid(Protocol):
+    """A running process (``localcluster.Process`` or a pid found on a kind node)."""
+
+    @property
+    def pid(self) -> int:
+        """Its process id on this machine."""
+        ...
+
+
+class Cluster(Protocol):
+    """What a run needs of its cluster: a kubeconfig and its control plane's processes.
+
+    ``localcluster.LocalCluster`` is one; :class:`bench.kind.KindCluster` is
+    the other (its processes run in node containers, seen from this host).
+    """
+
+    @property
+    def kubeconfig(self) -> Path:
+        """The cluster's admin kubeconfig file."""
+        ...
+
+    @property
+    def processes(self) -> Mapping[str, HasPid]:
+        """Component name (``kube-apiserver``, ``etcd``, ...) -> its process."""
+        ...
+
+
 @dataclass
 class Harness:
     """One run's cluster, admin client, CPU meter, load record and notes.
 
     Attributes:
-        cluster: the started local control plane.
+        cluster: the started cluster (a local control plane, or kind).
         workdir: scratch folder (operator logs, profiles).
         sizes: how much to measure.
         admin: an admin ApiClient (set-up, scrapes, checks; never timed).
@@ -418,7 +444,7 @@ class Harness:
         notes: lines for the report's notes.
     """
 
-    cluster: LocalCluster
+    cluster: Cluster
     workdir: Path
     sizes: Sizes
     admin: Any = field(init=False)

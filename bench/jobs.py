@@ -20,6 +20,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Final, cast
 
 from kubernetes import client, watch
@@ -125,17 +126,37 @@ def grant_worker_rights(h: Harness, ns: str) -> None:
     client.RbacAuthorizationV1Api(h.admin).create_namespaced_role_binding(ns, cast(Any, binding))
 
 
-def pod_template(command: list[str]) -> dict[str, Any]:
-    """A pod template running ``command`` in one container (the image is ignored locally)."""
-    return {
-        "spec": {
-            "restartPolicy": "Never",
-            "containers": [{"name": "worker", "image": "local", "command": command}],
-        }
+@dataclass(frozen=True)
+class PodShape:
+    """What both kinds' pods run in: the image and the service account.
+
+    Attributes:
+        image: the container image (the pod runner ignores it; on kind, the
+            built ``leasehold`` image, which has ``sh`` and ``leasehold run``).
+        service_account: the pods' ServiceAccount (``None``: the namespace's
+            default, bound to the worker role by :func:`grant_worker_rights`).
+    """
+
+    image: str = "local"
+    service_account: str | None = None
+
+
+LOCAL_PODS: Final = PodShape()
+"""The pod runner's pods (local processes)."""
+
+
+def pod_template(command: list[str], pods: PodShape = LOCAL_PODS) -> dict[str, Any]:
+    """A pod template running ``command`` in one container of ``pods``' image."""
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": [{"name": "worker", "image": pods.image, "command": command}],
     }
+    if pods.service_account:
+        spec["serviceAccountName"] = pods.service_account
+    return {"spec": spec}
 
 
-def batch_job(name: str) -> dict[str, Any]:
+def batch_job(name: str, pods: PodShape = LOCAL_PODS) -> dict[str, Any]:
     """A batch/v1 Job running the benchmark's command once."""
     return {
         "apiVersion": "batch/v1",
@@ -143,12 +164,12 @@ def batch_job(name: str) -> dict[str, Any]:
         "metadata": {"name": name},
         "spec": {
             "backoffLimit": 0,
-            "template": pod_template(["sh", "-c", SLEEP]),
+            "template": pod_template(["sh", "-c", SLEEP], pods),
         },
     }
 
 
-def leased_job(name: str) -> dict[str, Any]:
+def leased_job(name: str, pods: PodShape = LOCAL_PODS) -> dict[str, Any]:
     """A LeasedJob running the benchmark's command under ``leasehold run``."""
     return {
         "apiVersion": names.API_VERSION,
@@ -157,7 +178,7 @@ def leased_job(name: str) -> dict[str, Any]:
         "spec": {
             "leaseDurationSeconds": LEASE_SECONDS,
             "maxAttempts": 1,
-            "template": pod_template(["leasehold", "run", "--", "sh", "-c", SLEEP]),
+            "template": pod_template(["leasehold", "run", "--", "sh", "-c", SLEEP], pods),
         },
     }
 
@@ -214,8 +235,14 @@ def watch_pods(
             break
 
 
-def measure(h: Harness, ns: str, kind: str, n: int, tag: str) -> dict[str, Any]:
-    """Create ``n`` jobs of ``kind`` at once and time each one's create -> done."""
+def measure(
+    h: Harness, ns: str, kind: str, n: int, tag: str, shape: PodShape = LOCAL_PODS
+) -> dict[str, Any]:
+    """Create ``n`` jobs of ``kind`` (one of :data:`KINDS`) in ``shape``'s pods at once; time each.
+
+    Returns:
+        One row as :func:`run` describes it.
+    """
     batch = kind == KINDS[0]
     prefix = f"{'b' if batch else 'l'}{tag}-"
     job_names = [f"{prefix}{i}" for i in range(n)]
@@ -246,10 +273,10 @@ def measure(h: Harness, ns: str, kind: str, n: int, tag: str) -> dict[str, Any]:
         batch_api, custom = local.api
         created[name] = time.monotonic()
         if batch:
-            batch_api.create_namespaced_job(ns, batch_job(name))
+            batch_api.create_namespaced_job(ns, batch_job(name, shape))
         else:
             custom.create_namespaced_custom_object(
-                G, V, ns, names.PLURAL_LEASED_JOBS, leased_job(name)
+                G, V, ns, names.PLURAL_LEASED_JOBS, leased_job(name, shape)
             )
 
     with concurrent.futures.ThreadPoolExecutor(min(n, 16)) as pool:
@@ -367,12 +394,25 @@ def _gets(requests: Counter[str], exclude: Sequence[str] = BACKGROUND) -> float:
     )
 
 
-def section(rows: Sequence[dict[str, Any]]) -> list[str]:
-    """The Markdown lines of the LeasedJob vs batch/v1 Job section."""
+LOCAL_SETTING: Final = "Same local control plane, same pod runner"
+
+
+def section(
+    rows: Sequence[dict[str, Any]],
+    title: str = "LeasedJob vs batch/v1 Job",
+    setting: str = LOCAL_SETTING,
+) -> list[str]:
+    """The Markdown lines of the LeasedJob vs batch/v1 Job section.
+
+    Args:
+        rows: :func:`run`'s rows.
+        title: the section's heading.
+        setting: what both kinds ran on, opening the section's first sentence.
+    """
     lines = [
-        "## LeasedJob vs batch/v1 Job",
+        f"## {title}",
         "",
-        f"Same local control plane, same pod runner, same command (`sh -c '{SLEEP}'`; the"
+        f"{setting}, same command (`sh -c '{SLEEP}'`; the"
         f" LeasedJob's under `leasehold run`, `leaseDurationSeconds: {LEASE_SECONDS}`),"
         " n jobs created at once by 16 threads; done = the Job's `Complete` condition /"
         " the LeasedJob's `Succeeded` phase, seen through a watch. Requests: the API"

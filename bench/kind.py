@@ -1,0 +1,250 @@
+"""LeasedJob against batch/v1 Job on kind: real kubelets, real containers, the chart's operator.
+
+Why this module exists: issue 18 asks for the LeasedJob-vs-Job comparison
+"also on kind with real pods". ``bench/jobs.py`` measures it on a local
+control plane with the pod runner playing the kubelet; here the same
+:func:`bench.jobs.measure` runs against a kind cluster (``make kind-up``):
+the Job's pods are made by kind's real job controller, the LeasedJob's by
+the operator the Helm chart installed, and both run the same command in the
+same built image (``leasehold:0.1.0``) under the chart's worker
+ServiceAccount, on the same kubelets. The processes measured (the API
+server, etcd, the controller manager and the operator) run in the node
+containers and are read from this host's ``/proc``.
+
+``python -m bench.kind [--cluster NAME] [--jobs 20,200] [--rounds 2]`` (or
+``make bench-kind``) prints the section and writes it to ``--output``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from kubernetes import client
+
+from bench.harness import QUICK, REPO, Harness, log
+from bench.jobs import KINDS, PodShape, measure, section
+from chaos.kind import kind_env
+
+NAMESPACE: Final = "bench-kind"
+OPERATOR_NAMESPACE: Final = "leasehold-system"
+OPERATOR_SELECTOR: Final = "app.kubernetes.io/component=operator"
+SHAPE: Final = PodShape(image="leasehold:0.1.0", service_account="leasehold-worker")
+"""Both kinds' pods: the built image and the chart's worker ServiceAccount."""
+CONTROL_PLANE: Final = ("kube-apiserver", "etcd", "kube-controller-manager")
+
+
+@dataclass(frozen=True)
+class NodeProcess:
+    """A process running in a kind node container, as this host sees it."""
+
+    pid: int
+
+
+@dataclass
+class KindCluster:
+    """A kind cluster as :class:`bench.harness.Harness` sees it (a ``bench.harness.Cluster``).
+
+    Attributes:
+        kubeconfig: its admin kubeconfig (``kind export kubeconfig``).
+        processes: component name -> its process on this host: the control
+            plane's (:data:`CONTROL_PLANE`) and ``operator``.
+    """
+
+    kubeconfig: Path
+    processes: Mapping[str, NodeProcess] = field(default_factory=dict)
+
+
+def _sh(env: Mapping[str, str], *argv: str, timeout: float = 600) -> str:
+    """Run ``argv`` in ``env`` from the repository; return stdout.
+
+    Raises:
+        RuntimeError: it failed (the message carries its stderr).
+    """
+    done = subprocess.run(
+        argv, env=dict(env), cwd=REPO, capture_output=True, text=True, timeout=timeout
+    )
+    if done.returncode:
+        raise RuntimeError(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr[-2000:]}")
+    return done.stdout
+
+
+def install_chart(env: Mapping[str, str]) -> None:
+    """Install the chart (or add :data:`NAMESPACE` to its watched namespaces); wait for it.
+
+    Raises:
+        RuntimeError: helm or kubectl failed.
+    """
+    subprocess.run(  # AlreadyExists is fine
+        ["kubectl", "create", "namespace", NAMESPACE], env=dict(env), capture_output=True
+    )
+    watched: list[str] = []
+    status = subprocess.run(
+        ["helm", "get", "values", "leasehold", "-n", OPERATOR_NAMESPACE, "-o", "json"],
+        env=dict(env),
+        capture_output=True,
+        text=True,
+    )
+    if status.returncode == 0:
+        watched = list((json.loads(status.stdout or "{}") or {}).get("watchNamespaces") or [])
+    if status.returncode == 0 and (not watched or NAMESPACE in watched):
+        log(f"the chart's operator already watches {NAMESPACE}")
+    else:
+        spaces = ",".join([*watched, NAMESPACE])
+        log(f"helm upgrade --install leasehold, watching {spaces}")
+        _sh(
+            env,
+            *("helm", "upgrade", "--install", "leasehold", "deploy/helm/leasehold"),
+            *("-n", OPERATOR_NAMESPACE, "--create-namespace", "--reuse-values"),
+            *("--set", f"watchNamespaces={{{spaces}}}", "--wait", "--timeout=5m"),
+        )
+    _sh(
+        env,
+        *("kubectl", "-n", OPERATOR_NAMESPACE, "rollout", "status", "deployment"),
+        *("-l", OPERATOR_SELECTOR, "--timeout=300s"),
+    )
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:  # gone, or not ours to read
+        return []
+
+
+def _in_container(pid: int, container_ids: Mapping[str, str]) -> str | None:
+    """The node (of ``container_ids``: node -> container ID) whose cgroup holds ``pid``."""
+    try:
+        cgroup = Path(f"/proc/{pid}/cgroup").read_text()
+    except OSError:
+        return None
+    return next((node for node, cid in container_ids.items() if cid in cgroup), None)
+
+
+def find_processes(env: Mapping[str, str], cluster: str) -> dict[str, NodeProcess]:
+    """Find the kind cluster's control plane and operator among this host's processes.
+
+    A process is the cluster's when its cgroup names one of the cluster's node
+    containers, so a local control plane running beside it is never mistaken
+    for it.
+
+    Returns:
+        :data:`CONTROL_PLANE` names and ``operator`` -> their processes.
+
+    Raises:
+        RuntimeError: a component was not found, or found twice (two operator
+            replicas: the comparison wants one).
+    """
+    nodes = _sh(env, "kind", "get", "nodes", "--name", cluster).split()
+    ids = {node: _sh(env, "docker", "inspect", "-f", "{{.Id}}", node).strip() for node in nodes}
+    found: dict[str, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        argv = _cmdline(int(entry))
+        if not argv or not argv[0]:
+            continue
+        name = Path(argv[0]).name
+        if name not in CONTROL_PLANE and not (
+            "operator" in argv[1:3] and any(Path(a).name == "leasehold" for a in argv[:2])
+        ):
+            continue
+        if _in_container(int(entry), ids) is None:
+            continue
+        found.setdefault(name if name in CONTROL_PLANE else "operator", []).append(int(entry))
+    for name in (*CONTROL_PLANE, "operator"):
+        pids = found.get(name, [])
+        if len(pids) != 1:
+            raise RuntimeError(
+                f"{name}: want one process in the kind cluster's nodes, found {pids}"
+            )
+    return {name: NodeProcess(pids[0]) for name, pids in found.items()}
+
+
+def _clean(env: Mapping[str, str]) -> None:
+    """Delete both kinds' jobs in :data:`NAMESPACE`; wait until their pods are gone."""
+    for resource in ("jobs.batch", "leasedjobs.leasehold.dev"):
+        _sh(env, "kubectl", "-n", NAMESPACE, "delete", resource, "--all", "--wait=true")
+    deadline = time.monotonic() + 300
+    while _sh(env, "kubectl", "-n", NAMESPACE, "get", "pods", "-o", "name").strip():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"pods of {NAMESPACE} still there after 300 s")
+        time.sleep(1)
+
+
+def run(cluster: str, counts: tuple[int, ...], rounds: int, workdir: Path) -> list[dict[str, Any]]:
+    """Measure both kinds ``rounds`` times at each size in ``counts`` on the kind ``cluster``.
+
+    Returns:
+        :func:`bench.jobs.run`'s rows.
+
+    Raises:
+        RuntimeError: the cluster, chart or a component is missing.
+    """
+    env = kind_env(cluster, workdir / "kubeconfig")
+    install_chart(env)
+    kind = KindCluster(workdir / "kubeconfig", find_processes(env, cluster))
+    found = ", ".join(f"{name} pid {p.pid}" for name, p in kind.processes.items())
+    log(f"kind cluster {cluster}: {found}")
+    h = Harness(kind, workdir, QUICK)
+    client.CoreV1Api(h.admin).read_namespace(NAMESPACE)
+    _clean(env)
+    rows: list[dict[str, Any]] = []
+    for n in counts:
+        for r in range(rounds):
+            order = KINDS if r % 2 == 0 else tuple(reversed(KINDS))
+            for which in order:
+                h.note_load(f"kind jobs {which} x{n} round {r + 1}")
+                log(f"kind: {n} x {which}, round {r + 1}")
+                rows.append(measure(h, NAMESPACE, which, n, f"r{r}n{n}", SHAPE))
+                _clean(env)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the options, run, print and write the section; returns the exit code."""
+    parser = argparse.ArgumentParser(prog="python -m bench.kind", description=__doc__)
+    parser.add_argument("--cluster", default=os.environ.get("KIND_CLUSTER", "kind"))
+    parser.add_argument("--jobs", default="20", help="jobs created at once, per size (20,200)")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds per size and kind")
+    parser.add_argument("--output", type=Path, default=REPO / "build" / "bench-kind.md")
+    args = parser.parse_args(argv)
+    counts = tuple(int(x) for x in args.jobs.split(","))
+    started = time.monotonic()
+    load = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="leasehold-bench-kind-") as tmp:
+        rows = run(args.cluster, counts, args.rounds, Path(tmp))
+    lines = section(
+        rows,
+        title="LeasedJob vs batch/v1 Job on kind (real pods)",
+        setting=(
+            f"Same kind cluster `{args.cluster}` (kind's job controller for Jobs, the Helm"
+            " chart's operator for LeasedJobs), same image (`leasehold:0.1.0`), same worker"
+            " ServiceAccount, same kubelets"
+        ),
+    )
+    lines += [
+        "",
+        f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())},"
+        f" {time.monotonic() - started:.0f} s; load average at its start"
+        f" {load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f}.",
+    ]
+    text = "\n".join(lines)
+    print(text)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(text + "\n")
+    log(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
