@@ -79,7 +79,7 @@ test-integration: syspkgs-test venv controlplane tools ## Integration + e2e test
 	$(VENV)/bin/pytest $(PYTEST_XDIST) tests/integration tests/e2e
 
 .PHONY: test
-test: syspkgs-test venv ## Everything: lint, unit, integration, e2e, the kind tier (real nodes); the model check beside them.
+test: syspkgs-test venv ## Everything: lint, unit, integration, e2e, the kind tier (real nodes); the model check beside the kind tier.
 	hack/test-all.sh
 
 .PHONY: test-local

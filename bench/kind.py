@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -199,15 +200,49 @@ def run(cluster: str, counts: tuple[int, ...], rounds: int, workdir: Path) -> li
     client.CoreV1Api(h.admin).read_namespace(NAMESPACE)
     _clean(env)
     rows: list[dict[str, Any]] = []
+    # Job names new to the namespace: a JobLease outlives its job (the name's
+    # fencing domain), and a LeasedJob named as an earlier one takes its lease
+    # over instead of creating one, a different path with other requests.
+    run_id = secrets.token_hex(2)
     for n in counts:
         for r in range(rounds):
             order = KINDS if r % 2 == 0 else tuple(reversed(KINDS))
             for which in order:
                 h.note_load(f"kind jobs {which} x{n} round {r + 1}")
                 log(f"kind: {n} x {which}, round {r + 1}")
-                rows.append(measure(h, NAMESPACE, which, n, f"r{r}n{n}", SHAPE))
+                row = measure(h, NAMESPACE, which, n, f"{run_id}r{r}n{n}", SHAPE)
+                row["outcomes"] = outcomes(env, which)
+                log(f"kind: {which} x{n} round {r + 1}: {row['outcomes']}")
+                rows.append(row)
                 _clean(env)
     return rows
+
+
+def outcomes(env: Mapping[str, str], which: str) -> dict[str, int]:
+    """How the round's jobs of ``which`` (one of :data:`KINDS`) ended: outcome -> count.
+
+    A LeasedJob's ``phase`` and, when it failed, its last attempt's reason; a
+    Job's ``Complete`` or ``Failed`` condition (``Running`` if neither).
+    """
+    batch = which == KINDS[0]
+    resource = "jobs.batch" if batch else "leasedjobs.leasehold.dev"
+    items = json.loads(_sh(env, "kubectl", "-n", NAMESPACE, "get", resource, "-o", "json"))
+    counted: dict[str, int] = {}
+    for item in items.get("items", []):
+        status = item.get("status") or {}
+        if batch:
+            done = [
+                c["type"]
+                for c in status.get("conditions") or []
+                if c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+            ]
+            outcome = done[0] if done else "Running"
+        else:
+            outcome = str(status.get("phase") or "Pending")
+            if outcome == "Failed":
+                outcome += f" ({status.get('lastAttemptReason')})"
+        counted[outcome] = counted.get(outcome, 0) + 1
+    return counted
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -232,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
             " ServiceAccount, same kubelets"
         ),
     )
+    lines += ["", "How each round's jobs ended:", ""]
+    lines += [f"- {r['kind']} x{r['n']} {r['round']}: {r['outcomes']}" for r in rows]
     lines += [
         "",
         f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())},"
