@@ -101,12 +101,14 @@ def test_suspending_an_indexed_job_suspends_every_index_and_resume_runs_them_on(
         # The suspended attempt is fenced: its late completion is refused.
         late = store.complete(namespace, f"sus-{index}", f"sus-{index}-1", 1, Outcome.SUCCEEDED)
         assert isinstance(late, Rejected)
+    # `active` drops to 0 in the status write of the reconcile after the last
+    # index's suspend write (the suspend writes' own watch events bring it).
+    wait_for("no index active", lambda: status(api_client, namespace, "sus").get("active") == 0, 30)
     st = status(api_client, namespace, "sus")
     assert (condition(st, "Suspended")["status"], condition(st, "Suspended")["reason"]) == (
         "True",
         "JobSuspended",
     )
-    assert st["active"] == 0
     selector = f"{names.LABEL_JOB}=sus"
     time.sleep(2.0)  # nothing starts while suspended: no claim, no new index
     assert sorted(le.name for le in store.list_leases(namespace, label_selector=selector)) == [
