@@ -539,7 +539,7 @@ def targets(rows: Sequence[dict[str, Any]]) -> list[str]:
             f" {wl / wb:.2f}x, renewals ({renewals:.2f} per job) excluded {wl - renewals:.1f}"
             f" vs {wb:.1f} = **{ratio:.2f}x** (target <= 1.2x:"
             f" {'met' if ratio <= 1.2 else 'missed'});"
-            f" GETs of its LeasedJob and JobLease per LeasedJob **{own:.2f}** (target <= 1:"
+            f" GETs of its LeasedJob and JobLease per LeasedJob **{own:.3f}** (target <= 1:"
             f" {'met' if own <= 1 else 'missed'}; all GETs {gl:.1f} per LeasedJob, {gb:.1f} per"
             " Job: the rest are the kubelet's and the clients' own, the same for both kinds).",
         ]
