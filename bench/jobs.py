@@ -19,7 +19,7 @@ import subprocess
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
@@ -83,18 +83,27 @@ def run(h: Harness, counts: Sequence[int] = (20,), rounds: int = 2) -> list[dict
         assert op.proc is not None
         h.meter.pids["operator"] = op.proc.pid
         time.sleep(2.0)  # the operator's start-up settles
-        for n in counts:
-            for r in range(rounds):
-                order = KINDS if r % 2 == 0 else tuple(reversed(KINDS))
-                for kind in order:
-                    h.note_load(f"jobs {kind} x{n} round {r + 1}")
-                    log(f"jobs: {n} x {kind}, round {r + 1}")
-                    rows.append(measure(h, ns, kind, n, f"r{r}n{n}"))
+        for n, r, kind in schedule(counts, rounds):
+            h.note_load(f"jobs {kind} x{n} round {r + 1}")
+            log(f"jobs: {n} x {kind}, round {r + 1}")
+            rows.append(measure(h, ns, kind, n, f"r{r}n{n}"))
     finally:
         h.meter.pids.pop("operator", None)
         runner.stop()
         op.stop()
     return rows
+
+
+def schedule(counts: Sequence[int], rounds: int) -> Iterator[tuple[int, int, str]]:
+    """The measurements in order: ``(n, round, kind)``, each size's rounds in turn.
+
+    The kinds alternate which goes first from one round to the next, so a
+    slow start or a warm cache favours neither.
+    """
+    for n in counts:
+        for r in range(rounds):
+            for kind in KINDS if r % 2 == 0 else tuple(reversed(KINDS)):
+                yield n, r, kind
 
 
 def grant_worker_rights(h: Harness, ns: str) -> None:

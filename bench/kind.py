@@ -33,7 +33,7 @@ from typing import Any, Final
 from kubernetes import client
 
 from bench.harness import QUICK, REPO, Harness, log
-from bench.jobs import KINDS, PodShape, measure, section
+from bench.jobs import KINDS, PodShape, measure, schedule, section
 from chaos.kind import kind_env
 
 NAMESPACE: Final = "bench-kind"
@@ -204,17 +204,14 @@ def run(cluster: str, counts: tuple[int, ...], rounds: int, workdir: Path) -> li
     # fencing domain), and a LeasedJob named as an earlier one takes its lease
     # over instead of creating one, a different path with other requests.
     run_id = secrets.token_hex(2)
-    for n in counts:
-        for r in range(rounds):
-            order = KINDS if r % 2 == 0 else tuple(reversed(KINDS))
-            for which in order:
-                h.note_load(f"kind jobs {which} x{n} round {r + 1}")
-                log(f"kind: {n} x {which}, round {r + 1}")
-                row = measure(h, NAMESPACE, which, n, f"{run_id}r{r}n{n}", SHAPE)
-                row["outcomes"] = outcomes(env, which)
-                log(f"kind: {which} x{n} round {r + 1}: {row['outcomes']}")
-                rows.append(row)
-                _clean(env)
+    for n, r, which in schedule(counts, rounds):
+        h.note_load(f"kind jobs {which} x{n} round {r + 1}")
+        log(f"kind: {n} x {which}, round {r + 1}")
+        row = measure(h, NAMESPACE, which, n, f"{run_id}r{r}n{n}", SHAPE)
+        row["outcomes"] = outcomes(env, which)
+        log(f"kind: {which} x{n} round {r + 1}: {row['outcomes']}")
+        rows.append(row)
+        _clean(env)
     return rows
 
 
