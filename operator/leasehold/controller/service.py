@@ -478,7 +478,7 @@ class JobService:
             plan = self.indexed.reconcile(job, body, self._elapsed(job, server_now))
             return self._after_finish(job, body, plan, server_now)
         lease = self._cached_lease(namespace, name)
-        miss_confirmed = lease is not None
+        miss_read = False  # a cache miss is read (GET) at most once per reconcile
         status = job.status or LeasedJobStatus()
         for _ in range(5):
             if lease is not None:
@@ -508,11 +508,10 @@ class JobService:
             )
             if plan.action is not Action.NONE and server_now is None and not fresh:
                 return self._reconcile(namespace, name, fresh=True)
-            if not miss_confirmed and plan.action is not Action.CREATE_LEASE:
-                miss_confirmed = True
+            if lease is None and not miss_read and plan.action is not Action.CREATE_LEASE:
+                miss_read = True  # the create is its own check; any other plan reads first
                 lease = self._confirmed_lease(namespace, name)
                 continue  # plan again on what the GET found
-            miss_confirmed = True  # the create is its own check
             try:
                 plan = self._carry_out(job, body, lease, plan)
             except _LeaseMoved as moved:
