@@ -23,8 +23,7 @@ from tests.kind.kube import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-CLUSTER = os.environ.get("KIND_TIER_CLUSTER", "leasehold-kind-tier")
-"""The tier's kind cluster: ``make test`` makes it while the local tier runs (hack/test-all.sh)."""
+CLUSTER = "leasehold-kind-tier"
 FIRST = "test_quickstart.py"
 LAST = "test_operator_ha.py"
 
