@@ -18,6 +18,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
@@ -29,6 +30,7 @@ from leasehold import worker
 from leasehold.lease.protocol import Outcome, Rejection
 from leasehold.lease.store import Accepted, LeaseStore
 from leasehold.worker import LeaseLost, LossReason
+from leasehold.worker import run as run_module
 from leasehold.worker.run import KILL_ALLOWANCE_SECONDS
 from localcluster.cluster import LocalCluster
 from tests.integration.leases import count_requests
@@ -569,6 +571,50 @@ def test_a_sigterm_racing_a_successful_exit_records_the_success(
     assert lease.completion is not None, stderr
     assert (lease.completion.outcome, lease.completion.exit_code) == (Outcome.SUCCEEDED, 0)
     assert "SIGTERM arrived after the command ended" in stderr, stderr
+
+
+def test_a_sigterm_while_the_command_starts_after_it_ended_records_the_success(
+    store: LeaseStore,
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """SIGTERM comes while the wrapper starts the command, after the command has ended.
+
+    The wrapper can be descheduled (a loaded node, seen in CI) between
+    starting the command and knowing it as its child: the command may end
+    and a SIGTERM arrive there. The signal was never forwarded, so the
+    command ended on its own: its success is recorded, not a release. The
+    signal is sent at that instant from inside the real child's start.
+    """
+    token = push_claim(store, namespace, 10)
+    environ = {
+        "LEASEHOLD_NAMESPACE": namespace,
+        "LEASEHOLD_JOB": "job",
+        "LEASEHOLD_LEASE": "job",
+        "LEASEHOLD_HOLDER": "pod-a",
+        "LEASEHOLD_FENCING_TOKEN": str(token),
+        "LEASEHOLD_LEASE_DURATION_SECONDS": "10",
+    }
+    holder = worker.LeaseHolder.from_env(store=store, environ=environ)
+
+    class EndedBeforeKnown(run_module._Child):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            deadline = time.monotonic() + 10
+            while not self.command_ended() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert self.command_ended(), "the command did not end"
+            os.kill(os.getpid(), signal.SIGTERM)  # handled before run() knows the child
+
+    monkeypatch.setattr(run_module, "_Child", EndedBeforeKnown)
+    with caplog.at_level("INFO", logger="leasehold"):
+        code = run_module.run_command(["sh", "-c", "exit 0"], holder=holder)
+    assert code == 0, caplog.text
+    lease = store.get(namespace, "job").record
+    assert lease.completion is not None, caplog.text
+    assert (lease.completion.outcome, lease.completion.exit_code) == (Outcome.SUCCEEDED, 0)
+    assert "SIGTERM arrived after the command ended" in caplog.text
 
 
 def test_a_sigterm_after_the_command_ended_but_before_the_shim_did_records_the_success(

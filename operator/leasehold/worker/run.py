@@ -22,7 +22,9 @@ child, and:
   process group; a child that then exits is not the job's outcome (the pod
   is being stopped), so the lease is released for the next attempt instead
   of completed. A signal that arrives after the child exited does not
-  change its outcome (a success racing a stop is recorded), and one that
+  change its outcome (a success racing a stop is recorded), nor does one
+  handled while the wrapper was starting the child, if the child has ended by
+  the time the wrapper knows it (the signal was never forwarded); one that
   arrives before the child started stops the wrapper without starting it.
 
 The command and everything it starts die with the wrapper, even when the
@@ -319,7 +321,13 @@ class _Runner:
                 self.holder.token,
             )
             if self.forwarded is not None:  # arrived while the child was starting
-                self.child.signal_group(self.forwarded)
+                if self.child.exited() or self.child.command_ended():
+                    # Never forwarded, and the command has ended: it ended on its
+                    # own (the wrapper was descheduled while starting it), so its
+                    # outcome stands, as for a signal after the end.
+                    self.after_exit, self.forwarded = self.forwarded, None
+                else:
+                    self.child.signal_group(self.forwarded)
             return self._supervise(self.child)
         finally:
             if self.child is not None and not self.child.exited():
