@@ -21,7 +21,7 @@ CRD_DIR = REPO / "deploy" / "crds"
 LONGEST_FILES_FIRST = (
     "tests/integration/test_cronjob.py",  # ~300 s: its runs wait for minute boundaries
     "tests/e2e/test_chaos.py",  # ~130 s, one test
-    "tests/e2e/test_chaos_scenarios.py",  # ~90 s, one test
+    "tests/e2e/test_chaos_scenarios.py",  # ~90 s, nearly all in one test
     "tests/integration/test_operator.py",
     "tests/integration/test_worker.py",
     "tests/integration/test_indexed_suspend.py",
@@ -50,7 +50,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         items: the collected tests, sorted in place (stable: the rest keep their order).
     """
     rank = {path: i for i, path in enumerate(LONGEST_FILES_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.relative_to(REPO).as_posix(), len(rank)))
+    # The file part of the node id: the scope xdist's loadfile hands out.
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
 
 
 def _kubectl_bin() -> Path:

@@ -573,6 +573,23 @@ def test_a_sigterm_racing_a_successful_exit_records_the_success(
     assert "SIGTERM arrived after the command ended" in stderr, stderr
 
 
+def _in_process_holder(store: LeaseStore, namespace: str) -> worker.LeaseHolder:
+    """The holder of a freshly claimed 10 s lease, for ``run_command`` in this process."""
+    token = push_claim(store, namespace, 10)
+    environ = {
+        "LEASEHOLD_NAMESPACE": namespace,
+        "LEASEHOLD_JOB": "job",
+        "LEASEHOLD_LEASE": "job",
+        "LEASEHOLD_HOLDER": "pod-a",
+        "LEASEHOLD_FENCING_TOKEN": str(token),
+        "LEASEHOLD_LEASE_DURATION_SECONDS": "10",
+    }
+    # run() forwards signals only from the main thread; a SIGTERM to this
+    # process with no handler of its would end the test worker.
+    assert threading.current_thread() is threading.main_thread()
+    return worker.LeaseHolder.from_env(store=store, environ=environ)
+
+
 def test_a_sigterm_while_the_command_starts_after_it_ended_records_the_success(
     store: LeaseStore,
     namespace: str,
@@ -587,16 +604,7 @@ def test_a_sigterm_while_the_command_starts_after_it_ended_records_the_success(
     command ended on its own: its success is recorded, not a release. The
     signal is sent at that instant from inside the real child's start.
     """
-    token = push_claim(store, namespace, 10)
-    environ = {
-        "LEASEHOLD_NAMESPACE": namespace,
-        "LEASEHOLD_JOB": "job",
-        "LEASEHOLD_LEASE": "job",
-        "LEASEHOLD_HOLDER": "pod-a",
-        "LEASEHOLD_FENCING_TOKEN": str(token),
-        "LEASEHOLD_LEASE_DURATION_SECONDS": "10",
-    }
-    holder = worker.LeaseHolder.from_env(store=store, environ=environ)
+    holder = _in_process_holder(store, namespace)
 
     class EndedBeforeKnown(run_module._Child):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -614,7 +622,39 @@ def test_a_sigterm_while_the_command_starts_after_it_ended_records_the_success(
     lease = store.get(namespace, "job").record
     assert lease.completion is not None, caplog.text
     assert (lease.completion.outcome, lease.completion.exit_code) == (Outcome.SUCCEEDED, 0)
-    assert "SIGTERM arrived after the command ended" in caplog.text
+    assert "forwarding SIGTERM" not in caplog.text
+
+
+def test_a_sigterm_forwarded_just_after_the_start_is_a_stop_though_the_command_ended(
+    store: LeaseStore,
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """SIGTERM comes once the wrapper knows its child, and the command dies of it.
+
+    The signal is forwarded at once; that the command has ended by the time
+    the wrapper goes on does not make its end its own: the lease is released
+    for the next attempt, nothing is recorded. The signal is sent as the
+    wrapper logs the start, and the log call returns once the command died.
+    """
+    holder = _in_process_holder(store, namespace)
+    info = run_module.log.info
+
+    def signal_at_start(msg: str, *args: Any, **kwargs: Any) -> None:
+        info(msg, *args, **kwargs)
+        if msg.startswith("started"):
+            os.kill(os.getpid(), signal.SIGTERM)  # handled here: the child is known
+            assert _wait_gone([int(args[1])], 10.0) is not None, "the command did not end"
+
+    monkeypatch.setattr(run_module.log, "info", signal_at_start)
+    with caplog.at_level("INFO", logger="leasehold"):
+        code = run_module.run_command(["sh", "-c", "sleep 30"], holder=holder)
+    assert code == 128 + signal.SIGTERM, caplog.text
+    assert "forwarding SIGTERM" in caplog.text
+    lease = store.get(namespace, "job").record
+    assert lease.completion is None, caplog.text
+    assert lease.holder_identity is None, caplog.text  # released
 
 
 def test_a_sigterm_after_the_command_ended_but_before_the_shim_did_records_the_success(

@@ -271,38 +271,43 @@ class _Runner:
         self.grace = max(0.0, grace_seconds)
         self.lead = term_lead_seconds(holder.timing, self.grace)
         self.received = received
+        self.pending: int | None = None
+        """A stop signal handled before the child was known: sent to nothing yet."""
         self.forwarded: int | None = None
+        """A stop signal sent to the child's process group."""
         self.after_exit: int | None = None
         self.child: _Child | None = None
         self._completed = False
 
     def _forward(self, signum: int, frame: FrameType | None) -> None:
         child = self.child
-        if child is not None and (child.exited() or child.command_ended()):
+        if child is None:  # not started, or not known yet: run() decides
+            self.pending = signum
+            return
+        if child.exited() or child.command_ended():
             # The child ended on its own first: its outcome stands.
             self.after_exit = signum
             return
         self.forwarded = signum
-        if child is not None:
-            log.info("forwarding %s to the command", signal.Signals(signum).name)
-            child.signal_group(signum)
+        log.info("forwarding %s to the command", signal.Signals(signum).name)
+        child.signal_group(signum)
 
     def run(self, command: Sequence[str]) -> int:
         previous: dict[int, Any] = {}
         if threading.current_thread() is threading.main_thread():  # else: cannot forward
             for signum in FORWARDED_SIGNALS:
                 previous[signum] = signal.signal(signum, self._forward)
-        if self.received and self.forwarded is None:
-            self.forwarded = self.received[0]  # arrived before the handlers above
+        if self.received and self.pending is None:
+            self.pending = self.received[0]  # arrived before the handlers above
         try:
-            if self.forwarded is not None:
+            if self.pending is not None:
                 return self._stopped_before_start()
             try:
                 self.holder.start()
             except LeaseLost as loss:
                 log.error("lease lost: %s (the command was not started)", loss)
                 return EXIT_LEASE_LOST
-            if self.forwarded is not None:
+            if self.pending is not None:
                 return self._stopped_before_start()
             # start() times the window by the lease's own duration: so must the lead.
             self.lead = term_lead_seconds(self.holder.timing, self.grace)
@@ -320,14 +325,13 @@ class _Runner:
                 self.child.command_pid,
                 self.holder.token,
             )
-            if self.forwarded is not None:  # arrived while the child was starting
-                if self.child.exited() or self.child.command_ended():
-                    # Never forwarded, and the command has ended: it ended on its
-                    # own (the wrapper was descheduled while starting it), so its
-                    # outcome stands, as for a signal after the end.
-                    self.after_exit, self.forwarded = self.forwarded, None
-                else:
-                    self.child.signal_group(self.forwarded)
+            # A signal handled while the child was starting (the handler now
+            # forwards on its own): forward it now, unless the command has ended
+            # meanwhile (the wrapper was descheduled while starting it): it was
+            # never sent, so the command ended on its own and its outcome stands.
+            pending, self.pending = self.pending, None
+            if pending is not None and self.forwarded is None and self.after_exit is None:
+                self._forward(pending, None)
             return self._supervise(self.child)
         finally:
             if self.child is not None and not self.child.exited():
@@ -337,14 +341,14 @@ class _Runner:
 
     def _stopped_before_start(self) -> int:
         """A stop signal came before the command started: give the lease back."""
-        assert self.forwarded is not None
-        name = signal.Signals(self.forwarded).name
+        assert self.pending is not None
+        name = signal.Signals(self.pending).name
         log.info("%s before the command started; not starting it, releasing the lease", name)
         try:
             self.holder.release()
         except StoreError as exc:
             log.error("releasing the lease failed: %s", exc)
-        return 128 + self.forwarded
+        return 128 + self.pending
 
     def _supervise(self, child: _Child) -> int:
         holder = self.holder
