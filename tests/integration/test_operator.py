@@ -200,7 +200,11 @@ def test_recreated_pod_does_not_inherit_the_old_claim(
     assert code == 75, local_pod_runner.log(namespace, "reborn-1")
     assert "lease lost" in local_pod_runner.log(namespace, "reborn-1")
     wait_for("Succeeded", phase_is(api_client, namespace, "reborn", "Succeeded"), 60)
-    assert status(api_client, namespace, "reborn")["completion"]["fencingToken"] == 2
+    # Token 2's worker, starved on a loaded machine, may lose its 2 s lease too and
+    # token 3 finish (seen in CI). Never token 1: the recreated pod does not hold it.
+    completion = status(api_client, namespace, "reborn")["completion"]
+    token = completion["fencingToken"]
+    assert token >= 2 and completion["holderIdentity"] == f"reborn-{token}", completion
 
 
 def test_job_fails_after_max_attempts_of_stalled_workers(
