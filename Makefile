@@ -64,13 +64,11 @@ lint: venv ## ruff, mypy (strict), import-linter contracts, CRD drift.
 
 # The local tier runs on TEST_WORKERS pytest-xdist workers; each starts its own
 # control plane, pod runner and PostgreSQL (session fixtures are per worker).
-# --dist loadfile keeps a module's tests, and its module fixtures, on one worker;
-# --no-loadscope-reorder hands files out in collection order, the longest first
-# (tests/conftest.py LONGEST_FILES_FIRST).
+# --dist loadfile keeps a module's tests, and its module fixtures, on one worker.
 # Many tests wait on lease timers, so more workers than cores pays off.
 TEST_WORKERS ?= 3
 PYTEST_SKIP ?=
-PYTEST_XDIST := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=40
+PYTEST_XDIST := -n $(TEST_WORKERS) --dist loadfile --durations=40
 
 .PHONY: test-unit
 test-unit: syspkgs-test venv ## Unit tests (no cluster).

@@ -18,41 +18,6 @@ pytest_plugins = ["localcluster.pytest_plugin", "podrunner.pytest_plugin", "pgse
 REPO = Path(__file__).resolve().parents[1]
 CRD_DIR = REPO / "deploy" / "crds"
 
-LONGEST_FILES_FIRST = (
-    "tests/integration/test_cronjob.py",  # ~300 s: its runs wait for minute boundaries
-    "tests/e2e/test_chaos.py",  # ~130 s, one test
-    "tests/e2e/test_chaos_scenarios.py",  # ~90 s, nearly all in one test
-    "tests/integration/test_operator.py",
-    "tests/integration/test_worker.py",
-    "tests/integration/test_indexed_suspend.py",
-    "tests/integration/test_suspend.py",
-    "tests/integration/test_lifecycle.py",
-    "tests/integration/test_failure_policy.py",
-    "tests/integration/test_fencing_domain.py",
-    "tests/integration/test_controlplane.py",
-    "tests/integration/test_store.py",
-)
-"""Test files that run longest (seconds of ``--durations`` summed per file), longest first.
-
-``make test-local`` runs on pytest-xdist workers a file at a time (``--dist loadfile``)
-in collection order (``--no-loadscope-reorder``). xdist's own order, most tests first,
-put these files of few, long tests last: one worker then ran them alone for ~200 s
-while the others idled (~70 % of the CPU idle in CI's local tier tail). Started
-first, they run beside the many short files instead. Refresh the list from a run's
-``--durations=0`` when a file grows long; a file missing from it only runs later.
-"""
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Order the session's tests so that the files in ``LONGEST_FILES_FIRST`` come first.
-
-    Args:
-        items: the collected tests, sorted in place (stable: the rest keep their order).
-    """
-    rank = {path: i for i, path in enumerate(LONGEST_FILES_FIRST)}
-    # The file part of the node id: the scope xdist's loadfile hands out.
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
-
 
 def _kubectl_bin() -> Path:
     out = subprocess.run(
