@@ -576,14 +576,7 @@ def test_a_sigterm_racing_a_successful_exit_records_the_success(
 def _in_process_holder(store: LeaseStore, namespace: str) -> worker.LeaseHolder:
     """The holder of a freshly claimed 10 s lease, for ``run_command`` in this process."""
     token = push_claim(store, namespace, 10)
-    environ = {
-        "LEASEHOLD_NAMESPACE": namespace,
-        "LEASEHOLD_JOB": "job",
-        "LEASEHOLD_LEASE": "job",
-        "LEASEHOLD_HOLDER": "pod-a",
-        "LEASEHOLD_FENCING_TOKEN": str(token),
-        "LEASEHOLD_LEASE_DURATION_SECONDS": "10",
-    }
+    environ = run_env(Path(), namespace, token, 10)  # the store is given: no kubeconfig read
     # run() forwards signals only from the main thread; a SIGTERM to this
     # process with no handler of its would end the test worker.
     assert threading.current_thread() is threading.main_thread()
