@@ -20,10 +20,10 @@ from kopf._core.reactor import queueing
 
 from bench.harness import REPO, log
 from bench.stats import FrameGroup, stack_share, top_frames
-from leasehold.controller.expiry import ExpiryWatch
+from leasehold.controller.act.jobs import JobService
+from leasehold.controller.engines.expiry import ExpiryWatch
+from leasehold.controller.engines.watching import ListWatch
 from leasehold.controller.runtime import Runtime
-from leasehold.controller.service import JobService
-from leasehold.controller.watching import ListWatch
 
 
 def code_group(function: Callable[..., Any]) -> FrameGroup:

@@ -415,7 +415,7 @@ def frame_location(frame: str) -> tuple[str, tuple[str, ...]]:
     """The function and the module path of a py-spy frame.
 
     Args:
-        frame: e.g. ``"ListWatch._watch_from (leasehold/controller/watching.py:12)"``.
+        frame: e.g. ``"ListWatch._watch_from (leasehold/controller/engines/watching.py:12)"``.
 
     Returns:
         ``(function, module parts)``, e.g. ``("ListWatch._watch_from",
@@ -439,7 +439,7 @@ class FrameGroup:
     """Frames of one part of a program, by module (or package) and function, not by file.
 
     Attributes:
-        module: dotted name, e.g. ``"leasehold.controller.watching"``.
+        module: dotted name, e.g. ``"leasehold.controller.engines.watching"``.
         function: qualified name in ``module`` (``"ListWatch._watch_from"``;
             a bare method name such as ``"select"`` matches it in any class),
             or ``None`` for every frame of ``module`` and its submodules.

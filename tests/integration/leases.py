@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client
 
 from leasehold import names
-from leasehold.controller.expiry import ExpiryClock
+from leasehold.controller.engines.expiry import ExpiryClock
 from leasehold.lease.store import Accepted, LeaseStore, StoredLease
 
 

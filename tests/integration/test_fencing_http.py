@@ -27,7 +27,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from faultproxy import TcpProxy
-from leasehold.controller.expiry import ExpiryClock
+from leasehold.controller.engines.expiry import ExpiryClock
 from leasehold.fencing import HEADER_TOKEN, MemoryFence, idempotency_key
 from leasehold.fencing.http import (
     ASGIApp,

@@ -24,7 +24,7 @@ from kubernetes.client.exceptions import ApiException
 
 from faultproxy import TcpProxy
 from leasehold import names
-from leasehold.controller.expiry import ExpiryClock
+from leasehold.controller.engines.expiry import ExpiryClock
 from leasehold.fencing.kube import annotate, fenced_patch, opt_in, token_of
 from leasehold.lease.store import Accepted, LeaseStore
 from leasehold.names import ANNOTATION_TOKEN

@@ -23,7 +23,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from faultproxy import TcpProxy
-from leasehold.controller.expiry import ExpiryClock
+from leasehold.controller.engines.expiry import ExpiryClock
 from leasehold.fencing import Admitted, DuplicateEffect, StaleToken, idempotency_key
 from leasehold.fencing.postgres import FENCE_SQL, fence, install, sql_params
 from leasehold.lease.protocol import Outcome, Rejection

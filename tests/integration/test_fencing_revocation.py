@@ -16,7 +16,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from leasehold import names
-from leasehold.controller.expiry import ExpiryClock
+from leasehold.controller.engines.expiry import ExpiryClock
 from leasehold.fencing import MemoryFence
 from leasehold.fencing.revocation import (
     Revocation,

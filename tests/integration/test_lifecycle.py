@@ -18,7 +18,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from leasehold import names
-from leasehold.controller.service import JobService
+from leasehold.controller.act.jobs import JobService
 from leasehold.lease.errors import LeaseNotFoundError
 from leasehold.lease.protocol import Outcome
 from leasehold.lease.store import Accepted, LeaseStore, StoredLease

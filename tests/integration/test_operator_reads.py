@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from leasehold.controller.service import JobService
+from leasehold.controller.act.jobs import JobService
 from leasehold.lease.protocol import Outcome
 from leasehold.lease.store import Accepted, LeaseStore
 from tests.integration.jobs import create_job, patch_spec, status

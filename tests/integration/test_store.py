@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client, config
 
 from leasehold import names
-from leasehold.controller.expiry import ExpiryClock
+from leasehold.controller.engines.expiry import ExpiryClock
 from leasehold.lease.errors import LeaseNotFoundError, StoreError, TransientStoreError
 from leasehold.lease.protocol import FencingToken, Outcome, Rejection
 from leasehold.lease.store import Accepted, LeaseStore, Rejected, Result, StoredLease

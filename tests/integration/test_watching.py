@@ -13,7 +13,7 @@ from kubernetes import client
 
 from faultproxy import TcpProxy
 from leasehold import names
-from leasehold.controller.watching import EventType, ListWatch, Target, WatchEvent
+from leasehold.controller.engines.watching import EventType, ListWatch, Target, WatchEvent
 from leasehold.lease.kubeclient import new_api_client
 from leasehold.lease.store import LeaseStore
 from tests.integration.test_worker import _proxied_kubeconfig

@@ -219,9 +219,11 @@ def test_stack_share_counts_stacks_with_a_frame_of_the_group() -> None:
 
 
 def test_frame_location_gives_function_and_module_parts() -> None:
-    assert frame_location("ListWatch._watch_from (leasehold/controller/watching.py:12)") == (
+    assert frame_location(
+        "ListWatch._watch_from (leasehold/controller/engines/watching.py:12)"
+    ) == (
         "ListWatch._watch_from",
-        ("leasehold", "controller", "watching"),
+        ("leasehold", "controller", "engines", "watching"),
     )
     assert frame_location("<module> (leasehold/__init__.py)") == ("<module>", ("leasehold",))
     assert frame_location("select (/usr/lib/python3.11/selectors.py:468)")[1][-1] == "selectors"
@@ -229,16 +231,16 @@ def test_frame_location_gives_function_and_module_parts() -> None:
 
 
 def test_frame_group_matches_by_module_not_by_file_path() -> None:
-    watch = FrameGroup("leasehold.controller.watching", "ListWatch._watch_from")
+    watch = FrameGroup("leasehold.controller.engines.watching", "ListWatch._watch_from")
     # py-spy keeps more or less of the path; the module's dotted name is its tail.
-    assert watch.matches("ListWatch._watch_from (leasehold/controller/watching.py:12)")
+    assert watch.matches("ListWatch._watch_from (leasehold/controller/engines/watching.py:12)")
     assert watch.matches(
-        "ListWatch._watch_from (/work/x/operator/leasehold/controller/watching.py:12)"
+        "ListWatch._watch_from (/work/x/operator/leasehold/controller/engines/watching.py:12)"
     )
     # The old flat layout's file, another module or another function: not the group.
     assert not watch.matches("ListWatch._watch_from (leasehold/watching.py:12)")
-    assert not watch.matches("ListWatch._watch_from (other/controller/watching.py:12)")
-    assert not watch.matches("ListWatch._run (leasehold/controller/watching.py:12)")
+    assert not watch.matches("ListWatch._watch_from (other/controller/engines/watching.py:12)")
+    assert not watch.matches("ListWatch._run (leasehold/controller/engines/watching.py:12)")
     # A bare method name matches it in any class of the module.
     select = FrameGroup("selectors", "select")
     assert select.matches("EpollSelector.select (selectors.py:468)")

@@ -6,9 +6,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from leasehold import names
-from leasehold.controller.caches import ObjectCache, is_older
-from leasehold.controller.deadline import JobClocks
-from leasehold.controller.pods import PodMemory
+from leasehold.controller.engines.caches import ObjectCache, is_older
+from leasehold.controller.engines.deadline import JobClocks
+from leasehold.controller.engines.pods import PodMemory
 
 
 def body(name: str, version: str, phase: str = "Running") -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from leasehold.controller.deadline import JobClocks
+from leasehold.controller.engines.deadline import JobClocks
 
 CREATED = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from leasehold.controller.expiry import ExpiryClock
+from leasehold.controller.engines.expiry import ExpiryClock
 
 KEY = "ns/job"
 DURATION = 30.0

@@ -6,9 +6,9 @@ import asyncio
 import time
 from typing import Any
 
-from leasehold.controller.expiry import ExpiryClock, ExpiryReason, ExpiryWatch
-from leasehold.controller.peering import ActivityGate
-from leasehold.controller.watching import EventType, WatchEvent
+from leasehold.controller.engines.expiry import ExpiryClock, ExpiryReason, ExpiryWatch
+from leasehold.controller.engines.peering import ActivityGate
+from leasehold.controller.engines.watching import EventType, WatchEvent
 
 DURATION = 1  # seconds (the CRD's smallest lease)
 MARGIN = 0.1

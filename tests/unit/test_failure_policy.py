@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from leasehold import names
-from leasehold.controller import reconcile
-from leasehold.controller.failure_policy import AttemptEnd, PodFacts, judge
-from leasehold.controller.pods import PodMemory, pod_facts
-from leasehold.controller.reconcile import Action
+from leasehold.controller.engines.pods import PodMemory, pod_facts
+from leasehold.controller.plan import single as reconcile
+from leasehold.controller.plan.failure_policy import AttemptEnd, PodFacts, judge
+from leasehold.controller.plan.single import Action
 from leasehold.lease import protocol
 from leasehold.lease.models import (
     FailureAction,

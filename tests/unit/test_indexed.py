@@ -11,11 +11,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from leasehold import fencing, names
-from leasehold.controller import indexed, reconcile
-from leasehold.controller.indexed import IndexState
-from leasehold.controller.indexed_service import work_item
-from leasehold.controller.pods import PodMemory
-from leasehold.controller.reconcile import Action, PodFacts
+from leasehold.controller.act.indexed import work_item
+from leasehold.controller.engines.pods import PodMemory
+from leasehold.controller.plan import indexed
+from leasehold.controller.plan import single as reconcile
+from leasehold.controller.plan.indexed import IndexState
+from leasehold.controller.plan.single import Action, PodFacts
 from leasehold.lease import indexes
 from leasehold.lease.models import LeasedJob, Phase
 from leasehold.lease.protocol import Completion, FencingToken, HolderIdentity, LeaseRecord, Outcome

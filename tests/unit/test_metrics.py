@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from leasehold.controller import metrics
-from leasehold.controller.changes import LeaseSignature
+from leasehold.controller.engines.changes import LeaseSignature
 
 
 def value(name: str, labels: dict[str, str] | None = None) -> float:

@@ -6,8 +6,8 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from leasehold.controller.peering import ActivityGate, judge
-from leasehold.controller.watching import EventType, WatchEvent
+from leasehold.controller.engines.peering import ActivityGate, judge
+from leasehold.controller.engines.watching import EventType, WatchEvent
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from leasehold.controller import reconcile
-from leasehold.controller.reconcile import Action
+from leasehold.controller.plan import single as reconcile
+from leasehold.controller.plan.single import Action
 from leasehold.lease.models import (
     AttemptRecord,
     ConditionStatus,

@@ -6,13 +6,13 @@ import asyncio
 import time
 from typing import Any, cast
 
-from leasehold.controller.caches import ObjectCache
-from leasehold.controller.expiry import ExpiryClock, ExpiryWatch
-from leasehold.controller.peering import ActivityGate
+from leasehold.controller.act.jobs import JobService, OwnWrites
+from leasehold.controller.engines.caches import ObjectCache
+from leasehold.controller.engines.expiry import ExpiryClock, ExpiryWatch
+from leasehold.controller.engines.peering import ActivityGate
+from leasehold.controller.engines.watching import EventType, WatchEvent
 from leasehold.controller.runtime import Runtime
-from leasehold.controller.service import JobService, OwnWrites
 from leasehold.controller.settings import OperatorSettings
-from leasehold.controller.watching import EventType, WatchEvent
 
 
 class Queue:

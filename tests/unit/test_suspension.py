@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from leasehold.controller import reconcile
-from leasehold.controller.reconcile import Action
+from leasehold.controller.plan import single as reconcile
+from leasehold.controller.plan.single import Action
 from leasehold.lease import protocol
 from leasehold.lease.models import AttemptRecord, LeasedJobStatus, Phase
 from leasehold.lease.protocol import FencingToken, HolderIdentity, Rejection

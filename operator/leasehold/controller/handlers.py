@@ -4,10 +4,10 @@ Why this module exists: it is the only module (with the entry point) that
 imports Kopf, and it holds no logic worth testing on its own. A LeasedJob
 event queues a reconcile of that job; start-up tunes Kopf and starts the
 engines of :mod:`leasehold.controller.runtime`; clean-up stops them.
-Decisions live in :mod:`leasehold.controller.reconcile`, API calls in
-:mod:`leasehold.controller.service`. JobLeases are not watched through Kopf
-but by a plain watch (why: :mod:`leasehold.controller.watching`); expiry is
-judged in :mod:`leasehold.controller.expiry`.
+Decisions live in :mod:`leasehold.controller.plan.single`, API calls in
+:mod:`leasehold.controller.act.jobs`. JobLeases are not watched through Kopf
+but by a plain watch (why: :mod:`leasehold.controller.engines.watching`); expiry is
+judged in :mod:`leasehold.controller.engines.expiry`.
 """
 
 from __future__ import annotations

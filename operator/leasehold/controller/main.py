@@ -14,13 +14,11 @@ from typing import Any
 import kopf
 from kubernetes import client, config
 
-from leasehold.controller import (
-    cron,
-    handlers,  # noqa: F401 - importing registers the Kopf handlers
-)
-from leasehold.controller.peering import own_identity
+from leasehold.controller import handlers  # noqa: F401 - importing registers the Kopf handlers
+from leasehold.controller.act import cron
+from leasehold.controller.act.jobs import JobService
+from leasehold.controller.engines.peering import own_identity
 from leasehold.controller.runtime import build_runtime
-from leasehold.controller.service import JobService
 from leasehold.controller.settings import OperatorSettings
 from leasehold.lease.kubeclient import new_api_client
 

@@ -16,7 +16,7 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from leasehold.controller.changes import LeaseSignature
+from leasehold.controller.engines.changes import LeaseSignature
 
 REGISTRY: Final = CollectorRegistry(auto_describe=True)
 """The operator's own registry (no process/platform collectors mixed in)."""

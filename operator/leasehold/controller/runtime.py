@@ -20,12 +20,12 @@ from kubernetes import client
 
 from leasehold import names
 from leasehold.controller import metrics
-from leasehold.controller.expiry import ExpiryClock, ExpiryReason, ExpiryWatch
-from leasehold.controller.peering import ActivityGate
-from leasehold.controller.queue import WorkQueue
-from leasehold.controller.service import JobService
+from leasehold.controller.act.jobs import JobService
+from leasehold.controller.engines.expiry import ExpiryClock, ExpiryReason, ExpiryWatch
+from leasehold.controller.engines.peering import ActivityGate
+from leasehold.controller.engines.queue import WorkQueue
+from leasehold.controller.engines.watching import EventType, ListWatch, Target, WatchEvent
 from leasehold.controller.settings import OperatorSettings
-from leasehold.controller.watching import EventType, ListWatch, Target, WatchEvent
 
 log = logging.getLogger(__name__)
 

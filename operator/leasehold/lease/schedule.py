@@ -6,7 +6,7 @@ when to look again are decided here, from the cron job's spec, its
 ``status.lastScheduleTime`` and a ``now`` the caller passes, so every rule is
 tested without waiting (``tests/unit/test_schedule.py``). The rules follow
 batch/v1 CronJob's documented behaviour; the operator carries the decision
-out (``leasehold.controller.cron``). Nothing here decides who owns a run: that
+out (``leasehold.controller.act.cron``). Nothing here decides who owns a run: that
 is the leases' job (docs/architecture.md, "LeasedCronJob").
 
 Cron expressions are evaluated by `cronsim`_: the standard five fields

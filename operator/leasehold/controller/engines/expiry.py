@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from leasehold.controller import metrics
-from leasehold.controller.changes import LeaseChange, LeaseSignature
-from leasehold.controller.peering import ActivityGate
-from leasehold.controller.reconcile import pod_name
+from leasehold.controller.engines.changes import LeaseChange, LeaseSignature
+from leasehold.controller.engines.peering import ActivityGate
+from leasehold.controller.plan.single import pod_name
 from leasehold.lease.protocol import MonotonicClock
 
 log = logging.getLogger(__name__)

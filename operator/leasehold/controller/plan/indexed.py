@@ -15,7 +15,7 @@ and batch/v1 Job's status (``completedIndexes``/``failedIndexes`` as
 ranges, counts, conditions, ``Suspended``).
 
 No Kubernetes client or Kopf import: inputs are models and lease records;
-:mod:`leasehold.controller.indexed_service` carries the plan out.
+:mod:`leasehold.controller.act.indexed` carries the plan out.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from leasehold.controller import reconcile, suspension
-from leasehold.controller.reconcile import Action, JobEvent, Plan, PodFacts
+from leasehold.controller.plan import single as reconcile
+from leasehold.controller.plan import suspension
+from leasehold.controller.plan.single import Action, JobEvent, Plan, PodFacts
 from leasehold.lease import indexes as index_sets
 from leasehold.lease.indexes import index_lease_name
 from leasehold.lease.models import (

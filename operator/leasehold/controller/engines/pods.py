@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from leasehold import names
-from leasehold.controller.failure_policy import PodFacts
+from leasehold.controller.plan.failure_policy import PodFacts
 
 KEPT_TOKENS: Final = 4
 """Pods remembered per job: the latest few tokens (older attempts were judged)."""

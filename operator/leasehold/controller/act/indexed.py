@@ -1,6 +1,6 @@
 """Carry out the plan of a job with several completions: one JobLease per index.
 
-Why this module exists: :mod:`leasehold.controller.indexed` decides, purely;
+Why this module exists: :mod:`leasehold.controller.plan.indexed` decides, purely;
 this module reads the job's index leases (one list), performs each index's
 step through the same store writes and pod handling as a single-lease job
 (:class:`~leasehold.controller.service.JobService`: claim, pod create with
@@ -24,16 +24,16 @@ from typing import TYPE_CHECKING, Any
 from kubernetes.client.exceptions import ApiException
 
 from leasehold import names
-from leasehold.controller import indexed
-from leasehold.controller.indexed import IndexStep
-from leasehold.controller.pods import pod_facts
-from leasehold.controller.reconcile import Action, Plan, PodFacts
+from leasehold.controller.engines.pods import pod_facts
+from leasehold.controller.plan import indexed
+from leasehold.controller.plan.indexed import IndexStep
+from leasehold.controller.plan.single import Action, Plan, PodFacts
 from leasehold.lease.errors import LeaseNotFoundError, WriteRefusedError, api_error
 from leasehold.lease.models import LeasedJob, LeaseMode, PodRetention
 from leasehold.lease.store import Accepted, StoredLease, WorkItem
 
 if TYPE_CHECKING:
-    from leasehold.controller.service import JobService
+    from leasehold.controller.act.jobs import JobService
 
 log = logging.getLogger(__name__)
 

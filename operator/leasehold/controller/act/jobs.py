@@ -1,6 +1,6 @@
 """The operator's service layer: carry out a reconcile plan against the API.
 
-Why this module exists: :mod:`leasehold.controller.reconcile` decides, purely; this
+Why this module exists: :mod:`leasehold.controller.plan.single` decides, purely; this
 module reads what the decision needs (job, lease, pods), performs the plan
 (create the lease, claim, create or delete pods, stop the lease), records
 Events and writes the job's status through the status subresource. Kopf
@@ -32,14 +32,15 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from leasehold import names
-from leasehold.controller import indexed, reconcile
-from leasehold.controller.caches import ObjectCache
-from leasehold.controller.deadline import JobClocks
-from leasehold.controller.expiry import ExpiryClock, ExpiryReason
-from leasehold.controller.indexed_service import IndexedJobs
-from leasehold.controller.pods import PodMemory, pod_facts
-from leasehold.controller.reconcile import Action, JobEvent, Plan, PodFacts
-from leasehold.controller.ttl import FinishClocks
+from leasehold.controller.act.indexed import IndexedJobs
+from leasehold.controller.engines.caches import ObjectCache
+from leasehold.controller.engines.deadline import JobClocks
+from leasehold.controller.engines.expiry import ExpiryClock, ExpiryReason
+from leasehold.controller.engines.pods import PodMemory, pod_facts
+from leasehold.controller.engines.ttl import FinishClocks
+from leasehold.controller.plan import indexed
+from leasehold.controller.plan import single as reconcile
+from leasehold.controller.plan.single import Action, JobEvent, Plan, PodFacts
 from leasehold.lease import models
 from leasehold.lease.errors import (
     InvalidLeaseError,
@@ -230,7 +231,7 @@ class JobService:
         """The lease store this service writes through."""
         return self._store
 
-    # -- what the index leases' service (controller/indexed_service.py) uses --
+    # -- what the index leases' service (controller/act/indexed.py) uses --
 
     @property
     def core(self) -> client.CoreV1Api:
@@ -472,7 +473,7 @@ class JobService:
         except ValidationError as exc:
             self._report_invalid(body, exc)
             return None
-        if indexed.is_multi(job):  # one lease per index: controller/indexed_service.py
+        if indexed.is_multi(job):  # one lease per index: controller/act/indexed.py
             if server_now is None and not fresh:  # its plans act per index: read it
                 return self._reconcile(namespace, name, fresh=True)
             plan = self.indexed.reconcile(job, body, self._elapsed(job, server_now))

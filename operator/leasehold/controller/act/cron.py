@@ -5,7 +5,7 @@ Why this module exists: it carries out a cron job's schedule
 it makes each run's JobLease and LeasedJob, enforces the concurrency policy
 through the runs' leases, keeps the history and reports the status. Each
 run's LeasedJob is then reconciled like any other
-(:mod:`leasehold.controller.service`). Why the runs' tokens are ordered and
+(:mod:`leasehold.controller.act.jobs`). Why the runs' tokens are ordered and
 why ``Forbid`` and ``Replace`` hold at the store: docs/architecture.md,
 "LeasedCronJob".
 """
@@ -23,10 +23,10 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from leasehold import names
-from leasehold.controller import reconcile
-from leasehold.controller.peering import ActivityGate
-from leasehold.controller.queue import WorkQueue
-from leasehold.controller.service import COMPONENT, JobService
+from leasehold.controller.act.jobs import COMPONENT, JobService
+from leasehold.controller.engines.peering import ActivityGate
+from leasehold.controller.engines.queue import WorkQueue
+from leasehold.controller.plan import single as reconcile
 from leasehold.lease import models, schedule
 from leasehold.lease.cronmodels import (
     MAX_CRON_NAME_LENGTH,

@@ -2,7 +2,7 @@
 
 Why this module exists: the operator's logic is a function of plain inputs
 (the job, its lease, whether the current holder's pod was created, the time)
-returning one :class:`Plan`. The service layer (:mod:`leasehold.controller.service`)
+returning one :class:`Plan`. The service layer (:mod:`leasehold.controller.act.jobs`)
 performs the plan; Kopf handlers (:mod:`leasehold.controller.handlers`) only trigger
 it. Pod building is a pure ``build_pod`` (as dask-kubernetes' ``build_*_spec``)
 so its output is golden-file tested.
@@ -20,8 +20,8 @@ from datetime import datetime, timedelta
 from typing import Any, Final, NamedTuple
 
 from leasehold import names
-from leasehold.controller import failure_policy, retention, suspension
-from leasehold.controller.failure_policy import POD_FAILURE_POLICY, PodFacts, Verdict
+from leasehold.controller.plan import failure_policy, retention, suspension
+from leasehold.controller.plan.failure_policy import POD_FAILURE_POLICY, PodFacts, Verdict
 from leasehold.lease import models
 from leasehold.lease.indexes import index_lease_name
 from leasehold.lease.models import (

@@ -3,7 +3,7 @@
 Why this module exists: a finished job (Succeeded or Failed, cancelled
 included) and its pods stay until someone deletes them; batch/v1 Job's
 ``ttlSecondsAfterFinished`` deletes them that long after the job finished.
-The time since it finished is measured as :mod:`leasehold.controller.deadline`
+The time since it finished is measured as :mod:`leasehold.controller.engines.deadline`
 measures a job's age, never with this process's wall clock: the finish is
 the API server's time of the operator's last status write (the ``time`` of
 its ``managedFields`` entry for the status subresource, stamped by the API
@@ -25,7 +25,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from leasehold.controller.deadline import JobClocks
+from leasehold.controller.engines.deadline import JobClocks
 from leasehold.lease.models import LeasedJob, LeasedJobStatus, Phase
 from leasehold.lease.protocol import MonotonicClock
 

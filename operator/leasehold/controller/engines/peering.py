@@ -2,7 +2,7 @@
 
 Why this module exists: with ``replicas > 1`` Kopf peering keeps one replica
 working and pauses the others, but it pauses only what Kopf runs. The lease
-watch (:mod:`leasehold.controller.watching`) and the expiry timers run outside Kopf, so a
+watch (:mod:`leasehold.controller.engines.watching`) and the expiry timers run outside Kopf, so a
 paused replica would still trigger reconciles and reclaims. The lease store's
 compare-and-swap writes keep that *safe* (a second operator can never
 double-claim), but two replicas working at once is waste and noise. This
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from leasehold.controller.watching import EventType, WatchEvent
+from leasehold.controller.engines.watching import EventType, WatchEvent
 
 log = logging.getLogger(__name__)
 
