@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from leasehold import names
-from leasehold.controller.engines.pods import PodMemory, pod_facts
+from leasehold.controller.engines.pods import PodMemory
 from leasehold.controller.plan import single as reconcile
 from leasehold.controller.plan.failure_policy import AttemptEnd, PodFacts, judge
+from leasehold.controller.plan.pod import pod_facts
 from leasehold.controller.plan.single import Action
 from leasehold.lease import protocol
 from leasehold.lease.models import (

@@ -14,8 +14,8 @@ from leasehold import fencing, names
 from leasehold.controller.act.indexed import work_item
 from leasehold.controller.engines.pods import PodMemory
 from leasehold.controller.plan import indexed
-from leasehold.controller.plan import single as reconcile
 from leasehold.controller.plan.indexed import IndexState
+from leasehold.controller.plan.pod import build_pod, pod_name
 from leasehold.controller.plan.single import Action, PodFacts
 from leasehold.lease import indexes
 from leasehold.lease.models import LeasedJob, Phase
@@ -97,8 +97,8 @@ def test_index_lease_name_fits_and_keeps_room_for_the_token() -> None:
     assert indexes.index_lease_name("big", 3) == "big-3"
     long = indexes.index_lease_name("a" * 253, 12345)
     assert long.endswith("-12345")
-    assert len(reconcile.pod_name(long, 9_999_999)) <= 253
-    assert reconcile.pod_name(long, 9_999_999).startswith(long)
+    assert len(pod_name(long, 9_999_999)) <= 253
+    assert pod_name(long, 9_999_999).startswith(long)
 
 
 # -- the planner ---------------------------------------------------------------
@@ -265,7 +265,7 @@ def test_an_unbound_held_index_has_its_pod_created() -> None:
 
 
 def test_an_index_pod_carries_its_index_and_its_own_lease() -> None:
-    pod = reconcile.build_pod(
+    pod = build_pod(
         job(completions=3),
         namespace="ns",
         holder="big-2-5",

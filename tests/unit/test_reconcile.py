@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 from leasehold.controller.plan import single as reconcile
+from leasehold.controller.plan.conditions import set_condition
+from leasehold.controller.plan.pod import build_pod, pod_name
 from leasehold.controller.plan.single import Action
 from leasehold.lease.models import (
     AttemptRecord,
@@ -62,7 +64,7 @@ def lease(token: int, holder: str | None = None, **kw: Any) -> LeaseRecord:
 
 
 def test_build_pod_matches_golden_file() -> None:
-    pod = reconcile.build_pod(
+    pod = build_pod(
         job(), namespace="ns", holder="hello-7", token=7, owner_uid="u-1", lease_duration_seconds=10
     )
     golden = DATA / "pod-hello-7.json"
@@ -72,7 +74,7 @@ def test_build_pod_matches_golden_file() -> None:
 
 
 def test_build_pod_overrides_a_user_supplied_token_env() -> None:
-    pod = reconcile.build_pod(
+    pod = build_pod(
         job(), namespace="ns", holder="hello-7", token=7, owner_uid="u-1", lease_duration_seconds=10
     )
     env = pod["spec"]["containers"][0]["env"]
@@ -82,7 +84,7 @@ def test_build_pod_overrides_a_user_supplied_token_env() -> None:
 
 def test_build_pod_refuses_pull_mode() -> None:
     with pytest.raises(ValueError, match="pull mode"):
-        reconcile.build_pod(
+        build_pod(
             job(template=False),
             namespace="ns",
             holder="x",
@@ -93,7 +95,7 @@ def test_build_pod_refuses_pull_mode() -> None:
 
 
 def test_build_pod_takes_the_lease_duration_from_the_lease_not_the_spec() -> None:
-    pod = reconcile.build_pod(
+    pod = build_pod(
         job(leaseDurationSeconds=60),
         namespace="ns",
         holder="hello-7",
@@ -261,22 +263,20 @@ def test_pull_mode_waits_for_a_worker() -> None:
 
 
 def test_transition_time_moves_only_when_status_flips() -> None:
-    first = reconcile.set_condition(
-        [], "Ready", ConditionStatus.TRUE, "Running", "a", now=NOW, generation=1
-    )
-    same = reconcile.set_condition(
+    first = set_condition([], "Ready", ConditionStatus.TRUE, "Running", "a", now=NOW, generation=1)
+    same = set_condition(
         first, "Ready", ConditionStatus.TRUE, "Running", "b", now=NOW + timedelta(1), generation=2
     )
     assert same[0].last_transition_time == NOW
     assert same[0].message == "b"
-    flipped = reconcile.set_condition(
+    flipped = set_condition(
         same, "Ready", ConditionStatus.FALSE, "Failed", "c", now=NOW + timedelta(2), generation=2
     )
     assert flipped[0].last_transition_time == NOW + timedelta(2)
 
 
 def test_pod_name_is_cut_to_a_valid_length() -> None:
-    name = reconcile.pod_name("x" * 253, 12)
+    name = pod_name("x" * 253, 12)
     assert len(name) == 253
     assert name.endswith("-12")
 

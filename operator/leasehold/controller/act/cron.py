@@ -26,7 +26,7 @@ from leasehold import names
 from leasehold.controller.act.jobs import COMPONENT, JobService
 from leasehold.controller.engines.peering import ActivityGate
 from leasehold.controller.engines.queue import WorkQueue
-from leasehold.controller.plan import single as reconcile
+from leasehold.controller.plan.conditions import set_condition
 from leasehold.lease import models, schedule
 from leasehold.lease.cronmodels import (
     MAX_CRON_NAME_LENGTH,
@@ -582,7 +582,7 @@ class CronService:
         message: str,
         now: datetime,
     ) -> None:
-        status.conditions = reconcile.set_condition(
+        status.conditions = set_condition(
             list(status.conditions or []),
             type_,
             models.ConditionStatus(cstatus),

@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 from kubernetes.client.exceptions import ApiException
 
 from leasehold import names
-from leasehold.controller.engines.pods import pod_facts
 from leasehold.controller.plan import indexed
 from leasehold.controller.plan.indexed import IndexStep
+from leasehold.controller.plan.pod import pod_facts
 from leasehold.controller.plan.single import Action, Plan, PodFacts
 from leasehold.lease.errors import LeaseNotFoundError, WriteRefusedError, api_error
 from leasehold.lease.models import LeasedJob, LeaseMode, PodRetention
@@ -339,7 +339,7 @@ class IndexedJobs:
         if not isinstance(claimed, Accepted):
             log.info("claim of %s/%s refused: %s", namespace, lease.name, claimed.rejection)
             return None  # its lease's watch event brings the next reconcile
-        if claimed.token != int(plan.pod_name.rsplit("-", 1)[-1]):
+        if claimed.token != plan.token:
             service.store.release(namespace, lease.name, plan.pod_name, claimed.token)
             return 1.0
         self._delete_pods(namespace, lease.record.job_name, step.index, claimed.token)

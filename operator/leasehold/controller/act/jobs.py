@@ -36,10 +36,12 @@ from leasehold.controller.act.indexed import IndexedJobs
 from leasehold.controller.engines.caches import ObjectCache
 from leasehold.controller.engines.deadline import JobClocks
 from leasehold.controller.engines.expiry import ExpiryClock, ExpiryReason
-from leasehold.controller.engines.pods import PodMemory, pod_facts
+from leasehold.controller.engines.pods import PodMemory
 from leasehold.controller.engines.ttl import FinishClocks
 from leasehold.controller.plan import indexed
 from leasehold.controller.plan import single as reconcile
+from leasehold.controller.plan.conditions import set_condition, with_conditions
+from leasehold.controller.plan.pod import build_pod, lease_name, pod_facts
 from leasehold.controller.plan.single import Action, JobEvent, Plan, PodFacts
 from leasehold.lease import models
 from leasehold.lease.errors import (
@@ -414,13 +416,13 @@ class JobService:
         judged so while its lease exists. The create needs no such read: it
         is its own check (an existing lease answers 409, read then).
         """
-        cached = self.leases.get(namespace, reconcile.lease_name(name))
+        cached = self.leases.get(namespace, lease_name(name))
         return to_stored(cached) if cached is not None else None
 
     def _confirmed_lease(self, namespace: str, name: str) -> StoredLease | None:
         """The job's lease read with a GET (a cache miss confirmed); ``None``: none exists."""
         try:
-            return self._store.get(namespace, reconcile.lease_name(name))
+            return self._store.get(namespace, lease_name(name))
         except LeaseNotFoundError:
             return None
 
@@ -448,7 +450,7 @@ class JobService:
             except LeaseNotFoundError as exc:
                 # A write found the cached lease gone (deleted between two
                 # watches): forget it, so the next try reads the truth.
-                self.leases.drop(namespace, reconcile.lease_name(name))
+                self.leases.drop(namespace, lease_name(name))
                 raise TransientStoreError(f"reconcile {namespace}/{name}: {exc}") from exc
 
     def _reconcile(self, namespace: str, name: str, fresh: bool) -> Plan | None:
@@ -655,7 +657,7 @@ class JobService:
             # The claim's own watch event is NOT skipped: this reconcile's
             # status was planned before the claim (Claiming); the next one,
             # from that event, reports the job Running.
-            if claimed.token != int(plan.pod_name.rsplit("-", 1)[-1]):
+            if claimed.token != plan.token:
                 # Someone claimed and released in between; the name would lie.
                 # The cached claim is forgotten first: should the release's
                 # answer be lost, the retry reads the lease, not our claim.
@@ -714,7 +716,7 @@ class JobService:
         try:
             created = self._store.create(
                 namespace,
-                reconcile.lease_name(name),
+                lease_name(name),
                 job_name=name,
                 lease_duration_seconds=job.spec.lease_duration_seconds,
                 max_fencing_token=max(
@@ -735,7 +737,7 @@ class JobService:
             if exc.status != 409:
                 raise
             # It exists: the lease cache had not seen it yet. Plan again on it.
-            current = self._store.get(namespace, reconcile.lease_name(name))
+            current = self._store.get(namespace, lease_name(name))
             self.leases.put(current.body)
             raise _LeaseMoved(current) from exc
         self.leases.put(created.body)
@@ -830,7 +832,7 @@ class JobService:
     ) -> Plan:
         namespace, _ = _ns_name(body)
         assert plan.pod_name is not None
-        pod = reconcile.build_pod(
+        pod = build_pod(
             job,
             namespace=namespace,
             holder=plan.pod_name,
@@ -864,7 +866,7 @@ class JobService:
         # before then (a cancel, a suspend) must see that this pod may exist.
         self.pods.observe(self._to_json(created))
         self._quota_refusals.pop(f"{namespace}/{_ns_name(body)[1]}", None)
-        status = _with_conditions(
+        status = with_conditions(
             job,
             status,
             ("PodCreated", "True", "Created", f"Created pod {plan.pod_name}."),
@@ -897,7 +899,7 @@ class JobService:
         )
         log.info("%s: %s", key, message)
         job = LeasedJob.model_validate(body)
-        held = _with_conditions(
+        held = with_conditions(
             job,
             status.model_copy(update={"phase": models.Phase.PENDING, "pod_name": None}),
             ("PodCreated", "False", "QuotaExceeded", message),
@@ -1249,7 +1251,7 @@ class JobService:
             " this job cannot run under that name: rename it."
         )
         log.warning("%s/%s: %s", namespace, name, message)
-        status = _with_conditions(
+        status = with_conditions(
             job,
             job.status or LeasedJobStatus(),
             ("Ready", "False", "LeaseNameTaken", message),
@@ -1267,7 +1269,7 @@ class JobService:
         log.warning("%s/%s: %s", namespace, name, message)
         self.record_event(body, "Warning", "InvalidSpec", message)
         generation = body.get("metadata", {}).get("generation")
-        conditions = reconcile.set_condition(
+        conditions = set_condition(
             [],
             "Ready",
             models.ConditionStatus.FALSE,
@@ -1335,28 +1337,6 @@ def is_quota_refusal(exc: ApiException) -> bool:
         ``True`` for a 403 whose message says ``exceeded quota``.
     """
     return exc.status == 403 and "exceeded quota" in api_message(exc)
-
-
-def _with_conditions(
-    job: LeasedJob,
-    status: LeasedJobStatus,
-    *conds: tuple[str, str, str, str],
-    now: datetime,
-) -> LeasedJobStatus:
-    """``status`` with conditions ``(type, status, reason, message)`` set."""
-    generation = job.metadata.get("generation")
-    conditions = list(status.conditions or [])
-    for type_, cstatus, reason, message in conds:
-        conditions = reconcile.set_condition(
-            conditions,
-            type_,
-            models.ConditionStatus(cstatus),
-            reason,
-            message,
-            now=now,
-            generation=int(generation) if generation is not None else None,
-        )
-    return status.model_copy(update={"conditions": conditions})
 
 
 def _ns_name(body: dict[str, Any]) -> tuple[str, str]:

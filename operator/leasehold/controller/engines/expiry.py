@@ -26,7 +26,7 @@ from typing import Any
 from leasehold.controller import metrics
 from leasehold.controller.engines.changes import LeaseChange, LeaseSignature
 from leasehold.controller.engines.peering import ActivityGate
-from leasehold.controller.plan.single import pod_name
+from leasehold.controller.plan.pod import pod_name
 from leasehold.lease.protocol import MonotonicClock
 
 log = logging.getLogger(__name__)

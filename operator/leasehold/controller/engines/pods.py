@@ -18,46 +18,10 @@ from typing import Any, Final
 
 from leasehold import names
 from leasehold.controller.plan.failure_policy import PodFacts
+from leasehold.controller.plan.pod import pod_facts
 
 KEPT_TOKENS: Final = 4
 """Pods remembered per job: the latest few tokens (older attempts were judged)."""
-
-
-def pod_facts(pod: Mapping[str, Any]) -> tuple[int, PodFacts] | None:
-    """Parse an attempt pod's body (API JSON, camelCase) into its token and facts.
-
-    Args:
-        pod: the pod as the API serves it.
-
-    Returns:
-        ``(fencing token, facts)``, or ``None`` for a pod without a token label.
-    """
-    meta = pod.get("metadata") or {}
-    token = str((meta.get("labels") or {}).get(names.LABEL_TOKEN, ""))
-    if not token.isdigit():
-        return None
-    status = pod.get("status") or {}
-    codes: list[tuple[str, int]] = []
-    first: int | None = None
-    for key in ("initContainerStatuses", "containerStatuses"):
-        for state in status.get(key) or []:
-            terminated = (state.get("state") or {}).get("terminated")
-            if terminated is None or terminated.get("exitCode") is None:
-                continue
-            code = int(terminated["exitCode"])
-            codes.append((str(state.get("name", "")), code))
-            if key == "containerStatuses" and first is None:
-                first = code
-    conditions = tuple(
-        (str(c.get("type", "")), str(c.get("status", ""))) for c in status.get("conditions") or []
-    )
-    return int(token), PodFacts(
-        uid=meta.get("uid"),
-        node_name=(pod.get("spec") or {}).get("nodeName"),
-        exit_code=first,
-        exit_codes=tuple(codes),
-        conditions=conditions,
-    )
 
 
 class PodMemory:

@@ -27,6 +27,7 @@ from datetime import datetime
 
 from leasehold.controller.plan import single as reconcile
 from leasehold.controller.plan import suspension
+from leasehold.controller.plan.conditions import set_condition
 from leasehold.controller.plan.single import Action, JobEvent, Plan, PodFacts
 from leasehold.lease import indexes as index_sets
 from leasehold.lease.indexes import index_lease_name
@@ -440,7 +441,7 @@ def plan_indexed(
         ("Ready", true, "Running" if running else "Waiting"),
         ("LeaseHeld", true if active else false, "Claimed" if active else "Unheld"),
     ):
-        conditions = reconcile.set_condition(
+        conditions = set_condition(
             conditions, type_, cstatus, reason, message, now=now, generation=gen
         )
     status.conditions = conditions
@@ -485,14 +486,14 @@ def _suspension_status(
             ("Ready", false, suspension.SUSPENDED, message),
             ("LeaseHeld", false, suspension.SUSPENDED, "The job is suspended: no index is held."),
         ):
-            conditions = reconcile.set_condition(
+            conditions = set_condition(
                 conditions, type_, cstatus, reason, text, now=now, generation=generation
             )
         return status.model_copy(update={"phase": Phase.SUSPENDED, "conditions": conditions})
     if not suspension.is_suspended(status):
         return status
     message = "The job was resumed: each index's next attempt runs under a higher token."
-    conditions = reconcile.set_condition(
+    conditions = set_condition(
         conditions,
         suspension.CONDITION,
         false,
@@ -506,7 +507,13 @@ def _suspension_status(
 
 def replace_action(plan: Plan, action: Action) -> Plan:
     """``plan`` with another action (and no pod deletions of its own)."""
-    return Plan(action, plan.status, [], plan.pod_name, 0, plan.requeue_after_seconds)
+    return Plan(
+        action,
+        plan.status,
+        pod_name=plan.pod_name,
+        token=plan.token,
+        requeue_after_seconds=plan.requeue_after_seconds,
+    )
 
 
 def _backoff_events(plan: Plan) -> list[JobEvent]:
@@ -599,7 +606,7 @@ def _finish(
         ("Ready", true if succeeded else false, reason, message),
         ("LeaseHeld", false, "Finished", "The job finished; no index lease is held."),
     ):
-        conditions = reconcile.set_condition(
+        conditions = set_condition(
             conditions, type_, cstatus, why, text, now=now, generation=generation
         )
     return status.model_copy(

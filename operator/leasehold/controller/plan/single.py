@@ -13,21 +13,19 @@ protocol's :class:`~leasehold.lease.protocol.LeaseRecord`.
 
 from __future__ import annotations
 
-import copy
 import enum
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any, Final, NamedTuple
+from typing import Final, NamedTuple
 
-from leasehold import names
 from leasehold.controller.plan import failure_policy, retention, suspension
+from leasehold.controller.plan.conditions import set_condition
 from leasehold.controller.plan.failure_policy import POD_FAILURE_POLICY, PodFacts, Verdict
+from leasehold.controller.plan.pod import lease_name, pod_name
 from leasehold.lease import models
-from leasehold.lease.indexes import index_lease_name
 from leasehold.lease.models import (
     AttemptReason,
     AttemptRecord,
-    Condition,
     ConditionStatus,
     FailureAction,
     LeasedJob,
@@ -35,15 +33,7 @@ from leasehold.lease.models import (
     Phase,
 )
 from leasehold.lease.protocol import Completion, LeaseRecord, Outcome
-from leasehold.names import (
-    ANNOTATION_HOLDER,
-    ANNOTATION_LEASE,
-    ANNOTATION_TOKEN,
-    LABEL_JOB,
-    LABEL_TOKEN,
-)
 
-MAX_POD_NAME: Final = 253
 STARTUP_DEADLINE_EXCEEDED: Final = "StartupDeadlineExceeded"
 """Reason of an attempt reclaimed before it started (the expiry watch's word for it)."""
 BACKING_OFF: Final = "BackingOff"
@@ -107,6 +97,8 @@ class Plan:
         status: the status to write (only when it differs from the current).
         events: Events to record on the job.
         pod_name: for ``CLAIM_AND_START``/``START_POD``, the pod (= holder).
+        token: for ``CLAIM_AND_START``/``START_POD``, the fencing token the
+            attempt runs under (a claim that gets another token was raced).
         delete_pods_below_token: delete this job's pods whose token is lower
             (stale attempts); ``0`` for none.
         requeue_after_seconds: reconcile the job again after this many
@@ -121,79 +113,11 @@ class Plan:
     status: LeasedJobStatus
     events: list[JobEvent] = field(default_factory=list)
     pod_name: str | None = None
+    token: int | None = None
     delete_pods_below_token: int = 0
     requeue_after_seconds: float | None = None
     keep_ended_pods: bool = False
     keep_pod_tokens: frozenset[int] = frozenset()
-
-
-def lease_name(job_name: str) -> str:
-    """The JobLease name of a job: the job's own name.
-
-    Args:
-        job_name: the LeasedJob's name.
-
-    Returns:
-        The lease name.
-    """
-    return job_name
-
-
-def pod_name(job_name: str, token: int) -> str:
-    """The pod (and holder) name for the attempt under ``token``.
-
-    Args:
-        job_name: the LeasedJob's name.
-        token: the fencing token the attempt runs under.
-
-    Returns:
-        ``<job>-<token>``, cut so it stays a valid object name.
-    """
-    suffix = f"-{token}"
-    return job_name[: MAX_POD_NAME - len(suffix)] + suffix
-
-
-def set_condition(
-    conditions: list[Condition],
-    type_: str,
-    status: ConditionStatus,
-    reason: str,
-    message: str,
-    *,
-    now: datetime,
-    generation: int | None,
-) -> list[Condition]:
-    """Set one condition in a list keyed by ``type``.
-
-    ``lastTransitionTime`` changes only when ``status`` flips (Kubernetes API
-    conventions, "Typical status properties").
-
-    Args:
-        conditions: the current conditions (not modified).
-        type_: the condition type.
-        status: its new status.
-        reason: CamelCase reason.
-        message: human-readable message.
-        now: the time to stamp a transition with.
-        generation: the job's ``metadata.generation`` this is based on.
-
-    Returns:
-        A new list with the condition set.
-    """
-    out = [c for c in conditions if c.type != type_]
-    old = next((c for c in conditions if c.type == type_), None)
-    transition = now if old is None or old.status != status else old.last_transition_time
-    out.append(
-        Condition(
-            type=type_,
-            status=status,
-            reason=reason,
-            message=message[: models.MAX_MESSAGE_LENGTH],
-            last_transition_time=transition,
-            observed_generation=generation,
-        )
-    )
-    return sorted(out, key=lambda c: c.type)
 
 
 @dataclass(frozen=True)
@@ -749,7 +673,13 @@ def _plan(
             and not pod_created_for_holder
             and holder == pod_name(name, lease.fencing_token)
         ):
-            return Plan(Action.START_POD, status, pod_name=holder, delete_pods_below_token=stale)
+            return Plan(
+                Action.START_POD,
+                status,
+                pod_name=holder,
+                token=lease.fencing_token,
+                delete_pods_below_token=stale,
+            )
         return Plan(Action.NONE, status, delete_pods_below_token=stale)
 
     # Unheld and not completed: released, reclaimed, reopened after a failure,
@@ -814,6 +744,7 @@ def _plan(
         Action.CLAIM_AND_START,
         status,
         pod_name=next_pod,
+        token=lease.fencing_token + 1,
         delete_pods_below_token=stale + 1,
     )
 
@@ -982,99 +913,3 @@ def _retry(
         events=[JobEvent("Warning", BACKING_OFF, message)] if first_sight else [],
         requeue_after_seconds=(after - ctx.now).total_seconds(),
     )
-
-
-def build_pod(
-    job: LeasedJob,
-    *,
-    namespace: str,
-    holder: str,
-    token: int,
-    owner_uid: str,
-    lease_duration_seconds: int,
-    index: int | None = None,
-) -> dict[str, Any]:
-    """Build the pod of one attempt from the job's template.
-
-    The fencing token and the lease coordinates are injected into every
-    container's env and onto the pod as annotations (for the downward API);
-    the pod is owned by the job (garbage-collected with it) and labelled with
-    the job and token so stale attempts can be found.
-
-    Args:
-        job: the LeasedJob; must have ``spec.template``.
-        namespace: the job's namespace.
-        holder: the pod's name, which is also the lease holder identity.
-        token: the fencing token the attempt runs under.
-        owner_uid: the job's ``metadata.uid``.
-        lease_duration_seconds: the JobLease's duration (never the job's spec:
-            the lease's duration is the one the operator judges expiry by).
-        index: for a job with several completions, the completion index the
-            attempt serves: its lease is that index's (``<job>-<index>``), and the
-            index is injected (``JOB_COMPLETION_INDEX``,
-            ``LEASEHOLD_COMPLETION_INDEX``, a label and annotations).
-
-    Returns:
-        The pod body, JSON-ready.
-
-    Raises:
-        ValueError: the job has no pod template (pull mode).
-    """
-    if job.spec.template is None:
-        raise ValueError("a LeasedJob without spec.template (pull mode) gets no pod")
-    template = job.spec.template
-    job_name = str(job.metadata["name"])
-    meta = template.metadata or models.PodTemplateMetadata()
-    lease = lease_name(job_name) if index is None else index_lease_name(job_name, index)
-    labels = {**(meta.labels or {}), LABEL_JOB: job_name, LABEL_TOKEN: str(token)}
-    annotations = {
-        **(meta.annotations or {}),
-        ANNOTATION_TOKEN: str(token),
-        ANNOTATION_HOLDER: holder,
-        ANNOTATION_LEASE: lease,
-    }
-    if index is not None:
-        labels[names.LABEL_COMPLETION_INDEX] = str(index)
-        annotations[names.ANNOTATION_COMPLETION_INDEX] = str(index)
-        annotations[names.BATCH_ANNOTATION_COMPLETION_INDEX] = str(index)
-    spec = copy.deepcopy(template.spec)
-    spec["restartPolicy"] = "Never"
-    injected: list[dict[str, Any]] = [
-        {"name": names.ENV_NAMESPACE, "value": namespace},
-        {"name": names.ENV_JOB, "value": job_name},
-        {"name": names.ENV_LEASE, "value": lease},
-        {"name": names.ENV_HOLDER, "value": holder},
-        {"name": names.ENV_FENCING_TOKEN, "value": str(token)},
-        {"name": names.ENV_LEASE_DURATION, "value": str(lease_duration_seconds)},
-        {"name": names.ENV_POD_UID, "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
-    ]
-    if index is not None:
-        injected += [
-            {"name": names.ENV_COMPLETION_INDEX, "value": str(index)},
-            {"name": names.ENV_JOB_COMPLETION_INDEX, "value": str(index)},
-        ]
-    injected_names = {e["name"] for e in injected}
-    for container in spec.get("containers", []):
-        own = [e for e in container.get("env", []) if e.get("name") not in injected_names]
-        container["env"] = own + injected
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": holder,
-            "namespace": namespace,
-            "labels": labels,
-            "annotations": annotations,
-            "ownerReferences": [
-                {
-                    "apiVersion": names.API_VERSION,
-                    "kind": "LeasedJob",
-                    "name": job_name,
-                    "uid": owner_uid,
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
-        },
-        "spec": spec,
-    }

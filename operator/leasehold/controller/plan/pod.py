@@ -1,0 +1,188 @@
+"""The attempt pod: its name, how it is built from the job's template, how it is read back.
+
+Why this module exists: the pod is where a fencing token reaches a worker (env,
+annotations for the downward API, a label to find stale attempts), and where
+the operator learns how an attempt ended (exit codes, an eviction's
+``DisruptionTarget``). Building is a pure ``build_pod`` (as dask-kubernetes'
+``build_*_spec``), golden-file tested; reading is a pure :func:`pod_facts`.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any, Final
+
+from leasehold import names
+from leasehold.controller.plan.failure_policy import PodFacts
+from leasehold.lease import models
+from leasehold.lease.indexes import index_lease_name
+from leasehold.lease.models import LeasedJob
+from leasehold.names import (
+    ANNOTATION_HOLDER,
+    ANNOTATION_LEASE,
+    ANNOTATION_TOKEN,
+    LABEL_JOB,
+    LABEL_TOKEN,
+)
+
+MAX_POD_NAME: Final = 253
+
+
+def lease_name(job_name: str) -> str:
+    """The JobLease name of a job: the job's own name.
+
+    Args:
+        job_name: the LeasedJob's name.
+
+    Returns:
+        The lease name.
+    """
+    return job_name
+
+
+def pod_name(job_name: str, token: int) -> str:
+    """The pod (and holder) name for the attempt under ``token``.
+
+    Args:
+        job_name: the LeasedJob's name.
+        token: the fencing token the attempt runs under.
+
+    Returns:
+        ``<job>-<token>``, cut so it stays a valid object name.
+    """
+    suffix = f"-{token}"
+    return job_name[: MAX_POD_NAME - len(suffix)] + suffix
+
+
+def build_pod(
+    job: LeasedJob,
+    *,
+    namespace: str,
+    holder: str,
+    token: int,
+    owner_uid: str,
+    lease_duration_seconds: int,
+    index: int | None = None,
+) -> dict[str, Any]:
+    """Build the pod of one attempt from the job's template.
+
+    The fencing token and the lease coordinates are injected into every
+    container's env and onto the pod as annotations (for the downward API);
+    the pod is owned by the job (garbage-collected with it) and labelled with
+    the job and token so stale attempts can be found.
+
+    Args:
+        job: the LeasedJob; must have ``spec.template``.
+        namespace: the job's namespace.
+        holder: the pod's name, which is also the lease holder identity.
+        token: the fencing token the attempt runs under.
+        owner_uid: the job's ``metadata.uid``.
+        lease_duration_seconds: the JobLease's duration (never the job's spec:
+            the lease's duration is the one the operator judges expiry by).
+        index: for a job with several completions, the completion index the
+            attempt serves: its lease is that index's (``<job>-<index>``), and the
+            index is injected (``JOB_COMPLETION_INDEX``,
+            ``LEASEHOLD_COMPLETION_INDEX``, a label and annotations).
+
+    Returns:
+        The pod body, JSON-ready.
+
+    Raises:
+        ValueError: the job has no pod template (pull mode).
+    """
+    if job.spec.template is None:
+        raise ValueError("a LeasedJob without spec.template (pull mode) gets no pod")
+    template = job.spec.template
+    job_name = str(job.metadata["name"])
+    meta = template.metadata or models.PodTemplateMetadata()
+    lease = lease_name(job_name) if index is None else index_lease_name(job_name, index)
+    labels = {**(meta.labels or {}), LABEL_JOB: job_name, LABEL_TOKEN: str(token)}
+    annotations = {
+        **(meta.annotations or {}),
+        ANNOTATION_TOKEN: str(token),
+        ANNOTATION_HOLDER: holder,
+        ANNOTATION_LEASE: lease,
+    }
+    if index is not None:
+        labels[names.LABEL_COMPLETION_INDEX] = str(index)
+        annotations[names.ANNOTATION_COMPLETION_INDEX] = str(index)
+        annotations[names.BATCH_ANNOTATION_COMPLETION_INDEX] = str(index)
+    spec = copy.deepcopy(template.spec)
+    spec["restartPolicy"] = "Never"
+    injected: list[dict[str, Any]] = [
+        {"name": names.ENV_NAMESPACE, "value": namespace},
+        {"name": names.ENV_JOB, "value": job_name},
+        {"name": names.ENV_LEASE, "value": lease},
+        {"name": names.ENV_HOLDER, "value": holder},
+        {"name": names.ENV_FENCING_TOKEN, "value": str(token)},
+        {"name": names.ENV_LEASE_DURATION, "value": str(lease_duration_seconds)},
+        {"name": names.ENV_POD_UID, "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+    ]
+    if index is not None:
+        injected += [
+            {"name": names.ENV_COMPLETION_INDEX, "value": str(index)},
+            {"name": names.ENV_JOB_COMPLETION_INDEX, "value": str(index)},
+        ]
+    injected_names = {e["name"] for e in injected}
+    for container in spec.get("containers", []):
+        own = [e for e in container.get("env", []) if e.get("name") not in injected_names]
+        container["env"] = own + injected
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": holder,
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [
+                {
+                    "apiVersion": names.API_VERSION,
+                    "kind": "LeasedJob",
+                    "name": job_name,
+                    "uid": owner_uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": spec,
+    }
+
+
+def pod_facts(pod: Mapping[str, Any]) -> tuple[int, PodFacts] | None:
+    """Parse an attempt pod's body (API JSON, camelCase) into its token and facts.
+
+    Args:
+        pod: the pod as the API serves it.
+
+    Returns:
+        ``(fencing token, facts)``, or ``None`` for a pod without a token label.
+    """
+    meta = pod.get("metadata") or {}
+    token = str((meta.get("labels") or {}).get(names.LABEL_TOKEN, ""))
+    if not token.isdigit():
+        return None
+    status = pod.get("status") or {}
+    codes: list[tuple[str, int]] = []
+    first: int | None = None
+    for key in ("initContainerStatuses", "containerStatuses"):
+        for state in status.get(key) or []:
+            terminated = (state.get("state") or {}).get("terminated")
+            if terminated is None or terminated.get("exitCode") is None:
+                continue
+            code = int(terminated["exitCode"])
+            codes.append((str(state.get("name", "")), code))
+            if key == "containerStatuses" and first is None:
+                first = code
+    conditions = tuple(
+        (str(c.get("type", "")), str(c.get("status", ""))) for c in status.get("conditions") or []
+    )
+    return int(token), PodFacts(
+        uid=meta.get("uid"),
+        node_name=(pod.get("spec") or {}).get("nodeName"),
+        exit_code=first,
+        exit_codes=tuple(codes),
+        conditions=conditions,
+    )
