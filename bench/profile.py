@@ -20,7 +20,7 @@ from kopf._core.reactor import queueing
 
 from bench.harness import REPO, log
 from bench.stats import FrameGroup, stack_share, top_frames
-from leasehold.controller.act.jobs import JobService
+from leasehold.controller.act.jobs import JobActor
 from leasehold.controller.engines.expiry import ExpiryWatch
 from leasehold.controller.engines.watching import ListWatch
 from leasehold.controller.runtime import Runtime
@@ -36,7 +36,7 @@ PROFILE_GROUPS: Final = {
     "lease events on the loop (Runtime.on_lease_event)": code_group(Runtime.on_lease_event),
     "Kopf per-object event worker (queueing.worker; LeasedJobs only)": code_group(queueing.worker),
     "Kopf watch stream (read, parse, dispatch)": code_group(queueing.watcher),
-    "reconcile threads (JobService.reconcile)": code_group(JobService.reconcile),
+    "reconcile threads (JobActor.reconcile)": code_group(JobActor.reconcile),
     "expiry watch (ExpiryWatch.run)": code_group(ExpiryWatch.run),
     "event loop idle (selector wait)": FrameGroup("selectors", "select"),
     "prometheus metrics server": FrameGroup("prometheus_client"),

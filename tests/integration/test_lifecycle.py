@@ -18,7 +18,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from leasehold import names
-from leasehold.controller.act.jobs import JobService
+from leasehold.controller.runtime import Actors
 from leasehold.lease.errors import LeaseNotFoundError
 from leasehold.lease.protocol import Outcome
 from leasehold.lease.store import Accepted, LeaseStore, StoredLease
@@ -207,23 +207,23 @@ def test_completion_that_lands_before_the_deadline_stop_wins(
     # The operator's service in this process, on the real API server; the
     # worker's completion is sent right before the service's stop write, so
     # it lands first, as when a worker finishes just as the deadline fires.
-    service = JobService(api_client)
+    service = Actors.connect(api_client)
     # The deadline leaves time to create and claim the lease on a busy machine
     # (at 1 s a slow first reconcile already found it passed and closed the lease).
     create_job(api_client, namespace, "race", None, lease_seconds=30, activeDeadlineSeconds=4)
-    service.reconcile(namespace, "race")  # creates the lease
+    service.jobs.reconcile(namespace, "race")  # creates the lease
     claimed = store.claim(namespace, "race", "pool-1")
     assert isinstance(claimed, Accepted)
     time.sleep(5.5)  # past the deadline (the Date header has one-second resolution)
-    stop = service.store.stop
+    stop = service.ctx.store.stop
 
     def completion_first(judged: StoredLease) -> Any:
         done = store.complete(namespace, "race", "pool-1", claimed.token, Outcome.SUCCEEDED)
         assert isinstance(done, Accepted)
         return stop(judged)
 
-    monkeypatch.setattr(service.store, "stop", completion_first)
-    plan = service.reconcile(namespace, "race")
+    monkeypatch.setattr(service.ctx.store, "stop", completion_first)
+    plan = service.jobs.reconcile(namespace, "race")
     assert plan is not None
     st = status(api_client, namespace, "race")
     assert st["phase"] == "Succeeded", st

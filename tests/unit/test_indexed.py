@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from leasehold import fencing, names
-from leasehold.controller.act.indexed import work_item
+from leasehold.controller.act.domain import work_item
 from leasehold.controller.engines.pods import PodMemory
 from leasehold.controller.plan import indexed
 from leasehold.controller.plan.indexed import IndexState

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from leasehold.controller.act.jobs import OwnWrites
+from leasehold.controller.engines.writes import OwnWrites
 
 
 def test_own_version_is_recognised_once() -> None:

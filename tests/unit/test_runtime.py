@@ -6,12 +6,12 @@ import asyncio
 import time
 from typing import Any, cast
 
-from leasehold.controller.act.jobs import JobService, OwnWrites
 from leasehold.controller.engines.caches import ObjectCache
 from leasehold.controller.engines.expiry import ExpiryClock, ExpiryWatch
 from leasehold.controller.engines.peering import ActivityGate
 from leasehold.controller.engines.watching import EventType, WatchEvent
-from leasehold.controller.runtime import Runtime
+from leasehold.controller.engines.writes import OwnWrites
+from leasehold.controller.runtime import Actors, Runtime
 from leasehold.controller.settings import OperatorSettings
 
 
@@ -23,10 +23,15 @@ class Queue:
         self.triggered.append((namespace, name))
 
 
-class Service:
+class Context:
     def __init__(self) -> None:
         self.own_writes = OwnWrites()
-        self.leases = ObjectCache()
+        self.lease_cache = ObjectCache()
+
+
+class Service:
+    def __init__(self) -> None:
+        self.ctx = Context()
 
 
 def body(holder: str | None, token: int, rv: str, generation: int = 1) -> dict[str, Any]:
@@ -50,7 +55,7 @@ def runtime(gate: ActivityGate) -> tuple[Runtime, Queue, Service]:
     expiry = ExpiryWatch(ExpiryClock(1.0, time.monotonic), never, gate=gate)
     rt = Runtime(
         OperatorSettings(),
-        cast(JobService, service),
+        cast(Actors, service),
         cast(Any, queue),
         expiry,
         gate,
@@ -74,31 +79,31 @@ def test_first_list_feeds_the_timers_but_does_not_reconcile() -> None:
 def test_lease_events_feed_the_lease_cache_reconciles_read() -> None:
     async def scenario() -> Service:
         rt, _, service = runtime(ActivityGate("me", 0, "p", standalone=True))
-        service.leases.watched = True
+        service.ctx.lease_cache.watched = True
         rt.on_lease_event(WatchEvent(EventType.LISTED, body("w", 1, "10"), initial=True))
         rt.on_lease_event(WatchEvent(EventType.MODIFIED, body(None, 1, "11", 2)))
         return service
 
     service = asyncio.run(scenario())
-    assert service.leases.get("ns", "job") == body(None, 1, "11", 2)
+    assert service.ctx.lease_cache.get("ns", "job") == body(None, 1, "11", 2)
 
     async def deleted() -> Service:
         rt, _, service = runtime(ActivityGate("me", 0, "p", standalone=True))
-        service.leases.watched = True
+        service.ctx.lease_cache.watched = True
         rt.on_lease_event(WatchEvent(EventType.ADDED, body("w", 1, "10")))
         rt.on_lease_event(WatchEvent(EventType.DELETED, body("w", 1, "10")))
         return service
 
-    assert asyncio.run(deleted()).leases.get("ns", "job") is None
+    assert asyncio.run(deleted()).ctx.lease_cache.get("ns", "job") is None
 
 
 def test_own_write_is_skipped_only_as_a_modified_event() -> None:
     async def scenario() -> list[tuple[str, str]]:
         rt, queue, service = runtime(ActivityGate("me", 0, "p", standalone=True))
         rt.on_lease_event(WatchEvent(EventType.ADDED, body("w", 1, "10")))
-        service.own_writes.record("JobLease", "ns", "job", "11")
+        service.ctx.own_writes.record("JobLease", "ns", "job", "11")
         rt.on_lease_event(WatchEvent(EventType.MODIFIED, body(None, 1, "11", 2)))  # own
-        service.own_writes.record("JobLease", "ns", "job", "12")
+        service.ctx.own_writes.record("JobLease", "ns", "job", "12")
         rt.on_lease_event(WatchEvent(EventType.LISTED, body("w", 2, "12", 3)))  # a re-list
         return queue.triggered
 

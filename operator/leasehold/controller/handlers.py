@@ -73,18 +73,18 @@ async def leased_job_event(*, type: str, body: kopf.Body, memo: Any, **_: Any) -
     phase = (body.get("status") or {}).get("phase")
     memo.runtime.phases.observe(key, phase, deleted=type == "DELETED")
     if type == "DELETED":
-        memo.runtime.service.jobs.drop(
+        memo.runtime.actors.ctx.job_cache.drop(
             meta["namespace"], meta["name"], deleted_version=meta.get("resourceVersion")
         )
-        memo.runtime.service.own_writes.forget("LeasedJob", meta["namespace"], meta["name"])
+        memo.runtime.actors.ctx.own_writes.forget("LeasedJob", meta["namespace"], meta["name"])
         # Its lease outlives it (the name's fencing domain): the reconcile of
         # a job that is gone takes the lease back for good.
         memo.runtime.queue.trigger(meta["namespace"], meta["name"])
         return
-    memo.runtime.service.jobs.put(body)  # the reconcile reads the job from here
+    memo.runtime.actors.ctx.job_cache.put(body)  # the reconcile reads the job from here
     # Only a MODIFIED event can be the echo of this operator's own status
     # write; a listing (type None, e.g. after a peering pause) always reconciles.
-    own = type == "MODIFIED" and memo.runtime.service.own_writes.is_own(
+    own = type == "MODIFIED" and memo.runtime.actors.ctx.own_writes.is_own(
         "LeasedJob", meta["namespace"], meta["name"], meta.get("resourceVersion")
     )
     if not own:
@@ -123,7 +123,7 @@ async def attempt_pod_event(*, type: str, body: kopf.Body, memo: Any, **_: Any) 
     renewal will never renew: its attempt is judged by the lease duration
     from now, so the job is retried promptly, not after the startup bound.
     """
-    memo.runtime.service.pods.observe(body)  # how the attempt ended, should the pod go
+    memo.runtime.actors.ctx.pod_memory.observe(body)  # how the attempt ended, should the pod go
     phase = (body.get("status") or {}).get("phase")
     if type != "DELETED" and phase not in ("Running", "Succeeded", "Failed"):
         return

@@ -1,7 +1,7 @@
-"""Start the operator: credentials, the service, Kopf.
+"""Start the operator: credentials, the actors, Kopf.
 
 Why this module exists: ``leasehold operator`` needs a few steps between the
-settings and ``kopf.run`` (logging, an API client for the service, the
+settings and ``kopf.run`` (logging, an API client for the actors, the
 runtime passed to handlers as ``memo``); they live here so the CLI stays a
 parser and the controller stays handlers.
 """
@@ -16,9 +16,8 @@ from kubernetes import client, config
 
 from leasehold.controller import handlers  # noqa: F401 - importing registers the Kopf handlers
 from leasehold.controller.act import cron
-from leasehold.controller.act.jobs import JobService
 from leasehold.controller.engines.peering import own_identity
-from leasehold.controller.runtime import build_runtime
+from leasehold.controller.runtime import Actors, build_runtime
 from leasehold.controller.settings import OperatorSettings
 from leasehold.lease.kubeclient import new_api_client
 
@@ -63,10 +62,10 @@ def run_operator(settings: OperatorSettings) -> int:
         # Kopf logs every handler call at INFO; our own lines say what happened.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     identity = own_identity()
-    service = JobService(api_client(pool_size=settings.reconcile_workers + 2))
-    runtime = build_runtime(settings, service, api_client, identity)
+    actors = Actors.connect(api_client(pool_size=settings.reconcile_workers + 2))
+    runtime = build_runtime(settings, actors, api_client, identity)
     crons = cron.build_queue(
-        cron.CronService(api_client(pool_size=2), service),
+        cron.CronService(api_client(pool_size=2), actors.ctx, actors.holds),
         runtime.gate,
         settings.retry_delay_seconds,
     )

@@ -1,7 +1,8 @@
 """The operator's engines wired together: what the Kopf handlers share.
 
-Why this module exists: the handlers stay thin. :class:`Runtime` owns the
-work queue, the expiry timers, the lease and peering watches and the peering
+Why this module exists: the handlers stay thin. :class:`Actors` wires the
+actors to the edges and state they share; :class:`Runtime` owns the work
+queue, the expiry timers, the lease and peering watches and the peering
 gate; :func:`build_runtime` wires them; :meth:`Runtime.start` starts them.
 Plain asyncio and threads: no Kopf, so its tests register no handler.
 """
@@ -20,7 +21,11 @@ from kubernetes import client
 
 from leasehold import names
 from leasehold.controller import metrics
-from leasehold.controller.act.jobs import JobService
+from leasehold.controller.act.attempts import Attempts
+from leasehold.controller.act.context import Context
+from leasehold.controller.act.holds import HoldWaits
+from leasehold.controller.act.jobs import JobActor
+from leasehold.controller.act.reclaim import Reclaimer
 from leasehold.controller.engines.expiry import ExpiryClock, ExpiryReason, ExpiryWatch
 from leasehold.controller.engines.peering import ActivityGate
 from leasehold.controller.engines.queue import WorkQueue
@@ -34,13 +39,46 @@ ApiClientFactory = Callable[[], client.ApiClient]
 """Builds a new API client (each watch owns one: it holds a connection for minutes)."""
 
 
+@dataclass(frozen=True)
+class Actors:
+    """The actors, wired to the edges and state they share.
+
+    Attributes:
+        ctx: the shared edges and state (caches, own writes, pod memory, ...).
+        jobs: reconciles LeasedJobs (single and indexed).
+        reclaimer: takes back leases judged expired.
+        holds: the waits before a new token while an earlier holder may run.
+    """
+
+    ctx: Context
+    jobs: JobActor
+    reclaimer: Reclaimer
+    holds: HoldWaits
+
+    @classmethod
+    def connect(cls, api_client: client.ApiClient, **context: Any) -> Actors:
+        """Actors that talk to the API through ``api_client``.
+
+        Args:
+            api_client: a configured ``kubernetes.client.ApiClient``.
+            **context: passed to :meth:`Context.connect` (``clock``,
+                ``monotonic``, ``instance``).
+
+        Returns:
+            New actors with empty caches.
+        """
+        ctx = Context.connect(api_client, **context)
+        holds = HoldWaits(ctx)
+        return cls(ctx, JobActor(ctx, holds, Attempts(ctx)), Reclaimer(ctx), holds)
+
+
 @dataclass
 class Runtime:
     """What the handlers share, passed to Kopf as ``memo``.
 
     Attributes:
         settings: the operator's settings.
-        service: the service layer (blocking API calls).
+        actors: the actors (blocking API calls) and the state they share.
         queue: the reconcile work queue.
         expiry: the expiry watch.
         gate: open while this replica may work (Kopf's peering rule).
@@ -53,7 +91,7 @@ class Runtime:
     """
 
     settings: OperatorSettings
-    service: JobService
+    actors: Actors
     queue: WorkQueue
     expiry: ExpiryWatch
     gate: ActivityGate
@@ -74,11 +112,11 @@ class Runtime:
         body = event.body
         if event.type is EventType.DELETED:
             meta = body["metadata"]
-            self.service.leases.drop(
+            self.actors.ctx.lease_cache.drop(
                 meta["namespace"], meta["name"], deleted_version=meta.get("resourceVersion")
             )
         else:
-            self.service.leases.put(body)  # a reconcile reads its lease from here
+            self.actors.ctx.lease_cache.put(body)  # a reconcile reads its lease from here
         change = self.expiry.observe(body, deleted=event.type is EventType.DELETED)
         if change.after is None:
             metrics.lease_forgotten(change.before)
@@ -91,12 +129,12 @@ class Runtime:
             )
         meta = body["metadata"]
         if event.type is EventType.DELETED:
-            self.service.own_writes.forget("JobLease", meta["namespace"], meta["name"])
+            self.actors.ctx.own_writes.forget("JobLease", meta["namespace"], meta["name"])
         if not change.needs_reconcile:
             return
         if event.initial and change.before is None:
             return
-        if event.type is EventType.MODIFIED and self.service.own_writes.is_own(
+        if event.type is EventType.MODIFIED and self.actors.ctx.own_writes.is_own(
             "JobLease", meta["namespace"], meta["name"], meta.get("resourceVersion")
         ):
             return  # this operator's own reclaim/stop: already acted on
@@ -149,22 +187,22 @@ class Runtime:
                     waited = 0.0
         # Every lease was listed: reconciles read leases from the cache, and jobs
         # (fed by Kopf's events) and pods (Kopf's pod watch) likewise.
-        self.service.leases.watched = True
-        self.service.jobs.watched = True
-        self.service.pods.fed = True
+        self.actors.ctx.lease_cache.watched = True
+        self.actors.ctx.job_cache.watched = True
+        self.actors.ctx.pod_memory.fed = True
 
 
 def build_runtime(
     settings: OperatorSettings,
-    service: JobService,
+    actors: Actors,
     new_api_client: ApiClientFactory,
     identity: str,
 ) -> Runtime:
-    """Wire the service, queue, peering gate and expiry watch together.
+    """Wire the actors, queue, peering gate and expiry watch together.
 
     Args:
         settings: the operator's settings.
-        service: the service layer.
+        actors: the actors.
         new_api_client: builds an API client for each watch.
         identity: this replica's peering identity (the one Kopf is given).
 
@@ -173,7 +211,7 @@ def build_runtime(
     """
 
     def reconcile(namespace: str, name: str) -> float | None:
-        plan = service.reconcile(namespace, name)
+        plan = actors.jobs.reconcile(namespace, name)
         return plan.requeue_after_seconds if plan is not None else None
 
     queue = WorkQueue(reconcile, settings.retry_delay_seconds)
@@ -194,7 +232,7 @@ def build_runtime(
         reason: ExpiryReason,
     ) -> None:
         outcome = await asyncio.get_running_loop().run_in_executor(
-            reclaimers, service.reclaim, namespace, lease_name, generation, body, reason
+            reclaimers, actors.reclaimer.reclaim, namespace, lease_name, generation, body, reason
         )
         if outcome.reclaimed:
             metrics.RECLAIMS.inc()
@@ -202,9 +240,9 @@ def build_runtime(
         queue.trigger(namespace, job_name)
 
     clock = ExpiryClock(settings.expiry_margin_seconds, time.monotonic)
-    service.lease_clock = clock  # a take-over or resume waits out an earlier hold on it
+    actors.ctx.lease_clock = clock  # a take-over or resume waits out an earlier hold on it
     expiry = ExpiryWatch(clock, on_expired, gate=gate)
-    runtime = Runtime(settings, service, queue, expiry, gate, new_api_client)
+    runtime = Runtime(settings, actors, queue, expiry, gate, new_api_client)
     gate.on_open(runtime.reconcile_deferred)
     return runtime
 

@@ -344,7 +344,7 @@ def reclaim(record: LeaseRecord, *, expired: bool) -> Decision:
 
     ``expired`` is the operator's judgement for this exact version of the lease,
     made on its own monotonic clock
-    (:class:`leasehold.controller.expiry.ExpiryClock`), never here from
+    (:class:`leasehold.controller.engines.expiry.ExpiryClock`), never here from
     wall-clock times written by workers. Denied with ``COMPLETED``, or
     ``NOT_EXPIRED`` (also for an unheld lease: nothing to take back).
     """

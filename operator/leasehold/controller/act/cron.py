@@ -23,7 +23,8 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from leasehold import names
-from leasehold.controller.act.jobs import COMPONENT, JobService
+from leasehold.controller.act.context import COMPONENT, Context
+from leasehold.controller.act.holds import HoldWaits
 from leasehold.controller.engines.peering import ActivityGate
 from leasehold.controller.engines.queue import WorkQueue
 from leasehold.controller.plan.conditions import set_condition
@@ -134,7 +135,8 @@ class CronService:
 
     Args:
         api_client: a configured ``kubernetes.client.ApiClient``.
-        jobs: the LeasedJob service (its lease store and Event recorder are shared).
+        ctx: the shared edges and state (the lease store, the Event recorder).
+        holds: the waits before a replacing run's token.
         clock: this operator's wall clock: when schedule times are due (injected
             in tests; it decides when to start a run, never who owns one).
     """
@@ -142,13 +144,15 @@ class CronService:
     def __init__(
         self,
         api_client: client.ApiClient,
-        jobs: JobService,
+        ctx: Context,
+        holds: HoldWaits,
         *,
         clock: Callable[[], datetime] = _utcnow,
     ) -> None:
         self._custom = client.CustomObjectsApi(api_client)
-        self._jobs = jobs
-        self._store: LeaseStore = jobs.store
+        self._ctx = ctx
+        self._holds = holds
+        self._store: LeaseStore = ctx.store
         self._clock = clock
         self._reported: dict[str, _Reported] = {}
 
@@ -296,9 +300,9 @@ class CronService:
             current = self._replace_earlier(body, earlier, runs)
             # A replaced run's worker learns of it only when a renewal is
             # refused: the new run (a higher token of the same domain) starts
-            # once every such window has surely ended (JobService.earlier_hold_wait).
+            # once every such window has surely ended (HoldWaits.earlier_hold_wait).
             wait = max(
-                (self._jobs.earlier_hold_wait(lease, body) for lease in current), default=0.0
+                (self._holds.earlier_hold_wait(lease, body) for lease in current), default=0.0
             )
             if wait > 0:
                 message = (
@@ -525,7 +529,7 @@ class CronService:
         for lease in leases:
             if lease is top or lease.name in runs or not lease_is_final(lease.record):
                 continue
-            if self._jobs.hold_window_left(lease) > 0:
+            if self._holds.hold_window_left(lease) > 0:
                 # A replaced run's worker may still run: its lease (and its
                 # expiry clock) stays until its window has surely ended, so a
                 # Replace that waits for it still sees it.
@@ -645,7 +649,7 @@ class CronService:
             raise api_error(exc, f"patch status of LeasedCronJob {namespace}/{name}") from exc
 
     def _event(self, body: dict[str, Any], type_: str, reason: str, message: str) -> None:
-        self._jobs.record_event(body, type_, reason, message)
+        self._ctx.events.record(body, type_, reason, message)
 
 
 def _time(value: str) -> datetime:

@@ -1,16 +1,17 @@
 """Carry out the plan of a job with several completions: one JobLease per index.
 
 Why this module exists: :mod:`leasehold.controller.plan.indexed` decides, purely;
-this module reads the job's index leases (one list), performs each index's
+this actor reads the job's index leases (one list), performs each index's
 step through the same store writes and pod handling as a single-lease job
-(:class:`~leasehold.controller.service.JobService`: claim, pod create with
-its 409/quota/rejection cases, bind, stop, reopen, take-over, suspend,
-resume, excuse) and writes the job's status. Each index lease is a fencing
+(claim, pod create with its 409/quota/rejection cases through
+:class:`~leasehold.controller.act.attempts.Attempts`, bind, stop, reopen,
+take-over, suspend, resume, excuse) and writes the job's status. Each index lease is a fencing
 domain of its own, with the same guarantees as a job's lease: no
 ownerReference, a finalizer, its ``jobUID`` and ``baseFencingToken``
 (docs/architecture.md, "Indexed jobs").
 
-Called by :meth:`JobService.reconcile` under the job's lock; blocking calls.
+Called by :meth:`~leasehold.controller.act.jobs.JobActor.reconcile` under the job's lock;
+blocking calls.
 """
 
 from __future__ import annotations
@@ -19,26 +20,23 @@ import logging
 import threading
 from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
-
-from kubernetes.client.exceptions import ApiException
+from typing import Any
 
 from leasehold import names
+from leasehold.controller.act import domain
+from leasehold.controller.act.attempts import Attempts
+from leasehold.controller.act.context import Context
+from leasehold.controller.act.holds import HoldWaits, last_reclaim_reason
+from leasehold.controller.act.status import write_status
 from leasehold.controller.plan import indexed
 from leasehold.controller.plan.indexed import IndexStep
-from leasehold.controller.plan.pod import pod_facts
 from leasehold.controller.plan.single import Action, Plan, PodFacts
-from leasehold.lease.errors import LeaseNotFoundError, WriteRefusedError, api_error
-from leasehold.lease.models import LeasedJob, LeaseMode, PodRetention
-from leasehold.lease.store import Accepted, StoredLease, WorkItem
-
-if TYPE_CHECKING:
-    from leasehold.controller.act.jobs import JobService
+from leasehold.lease.errors import LeaseNotFoundError, WriteRefusedError
+from leasehold.lease.models import LeasedJob, PodRetention
+from leasehold.lease.store import Accepted, StoredLease
 
 log = logging.getLogger(__name__)
 
-_ENDED = ("Succeeded", "Failed")
-"""Pod phases whose processes are gone."""
 MAX_REPLANS = 4
 """Steps one index may take in one reconcile (create, claim, start; or reopen, claim, start)."""
 
@@ -49,23 +47,26 @@ def index_of(lease: StoredLease) -> int | None:
     return int(raw) if raw is not None and str(raw).isdigit() else None
 
 
-class IndexedJobs:
-    """The index leases of jobs with several completions, driven through one :class:`JobService`.
+class IndexedActor:
+    """Reconcile jobs with several completions: one lease per index.
 
     Args:
-        service: the service whose store, API clients, Events and status
-            writes are used.
+        ctx: the shared edges and state.
+        holds: the waits before a take-over or a resume issues a new token.
+        attempts: starts attempts' pods (shared with the single-job actor).
     """
 
-    def __init__(self, service: JobService) -> None:
-        self._service = service
+    def __init__(self, ctx: Context, holds: HoldWaits, attempts: Attempts) -> None:
+        self._ctx = ctx
+        self._holds = holds
+        self._attempts = attempts
         self._retry_after: dict[tuple[str, str, int], datetime] = {}
         """(namespace, lease, token) -> when that failure's backoff ends (memory only)."""
         self._guard = threading.Lock()
 
     def _leases(self, namespace: str, name: str) -> dict[int, StoredLease]:
         selector = f"{names.LABEL_JOB}={name},{names.LABEL_COMPLETION_INDEX}"
-        found = self._service.store.list_leases(namespace, label_selector=selector)
+        found = self._ctx.store.list_leases(namespace, label_selector=selector)
         out: dict[int, StoredLease] = {}
         for lease in found:
             index = index_of(lease)
@@ -89,19 +90,18 @@ class IndexedJobs:
         Returns:
             A plan carrying the status written and when to look again.
         """
-        service = self._service
         meta = body["metadata"]
         namespace, name = str(meta["namespace"]), str(meta["name"])
         leases = self._leases(namespace, name)
         for lease in leases.values():
-            service.release_domain_if_namespace_goes(lease)
+            domain.release_if_namespace_goes(self._ctx, lease)
         retry_after: dict[int, datetime] = {}
         for index, lease in leases.items():
             end = self._backoff_end(lease)
             if end is not None:
                 retry_after[index] = end
         pods = {
-            i: self._pod_facts(namespace, name, i)
+            i: self._attempts.pod_facts(namespace, name, i)
             for i, lease in leases.items()
             if lease.record.job_uid == meta.get("uid")
             and indexed.wants_pod_facts(job, lease.record)
@@ -109,9 +109,9 @@ class IndexedJobs:
         decided = indexed.plan_indexed(
             job,
             {i: lease.record for i, lease in leases.items()},
-            now=service.now(),
+            now=self._ctx.now(),
             elapsed_seconds=elapsed_seconds,
-            last_reclaim_reasons={i: _reclaim_reason(lease) for i, lease in leases.items()},
+            last_reclaim_reasons={i: last_reclaim_reason(lease) for i, lease in leases.items()},
             retry_after=retry_after,
             pods=pods,
         )
@@ -130,12 +130,17 @@ class IndexedJobs:
                 for i, lease in leases.items()
                 if lease.record.completion is not None
             )
-            self._delete_pods(
-                namespace, name, None, None, keep_ended=keep, keep=completed if keep else None
+            self._attempts.delete_index_pods(
+                namespace,
+                name,
+                None,
+                None,
+                keep_ended=keep,
+                keep=completed if keep else frozenset(),
             )
         for event in decided.events:
-            service.record_event(body, event.type, event.reason, event.message)
-        service.write_status(namespace, name, body, decided.status)
+            self._ctx.events.record(body, event.type, event.reason, event.message)
+        write_status(self._ctx, namespace, name, body, decided.status)
         return Plan(Action.NONE, decided.status, requeue_after_seconds=requeue)
 
     def _step(
@@ -151,7 +156,6 @@ class IndexedJobs:
         Returns:
             When to reconcile again for this index (a backoff, a quota), if at all.
         """
-        service = self._service
         namespace = str(body["metadata"]["namespace"])
         plan = step.plan
         requeue: float | None = None
@@ -160,67 +164,69 @@ class IndexedJobs:
             if action is Action.CREATE_LEASE:
                 lease = self._create(job, body, step)
             elif action in (Action.TAKE_OVER_LEASE, Action.RESUME) and (
-                lease is not None and (wait := service.earlier_hold_wait(lease, body)) > 0
+                lease is not None and (wait := self._holds.earlier_hold_wait(lease, body)) > 0
             ):
                 return wait if requeue is None else min(requeue, wait)
             elif action is Action.TAKE_OVER_LEASE and lease is not None:
-                taken = service.store.rearm(
+                taken = self._ctx.store.rearm(
                     lease,
                     job_uid=str(body["metadata"]["uid"]),
-                    mode=_mode(job),
+                    mode=domain.mode(job),
                     lease_duration_seconds=job.spec.lease_duration_seconds,
                     max_attempts=indexed.index_max_fencing_token_span(job),
                     startup_deadline_seconds=(
                         job.spec.startup_deadline_seconds if job.spec.template is not None else None
                     ),
                     suspended=job.spec.suspend,
-                    work=work_item(job),
+                    work=domain.work_item(job),
                 )
-                service.wrote_lease(taken.lease)
+                self._ctx.wrote_lease(taken.lease)
                 lease = taken.lease
             elif action is Action.RETRY and lease is not None:
-                reopened = service.store.reopen(lease)
-                service.wrote_lease(reopened.lease)
+                reopened = self._ctx.store.reopen(lease)
+                self._ctx.wrote_lease(reopened.lease)
                 lease = reopened.lease
             elif action is Action.STOP and lease is not None:
-                stopped = service.store.stop(lease)
+                stopped = self._ctx.store.stop(lease)
                 if isinstance(stopped, Accepted):
-                    service.wrote_lease(stopped.lease)
-                    self._delete_pods(namespace, lease.record.job_name, step.index, None)
+                    self._ctx.wrote_lease(stopped.lease)
+                    self._attempts.delete_index_pods(
+                        namespace, lease.record.job_name, step.index, None
+                    )
                 return requeue
             elif action is Action.SUSPEND and lease is not None:
                 # As a stop: the lease first (a completion that landed first
                 # stands), then the suspended attempt's pods.
-                suspended = service.store.suspend(lease)
+                suspended = self._ctx.store.suspend(lease)
                 if not isinstance(suspended, Accepted):
                     return None  # it moved: its watch event brings the next reconcile
-                service.wrote_lease(suspended.lease)
+                self._ctx.wrote_lease(suspended.lease)
                 if job.spec.template is not None:
                     # The suspended attempt's pod; ended ones stay for `kubectl logs`.
-                    self._delete_pods(
+                    self._attempts.delete_index_pods(
                         namespace, lease.record.job_name, step.index, None, keep_ended=True
                     )
                 # Plan again at once: this reconcile's status still counts the
                 # index as active, and the suspend's own watch event is skipped.
                 return 0.0
             elif action is Action.RESUME and lease is not None:
-                resumed = service.store.resume(lease)
+                resumed = self._ctx.store.resume(lease)
                 if not isinstance(resumed, Accepted):
                     return None
-                service.wrote_lease(resumed.lease)
+                self._ctx.wrote_lease(resumed.lease)
                 lease = resumed.lease
             elif action is Action.EXCUSE and lease is not None:
                 # An eviction (or a failure a rule ignores): no budget used, as
                 # for a single job; a Failed completion is reopened uncounted.
                 if lease.record.completion is not None:
-                    excused = service.store.reopen(lease, counted=False)
+                    excused = self._ctx.store.reopen(lease, counted=False)
                 else:
-                    excused = service.store.excuse(lease)
+                    excused = self._ctx.store.excuse(lease)
                 if not isinstance(excused, Accepted):
                     return None
-                service.wrote_lease(excused.lease)
+                self._ctx.wrote_lease(excused.lease)
                 for event in plan.events:
-                    service.record_event(
+                    self._ctx.events.record(
                         body, event.type, event.reason, f"Index {step.index}: {event.message}"
                     )
                 lease = excused.lease
@@ -232,7 +238,7 @@ class IndexedJobs:
                 if lease is not None:
                     self._remember_backoff(lease, plan)
                     if job.spec.template is not None:
-                        service.bind_own_pod(body, lease)
+                        self._attempts.bind_own_pod(body, lease)
                 return plan.requeue_after_seconds
             if lease is None:
                 return requeue
@@ -240,8 +246,8 @@ class IndexedJobs:
                 job,
                 step.index,
                 lease.record,
-                now=service.now(),
-                last_reclaim_reason=_reclaim_reason(lease),
+                now=self._ctx.now(),
+                last_reclaim_reason=last_reclaim_reason(lease),
                 retry_after=self._backoff_end(lease),
                 pods=pods,
             )
@@ -255,24 +261,6 @@ class IndexedJobs:
                 return requeue
         return requeue
 
-    def _pod_facts(self, namespace: str, name: str, index: int) -> dict[int, PodFacts]:
-        """One index's attempt pods by token (one list), with those already gone.
-
-        As a single job's (``JobService._pod_facts``): a pod the list no longer
-        returns is told by its last state the pod watch saw.
-        """
-        selector = f"{names.LABEL_JOB}={name},{names.LABEL_COMPLETION_INDEX}={index}"
-        try:
-            found = self._service.core.list_namespaced_pod(namespace, label_selector=selector)
-        except ApiException as exc:
-            raise api_error(exc, f"list pods of {namespace}/{name} index {index}") from exc
-        facts = self._service.pods.recall(namespace, name, index)
-        for pod in found.items:
-            parsed = pod_facts(self._service.core.api_client.sanitize_for_serialization(pod))
-            if parsed is not None:
-                facts[parsed[0]] = parsed[1]
-        return facts
-
     def _remember_backoff(self, lease: StoredLease, plan: Plan) -> None:
         after = plan.status.next_attempt_after
         if after is None or lease.record.completion is None:
@@ -283,12 +271,11 @@ class IndexedJobs:
 
     def _create(self, job: LeasedJob, body: dict[str, Any], step: IndexStep) -> StoredLease | None:
         """Create an index's lease (unheld, token 0): its own fencing domain."""
-        service = self._service
         meta = body["metadata"]
         namespace, name = str(meta["namespace"]), str(meta["name"])
         try:
             # No ownerReference: like a job's lease, it outlives the job.
-            return service.store.create(
+            return self._ctx.store.create(
                 namespace,
                 step.lease_name,
                 job_name=name,
@@ -302,15 +289,15 @@ class IndexedJobs:
                     job.spec.startup_deadline_seconds if job.spec.template is not None else None
                 ),
                 job_uid=str(meta["uid"]),
-                mode=_mode(job),
+                mode=domain.mode(job),
                 finalizers=[names.FINALIZER_DOMAIN],
-                work=work_item(job),  # params and priority: the same on every index
+                work=domain.work_item(job),  # params and priority: the same on every index
             )
         except WriteRefusedError:
             # It exists (an earlier reconcile, or a lease of that name that is
             # not this job's index): read it; it is planned on the next pass.
             try:
-                existing = service.store.get(namespace, step.lease_name)
+                existing = self._ctx.store.get(namespace, step.lease_name)
             except LeaseNotFoundError:
                 return None
             if existing.record.job_name != name or index_of(existing) != step.index:
@@ -332,17 +319,18 @@ class IndexedJobs:
         plan: Plan,
         lease: StoredLease,
     ) -> float | None:
-        service = self._service
         namespace = lease.namespace
         assert plan.pod_name is not None
-        claimed = service.store.claim(namespace, lease.name, plan.pod_name, observed=lease)
+        claimed = self._ctx.store.claim(namespace, lease.name, plan.pod_name, observed=lease)
         if not isinstance(claimed, Accepted):
             log.info("claim of %s/%s refused: %s", namespace, lease.name, claimed.rejection)
             return None  # its lease's watch event brings the next reconcile
         if claimed.token != plan.token:
-            service.store.release(namespace, lease.name, plan.pod_name, claimed.token)
+            self._ctx.store.release(namespace, lease.name, plan.pod_name, claimed.token)
             return 1.0
-        self._delete_pods(namespace, lease.record.job_name, step.index, claimed.token)
+        self._attempts.delete_index_pods(
+            namespace, lease.record.job_name, step.index, claimed.token
+        )
         return self._start(job, body, step, plan, claimed.lease, claimed.token)
 
     def _start(
@@ -354,56 +342,14 @@ class IndexedJobs:
         lease: StoredLease,
         token: int,
     ) -> float | None:
-        service = self._service
-        started = service.start_pod(job, body, replace(plan, events=[]), token, lease, step.index)
+        started = self._attempts.start(
+            job, body, replace(plan, events=[]), token, lease, step.index
+        )
         for event in started.events:
-            service.record_event(
+            self._ctx.events.record(
                 body, event.type, event.reason, f"Index {step.index}: {event.message}"
             )
         return started.requeue_after_seconds
-
-    def _delete_pods(
-        self,
-        namespace: str,
-        name: str,
-        index: int | None,
-        below_token: int | None,
-        *,
-        keep_ended: bool = False,
-        keep: frozenset[tuple[int, int]] | None = None,
-    ) -> None:
-        """Delete the job's pods (of one index, below a token), as a single job's stale pods.
-
-        ``keep_ended`` spares the pods that ended (Succeeded, Failed); ``keep``
-        the pods of these ``(index, token)`` attempts.
-        """
-        core = self._service.core
-        selector = f"{names.LABEL_JOB}={name}"
-        if index is not None:
-            selector += f",{names.LABEL_COMPLETION_INDEX}={index}"
-        try:
-            pods = core.list_namespaced_pod(namespace, label_selector=selector)
-        except ApiException as exc:
-            raise api_error(exc, f"list pods of {namespace}/{name}") from exc
-        kept = {(str(i), str(t)) for i, t in keep or ()}
-        for pod in pods.items:
-            meta = pod.metadata
-            if meta is None or meta.name is None or meta.deletion_timestamp is not None:
-                continue
-            if keep_ended and pod.status is not None and pod.status.phase in _ENDED:
-                continue
-            labels = meta.labels or {}
-            token = labels.get(names.LABEL_TOKEN, "")
-            pod_index = labels.get(names.LABEL_COMPLETION_INDEX, "")
-            if (pod_index, token) in kept:
-                continue
-            if below_token is not None and (not token.isdigit() or int(token) >= below_token):
-                continue
-            try:
-                core.delete_namespaced_pod(meta.name, namespace)
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise api_error(exc, f"delete pod {namespace}/{meta.name}") from exc
 
     def retire(self, namespace: str, name: str) -> None:
         """The job is gone: stop its index leases for good, keeping them as domains.
@@ -412,50 +358,10 @@ class IndexedJobs:
             namespace: the job's namespace.
             name: the job's name.
         """
-        service = self._service
         for lease in self._leases(namespace, name).values():
-            service.release_domain_if_namespace_goes(lease)
-            record = lease.record
-            cap = record.max_fencing_token
-            if record.completion is not None or (
-                record.holder_identity is None and cap is not None and cap <= record.fencing_token
-            ):
-                continue
-            stopped = service.store.stop(lease)
-            if isinstance(stopped, Accepted):
-                service.wrote_lease(stopped.lease)
-
-
-def _reclaim_reason(lease: StoredLease) -> str | None:
-    status = lease.body.get("status") or {}
-    if status.get("lastReclaimedToken") != lease.record.fencing_token:
-        return None
-    reason = status.get("lastReclaimReason")
-    return str(reason) if reason else None
-
-
-def work_item(job: LeasedJob) -> WorkItem:
-    """What every index lease carries from its job: params, priority, creation time.
-
-    Each index gets the whole ``spec.params`` (its completion index tells the
-    worker which part is its own) and the job's ``spec.priority``, so
-    ``claim_any`` orders the indexes of several jobs by their jobs' priority.
-
-    Args:
-        job: the LeasedJob.
-
-    Returns:
-        The :class:`~leasehold.lease.store.WorkItem` for ``store.create``/``rearm``.
-    """
-    created = job.metadata.get("creationTimestamp")
-    return WorkItem(
-        params=job.spec.params,
-        priority=job.spec.priority,
-        job_created=(
-            datetime.fromisoformat(str(created).replace("Z", "+00:00")) if created else None
-        ),
-    )
-
-
-def _mode(job: LeasedJob) -> LeaseMode:
-    return LeaseMode.PUSH if job.spec.template is not None else LeaseMode.PULL
+            domain.release_if_namespace_goes(self._ctx, lease)
+            domain.stop_for_good(self._ctx, lease)
+        prefix = (namespace, f"{name}-")
+        with self._guard:  # the backoffs of its indexes end with it
+            for key in [k for k in self._retry_after if (k[0], k[1][: len(prefix[1])]) == prefix]:
+                del self._retry_after[key]

@@ -3,7 +3,7 @@
 Why this module exists: a reconcile used to GET its job and its lease every
 time (about four reconciles per job: eight GETs), though the operator already
 receives both through its watches (Kopf's LeasedJob events, the JobLease
-:class:`~leasehold.controller.watching.ListWatch`) and its own writes' answers.
+:class:`~leasehold.controller.engines.watching.ListWatch`) and its own writes' answers.
 :class:`ObjectCache` keeps those bodies. It is an informer's store, not a
 source of truth: every write the reconcile makes is still conditioned (the
 status on the ``resourceVersion`` read, the lease's writes on their ``test``

@@ -14,19 +14,23 @@ node; the last attempt's pod is kept after the job finishes, for
   (reclaimed, suspended, stopped) is deleted as always (its writes are
   refused anyway; it could run for ever).
 
-The planner (:func:`leasehold.controller.reconcile.plan`) says which tokens
+The planner (:func:`leasehold.controller.plan.single.plan`) says which tokens
 are fenced off; this module adjusts that to the job's retention. No
 Kubernetes client or Kopf import here.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
 
+from leasehold import names
 from leasehold.lease.models import AttemptReason, LeasedJob, LeasedJobStatus, Phase, PodRetention
 
 _FINISHED = (Phase.SUCCEEDED, Phase.FAILED)
 _COMPLETED = (AttemptReason.SUCCEEDED, AttemptReason.FAILED)
+_ENDED = ("Succeeded", "Failed")
+"""Phases of a pod whose containers all ended."""
 
 
 class PodDeletion(NamedTuple):
@@ -70,3 +74,82 @@ def pod_deletion(job: LeasedJob, planned: LeasedJobStatus, fenced_below: int) ->
         a.fencing_token for a in planned.attempt_history or [] if a.reason in _COMPLETED
     )
     return PodDeletion(fenced_below, keep_ended=True, keep_tokens=completed)
+
+
+def _live(pod: Mapping[str, Any], keep_ended: bool) -> bool:
+    """Whether a listed pod may be deleted at all: not being deleted, not spared as ended."""
+    meta = pod.get("metadata") or {}
+    if not meta.get("name") or meta.get("deletionTimestamp") is not None:
+        return False
+    phase = (pod.get("status") or {}).get("phase")
+    return not (keep_ended and phase in _ENDED)
+
+
+def stale_pods(
+    pods: Iterable[Mapping[str, Any]],
+    deletion: PodDeletion,
+    *,
+    owner_uid: str | None = None,
+) -> list[str]:
+    """The names of a single job's listed pods that ``deletion`` fences off.
+
+    Args:
+        pods: the job's pods as listed (JSON).
+        deletion: which tokens go, and what is spared.
+        owner_uid: only pods owned by this job incarnation (``None``: any).
+
+    Returns:
+        Pod names, in list order: those below the token, not being deleted,
+        neither spared nor another incarnation's. A pod without a readable
+        token label is never chosen.
+    """
+    out: list[str] = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        if not _live(pod, deletion.keep_ended):
+            continue
+        refs = meta.get("ownerReferences") or []
+        if owner_uid is not None and not any(ref.get("uid") == owner_uid for ref in refs):
+            continue  # another incarnation's pod
+        try:
+            token = int((meta.get("labels") or {}).get(names.LABEL_TOKEN, "0"))
+        except ValueError:
+            continue
+        if token >= deletion.below_token or token in deletion.keep_tokens:
+            continue
+        out.append(str(meta["name"]))
+    return out
+
+
+def index_pods_to_delete(
+    pods: Iterable[Mapping[str, Any]],
+    *,
+    below_token: int | None,
+    keep_ended: bool = False,
+    keep: frozenset[tuple[int, int]] = frozenset(),
+) -> list[str]:
+    """The names of an Indexed job's listed pods to delete (of one index, or all).
+
+    Args:
+        pods: the pods as listed (JSON): one index's, or the whole job's.
+        below_token: only pods whose token is lower (``None``: any token).
+        keep_ended: spare the pods that ended (Succeeded, Failed).
+        keep: spare the pods of these ``(index, token)`` attempts.
+
+    Returns:
+        Pod names, in list order.
+    """
+    kept = {(str(i), str(t)) for i, t in keep}
+    out: list[str] = []
+    for pod in pods:
+        if not _live(pod, keep_ended):
+            continue
+        meta = pod.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        token = str(labels.get(names.LABEL_TOKEN, ""))
+        if (str(labels.get(names.LABEL_COMPLETION_INDEX, "")), token) in kept:
+            continue
+        if below_token is not None and (not token.isdigit() or int(token) >= below_token):
+            continue
+        out.append(str(meta["name"]))
+    return out

@@ -1,0 +1,366 @@
+"""An attempt's pod: create it under its token, bind the lease to it, read how it ended.
+
+Why this module exists: single and indexed jobs start attempts the same way.
+The lease is claimed first; the pod is created with the token injected
+(:func:`~leasehold.controller.plan.pod.build_pod`); then the lease is bound to
+the pod's UID, so only that pod can renew. A taken pod name is adopted only
+if this job made the pod; a ResourceQuota that is used up is waited out
+(backing off); a pod the API server refuses fails the job. And the pods of
+fenced-off attempts are deleted, but those the job's retention keeps.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import Any, Final
+
+from leasehold import names
+from leasehold.controller.act.context import Context
+from leasehold.controller.kube.pods import (
+    PodNameTaken,
+    PodRefused,
+    QuotaExceeded,
+    owned_by,
+)
+from leasehold.controller.plan import retention
+from leasehold.controller.plan.conditions import with_conditions
+from leasehold.controller.plan.pod import build_pod, pod_facts
+from leasehold.controller.plan.single import Action, JobEvent, Plan, PodFacts, failed_status
+from leasehold.lease import models
+from leasehold.lease.errors import TransientStoreError
+from leasehold.lease.models import LeasedJob, LeasedJobStatus
+from leasehold.lease.store import Accepted, StoredLease
+
+log = logging.getLogger(__name__)
+
+QUOTA_BACKOFF_SECONDS: Final = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0)
+"""Delays before retrying a pod create refused by a ResourceQuota (the last repeats)."""
+
+
+def ns_name(body: dict[str, Any]) -> tuple[str, str]:
+    """An object's ``(namespace, name)`` from its body."""
+    meta = body["metadata"]
+    return str(meta["namespace"]), str(meta["name"])
+
+
+class Attempts:
+    """Start attempts' pods, bind leases to them, and clean up fenced-off pods.
+
+    Args:
+        ctx: the shared edges and state.
+    """
+
+    def __init__(self, ctx: Context) -> None:
+        self._ctx = ctx
+        self._quota_refusals: dict[str, int] = {}
+        """``namespace/job`` -> pod creates refused by a quota in a row (dropped on success)."""
+
+    def forget(self, namespace: str, name: str) -> None:
+        """The job is gone: drop what is kept about it.
+
+        Args:
+            namespace: the job's namespace.
+            name: the job's name.
+        """
+        self._quota_refusals.pop(f"{namespace}/{name}", None)
+
+    # -- starting ---------------------------------------------------------------
+
+    def start(
+        self,
+        job: LeasedJob,
+        body: dict[str, Any],
+        plan: Plan,
+        token: int,
+        lease: StoredLease,
+        index: int | None = None,
+    ) -> Plan:
+        """Create the attempt's pod (of completion ``index``, if given) and bind the lease.
+
+        Args:
+            job: the job (validated ``body``).
+            body: its raw body (Events, the owner's UID).
+            plan: the plan that starts it (``pod_name`` set).
+            token: the fencing token the attempt runs under.
+            lease: the lease as claimed.
+            index: the completion index, for an Indexed job.
+
+        Returns:
+            The plan with the status to write and the Events to record.
+
+        Raises:
+            TransientStoreError: the API server failed, or the pod's name was
+                taken by a pod that is gone since; try again.
+        """
+        ctx = self._ctx
+        namespace, name = ns_name(body)
+        assert plan.pod_name is not None
+        pod = build_pod(
+            job,
+            namespace=namespace,
+            holder=plan.pod_name,
+            token=token,
+            owner_uid=str(body["metadata"]["uid"]),
+            lease_duration_seconds=lease.record.lease_duration_seconds,
+            index=index,
+        )
+        status = plan.status.model_copy(
+            update={
+                "pod_name": plan.pod_name,
+                "holder_identity": plan.pod_name,
+                "fencing_token": token,
+                "attempts": token - lease.record.base_fencing_token,
+            }
+        )
+        created = ctx.pods.create(namespace, pod)
+        if isinstance(created, PodNameTaken):
+            return self._name_taken(body, plan, status, lease, token, created.pod)
+        if isinstance(created, QuotaExceeded):
+            return self._held_by_quota(body, plan, status, created.message)
+        if isinstance(created, PodRefused):
+            return self._refused(body, plan, lease, created.message)
+        # Known at once, not only when the pod watch delivers it: a stop planned
+        # before then (a cancel, a suspend) must see that this pod may exist.
+        ctx.pod_memory.observe(created.pod)
+        self._quota_refusals.pop(f"{namespace}/{name}", None)
+        status = with_conditions(
+            job,
+            status,
+            ("PodCreated", "True", "Created", f"Created pod {plan.pod_name}."),
+            now=ctx.now(),
+        )
+        log.info("started pod %s/%s under fencing token %d", namespace, plan.pod_name, token)
+        ctx.events.record(
+            body, "Normal", "Started", f"Created pod {plan.pod_name} (fencing token {token})."
+        )
+        uid = str(created.pod["metadata"]["uid"])
+        self.bind(lease, plan.pod_name, token, uid, str(body["metadata"]["uid"]))
+        return replace(plan, status=status)
+
+    def bind(
+        self, lease: StoredLease, pod_name: str, token: int, pod_uid: str, job_uid: str
+    ) -> None:
+        """Bind the lease to the pod this operator created (its UID, not its name).
+
+        Raises:
+            StoreError: the API server failed (a refusal is logged: the lease moved).
+        """
+        ctx = self._ctx
+        bound = ctx.store.bind(lease.namespace, lease.name, pod_name, token, pod_uid)
+        if isinstance(bound, Accepted):
+            ctx.wrote_lease(bound.lease)
+        else:
+            log.info(
+                "lease %s/%s not bound to pod %s (uid %s, job uid %s): %s",
+                lease.namespace,
+                lease.name,
+                pod_name,
+                pod_uid,
+                job_uid,
+                bound.rejection,
+            )
+
+    def bind_own_pod(self, body: dict[str, Any], lease: StoredLease) -> None:
+        """Bind a held, unbound push lease to its pod, if this job created that pod.
+
+        The bind right after the pod create can fail (a crash, an API error);
+        until it lands the pod's renewals are refused as ``NOT_BOUND``. Only
+        a pod whose controller ownerReference is this job's UID is bound: a
+        pod of the holder's name that someone else made never is.
+
+        Raises:
+            StoreError: the API server failed.
+        """
+        record = lease.record
+        if record.holder_identity is None or record.holder_uid is not None:
+            return
+        namespace, _ = ns_name(body)
+        pod = self._ctx.pods.read(namespace, record.holder_identity)
+        if pod is None:
+            return  # not created yet, or gone: the plan takes care of it
+        job_uid = str(body["metadata"]["uid"])
+        meta = pod["metadata"]
+        if meta.get("deletionTimestamp") is None and owned_by(pod, job_uid):
+            self.bind(lease, record.holder_identity, record.fencing_token, meta["uid"], job_uid)
+
+    def _name_taken(
+        self,
+        body: dict[str, Any],
+        plan: Plan,
+        status: LeasedJobStatus,
+        lease: StoredLease,
+        token: int,
+        existing: dict[str, Any] | None,
+    ) -> Plan:
+        """The attempt's pod name is taken: adopt the pod only if this job created it.
+
+        "Created by this job" is the pod's controller ownerReference naming
+        this job's UID (an earlier reconcile crashed after creating it). Any
+        other pod of that name (an earlier incarnation's, still terminating;
+        one a user made) is not this attempt: the lease is released, so that
+        pod can never renew, complete or release it, and the next attempt
+        runs under the next token and pod name.
+        """
+        namespace, _ = ns_name(body)
+        assert plan.pod_name is not None
+        if existing is None:
+            raise TransientStoreError(
+                f"pod {namespace}/{plan.pod_name}: gone since create said 409; retrying"
+            )
+        job_uid = str(body["metadata"]["uid"])
+        meta = existing["metadata"]
+        if owned_by(existing, job_uid) and meta.get("deletionTimestamp") is None:
+            self.bind(lease, plan.pod_name, token, str(meta["uid"]), job_uid)
+            return replace(plan, status=status)
+        message = (
+            f"Pod {plan.pod_name} exists but is not this job's (uid {meta.get('uid')});"
+            f" released fencing token {token} and moving to the next attempt."
+        )
+        log.warning("%s/%s: %s", namespace, body["metadata"]["name"], message)
+        self._ctx.store.release(namespace, lease.name, plan.pod_name, token)
+        status = plan.status.model_copy(update={"holder_identity": None})
+        taken = JobEvent("Warning", "PodNameTaken", message)
+        return replace(plan, status=status, events=[*plan.events, taken])
+
+    def _held_by_quota(
+        self, body: dict[str, Any], plan: Plan, status: LeasedJobStatus, refusal: str
+    ) -> Plan:
+        """A ResourceQuota refused the pod: transient. Keep the claim, say why, retry later.
+
+        The lease stays held by the pod's name: its expiry clock has not
+        started (no renewal yet), only the startup bound runs. Each refusal
+        in a row doubles the delay (:data:`QUOTA_BACKOFF_SECONDS`).
+        """
+        namespace, name = ns_name(body)
+        key = f"{namespace}/{name}"
+        refusals = self._quota_refusals.get(key, 0)
+        self._quota_refusals[key] = refusals + 1
+        delay = QUOTA_BACKOFF_SECONDS[min(refusals, len(QUOTA_BACKOFF_SECONDS) - 1)]
+        message = (
+            f"Pod {plan.pod_name} was refused by a ResourceQuota; retrying in {delay:g}s: {refusal}"
+        )
+        log.info("%s: %s", key, message)
+        job = LeasedJob.model_validate(body)
+        held = with_conditions(
+            job,
+            status.model_copy(update={"phase": models.Phase.PENDING, "pod_name": None}),
+            ("PodCreated", "False", "QuotaExceeded", message),
+            ("Ready", "False", "QuotaExceeded", message),
+            now=self._ctx.now(),
+        )
+        events = list(plan.events)
+        if refusals == 0:  # one Event per streak, not one per retry
+            events.append(JobEvent("Warning", "QuotaExceeded", message))
+        if plan.requeue_after_seconds is not None:
+            delay = min(delay, plan.requeue_after_seconds)
+        return replace(plan, status=held, events=events, requeue_after_seconds=delay)
+
+    def _refused(self, body: dict[str, Any], plan: Plan, lease: StoredLease, refusal: str) -> Plan:
+        """The API server refused the job's pod: a bad template. Fail the job."""
+        ctx = self._ctx
+        message = f"The pod template was rejected: {refusal}"
+        log.warning("%s/%s: %s", *ns_name(body), message)
+        current = ctx.store.get(lease.namespace, lease.name)
+        ctx.store.stop(current)
+        status = failed_status(
+            LeasedJob.model_validate(body), plan.status, "PodCreateFailed", message, now=ctx.now()
+        )
+        return Plan(
+            Action.STOP, status, [*plan.events, JobEvent("Warning", "PodCreateFailed", message)]
+        )
+
+    # -- reading and cleaning up ------------------------------------------------
+
+    def pod_facts(
+        self, namespace: str, name: str, index: int | None = None, *, listed: bool = True
+    ) -> dict[int, PodFacts]:
+        """The attempt pods of a job (or of one index) by token, with those already gone.
+
+        A pod the list no longer returns (deleted right after its containers
+        stopped, as after an eviction) is told by its last state the pod
+        watch saw (:class:`~leasehold.controller.engines.pods.PodMemory`).
+        Without ``listed`` (the lease is held: the pods only fill in the
+        attempt's pod UID and node), the pod watch's states alone, when a pod
+        watch feeds them.
+
+        Raises:
+            StoreError: the list failed.
+        """
+        memory = self._ctx.pod_memory
+        if index is None and not listed and memory.fed:
+            return memory.recall(namespace, name)
+        selector = f"{names.LABEL_JOB}={name}"
+        if index is not None:
+            selector += f",{names.LABEL_COMPLETION_INDEX}={index}"
+        found = self._ctx.pods.list(namespace, selector)
+        facts = memory.recall(namespace, name, index)
+        for pod in found:
+            parsed = pod_facts(pod)
+            if parsed is not None:
+                facts[parsed[0]] = parsed[1]
+        return facts
+
+    def delete_fenced(self, namespace: str, name: str, plan: Plan) -> None:
+        """Delete the pods the plan fenced off, but those its retention keeps.
+
+        No list when the pod watch saw no pod below the token (a job's first
+        attempt, the usual case).
+
+        Raises:
+            StoreError: the list or a delete failed.
+        """
+        if not self._ctx.pod_memory.may_have_below(namespace, name, plan.delete_pods_below_token):
+            return
+        deletion = retention.PodDeletion(
+            plan.delete_pods_below_token, plan.keep_ended_pods, plan.keep_pod_tokens
+        )
+        self.delete_stale(namespace, name, deletion)
+
+    def delete_stale(
+        self,
+        namespace: str,
+        name: str,
+        deletion: retention.PodDeletion,
+        *,
+        owner_uid: str | None = None,
+    ) -> None:
+        """Delete a single job's pods that ``deletion`` chooses (with the pods' own grace).
+
+        Raises:
+            StoreError: the list or a delete failed.
+        """
+        pods = self._ctx.pods.list(namespace, f"{names.LABEL_JOB}={name}")
+        for pod_name in retention.stale_pods(pods, deletion, owner_uid=owner_uid):
+            log.info("deleting stale pod %s/%s", namespace, pod_name)
+            # The pod's own grace period applies: its lease is already gone,
+            # so anything it still does under its token is fenced.
+            self._ctx.pods.delete(namespace, pod_name)
+
+    def delete_index_pods(
+        self,
+        namespace: str,
+        name: str,
+        index: int | None,
+        below_token: int | None,
+        *,
+        keep_ended: bool = False,
+        keep: frozenset[tuple[int, int]] = frozenset(),
+    ) -> None:
+        """Delete an Indexed job's pods (of one index, below a token), as a single job's.
+
+        ``keep_ended`` spares the pods that ended (Succeeded, Failed); ``keep``
+        the pods of these ``(index, token)`` attempts.
+
+        Raises:
+            StoreError: the list or a delete failed.
+        """
+        selector = f"{names.LABEL_JOB}={name}"
+        if index is not None:
+            selector += f",{names.LABEL_COMPLETION_INDEX}={index}"
+        pods = self._ctx.pods.list(namespace, selector)
+        chosen = retention.index_pods_to_delete(
+            pods, below_token=below_token, keep_ended=keep_ended, keep=keep
+        )
+        for pod_name in chosen:
+            self._ctx.pods.delete(namespace, pod_name)

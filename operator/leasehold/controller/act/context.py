@@ -1,0 +1,121 @@
+"""What every actor shares: the lease store, the Kubernetes edge and the engines' state.
+
+Why this module exists: the actors of single, indexed and scheduled jobs
+write through the same edges and keep the same caches current; one plain
+object carries them (as Kopf's ``memo`` does for handlers), so no actor
+reaches into another's private methods.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from kubernetes import client
+
+from leasehold import names
+from leasehold.controller.engines.caches import ObjectCache
+from leasehold.controller.engines.expiry import ExpiryClock
+from leasehold.controller.engines.locks import JobLocks
+from leasehold.controller.engines.pods import PodMemory
+from leasehold.controller.engines.writes import OwnWrites
+from leasehold.controller.kube.events import EventRecorder
+from leasehold.controller.kube.objects import CustomObjects
+from leasehold.controller.kube.pods import Pods
+from leasehold.lease.protocol import MonotonicClock
+from leasehold.lease.store import LeaseStore, StoredLease
+
+COMPONENT = "leasehold-operator"
+"""The operator's field manager and Events' ``source.component``."""
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class Context:
+    """The edges and the state the actors share (one per operator process).
+
+    Attributes:
+        store: the lease store (every lease write).
+        pods: pods and namespaces.
+        jobs: LeasedJobs (reads, status writes, deletes).
+        lease_objects: JobLeases' status subresource (the reclaim's note).
+        events: the Event recorder.
+        clock: wall clock for status stamps (for people; never judged).
+        monotonic: this process's monotonic clock (deadlines, waits).
+        job_cache: the newest LeasedJob bodies seen (Kopf's events, status writes).
+        lease_cache: the newest JobLease bodies seen (the lease watch, own writes).
+        pod_memory: the last state seen of attempt pods (the pod watch).
+        own_writes: versions written here (their watch events are skipped).
+        locks: one lock per job.
+        lease_clock: when each lease version was first seen: the expiry
+            judge's clock (the runtime sets the one its expiry watch uses).
+    """
+
+    store: LeaseStore
+    pods: Pods
+    jobs: CustomObjects
+    lease_objects: CustomObjects
+    events: EventRecorder
+    clock: Callable[[], datetime] = _utcnow
+    monotonic: MonotonicClock = time.monotonic
+    job_cache: ObjectCache = field(default_factory=ObjectCache)
+    lease_cache: ObjectCache = field(default_factory=ObjectCache)
+    pod_memory: PodMemory = field(default_factory=PodMemory)
+    own_writes: OwnWrites = field(default_factory=OwnWrites)
+    locks: JobLocks = field(default_factory=JobLocks)
+    lease_clock: ExpiryClock = field(default_factory=lambda: ExpiryClock(1.0, time.monotonic))
+
+    @classmethod
+    def connect(
+        cls,
+        api_client: client.ApiClient,
+        *,
+        clock: Callable[[], datetime] = _utcnow,
+        monotonic: MonotonicClock = time.monotonic,
+        instance: str | None = None,
+    ) -> Context:
+        """The context of an operator that talks to the API through ``api_client``.
+
+        Args:
+            api_client: a configured ``kubernetes.client.ApiClient``.
+            clock: wall clock for status stamps and Events.
+            monotonic: this process's monotonic clock.
+            instance: the Events' ``reportingInstance`` (default: the host name).
+
+        Returns:
+            A new context with empty caches.
+        """
+        return cls(
+            store=LeaseStore(api_client, field_manager=COMPONENT, request_timeout_seconds=30.0),
+            pods=Pods(api_client, COMPONENT),
+            jobs=CustomObjects(api_client, names.PLURAL_LEASED_JOBS, "LeasedJob", COMPONENT),
+            lease_objects=CustomObjects(api_client, names.PLURAL_JOB_LEASES, "JobLease", COMPONENT),
+            events=EventRecorder(
+                api_client,
+                component=COMPONENT,
+                instance=instance or socket.gethostname(),
+                clock=clock,
+            ),
+            clock=clock,
+            monotonic=monotonic,
+            lease_clock=ExpiryClock(1.0, monotonic),
+        )
+
+    def now(self) -> datetime:
+        """The wall-clock time for status stamps (for people; never judged)."""
+        return self.clock()
+
+    def wrote_lease(self, lease: StoredLease) -> None:
+        """Note a lease version this operator wrote: cached, and its watch event skipped.
+
+        Args:
+            lease: the lease as the write returned it.
+        """
+        self.own_writes.record("JobLease", lease.namespace, lease.name, lease.resource_version)
+        self.lease_cache.put(lease.body)

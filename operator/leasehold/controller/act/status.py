@@ -1,0 +1,99 @@
+"""A LeasedJob's status, written on purpose through the status subresource.
+
+Why this module exists: single and indexed jobs report the same way. A
+status write is conditioned on the version the reconcile read, so a written
+version holds nothing the reconcile has not seen and its own watch event can
+be skipped (:class:`~leasehold.controller.engines.writes.OwnWrites`); a
+refusal means the job changed meanwhile, and that change's own event
+reconciles it. An invalid job is told so on the job (a condition, an Event),
+never by a crash.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from pydantic import ValidationError
+
+from leasehold.controller.act.attempts import ns_name
+from leasehold.controller.act.context import Context
+from leasehold.controller.kube.objects import Refused
+from leasehold.controller.plan.conditions import set_condition
+from leasehold.lease import models
+from leasehold.lease.models import LeasedJobStatus
+
+log = logging.getLogger(__name__)
+
+
+def write_status(
+    ctx: Context, namespace: str, name: str, body: dict[str, Any], status: LeasedJobStatus
+) -> bool:
+    """Write a job's status unless unchanged, conditioned on the version read.
+
+    Args:
+        ctx: the shared edges and state.
+        namespace: the job's namespace.
+        name: the job's name.
+        body: the job as read (its status and ``resourceVersion``).
+        status: the status to write.
+
+    Returns:
+        ``False`` if refused (the body read was stale, or the job is gone):
+        the cached body is dropped, so the next reconcile reads the job.
+
+    Raises:
+        StoreError: another refusal (RBAC, the API server failing).
+    """
+    new = status.model_dump(mode="json", by_alias=True, exclude_none=True)
+    old = body.get("status") or {}
+    if new == old:
+        return True
+    read_version = (body.get("metadata") or {}).get("resourceVersion")
+    patch: dict[str, Any] = {"status": {**{k: None for k in old if k not in new}, **new}}
+    if read_version:
+        patch["metadata"] = {"resourceVersion": read_version}
+    written = ctx.jobs.patch_status(namespace, name, patch)
+    if isinstance(written, Refused):
+        if written is Refused.CONFLICT:
+            log.debug("status of %s/%s: changed since read; its event reconciles", namespace, name)
+        # Gone (a cached body outlived it: the requeue's GET retires it), or
+        # changed since read: forget it either way.
+        ctx.job_cache.drop(namespace, name)
+        return False
+    if read_version:
+        version = (written.get("metadata") or {}).get("resourceVersion")
+        ctx.own_writes.record("LeasedJob", namespace, name, str(version or ""))
+    ctx.job_cache.put(written)  # the next reconcile plans on what was written
+    return True
+
+
+def report_invalid(ctx: Context, body: dict[str, Any], exc: ValidationError) -> None:
+    """Tell an invalid LeasedJob so: ``Ready=False`` (``InvalidSpec``) and a Warning Event.
+
+    Args:
+        ctx: the shared edges and state.
+        body: the job as read.
+        exc: what validation found (the first error is told).
+
+    Raises:
+        StoreError: the status write failed.
+    """
+    namespace, name = ns_name(body)
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])
+    message = f"Invalid LeasedJob: {where}: {first['msg']}"
+    log.warning("%s/%s: %s", namespace, name, message)
+    ctx.events.record(body, "Warning", "InvalidSpec", message)
+    generation = body.get("metadata", {}).get("generation")
+    conditions = set_condition(
+        [],
+        "Ready",
+        models.ConditionStatus.FALSE,
+        "InvalidSpec",
+        message,
+        now=ctx.now(),
+        generation=generation,
+    )
+    status = LeasedJobStatus(conditions=conditions, observed_generation=generation)
+    write_status(ctx, namespace, name, body, status)
