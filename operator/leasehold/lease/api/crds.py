@@ -1,7 +1,7 @@
 """Generate the CustomResourceDefinitions from the pydantic models.
 
-Why this module exists: the models in :mod:`leasehold.lease.models` are the single
-source of truth. This module turns their JSON schema into a *structural*
+Why this module exists: the models in :mod:`leasehold.lease.api` (one module per
+kind) are the single source of truth. This module turns their JSON schema into a *structural*
 OpenAPI v3 schema that the API server accepts (``$ref`` inlined, optional
 fields as plain properties, no ``title``), adds the Kubernetes parts a JSON
 schema cannot say (status subresource, printer columns, short names,
@@ -23,7 +23,7 @@ import yaml
 from pydantic import BaseModel
 
 from leasehold import names
-from leasehold.lease import cronmodels, models
+from leasehold.lease.api import joblease, leasedcronjob, leasedjob
 
 _DROP_KEYS: Final = frozenset({"title"})
 
@@ -162,8 +162,8 @@ def leased_job_crd() -> dict[str, Any]:
         kind="LeasedJob",
         plural=names.PLURAL_LEASED_JOBS,
         short_names=["ljob", "ljobs"],
-        spec_model=models.LeasedJobSpec,
-        status_model=models.LeasedJobStatus,
+        spec_model=leasedjob.LeasedJobSpec,
+        status_model=leasedjob.LeasedJobStatus,
         description="A job run under an expiring lease with a fencing token: when its worker"
         " stalls, the lease is reclaimed and the job runs again under a higher token, and"
         " the stalled worker's late effects are rejected.",
@@ -206,8 +206,8 @@ def job_lease_crd() -> dict[str, Any]:
         kind="JobLease",
         plural=names.PLURAL_JOB_LEASES,
         short_names=["jlease", "jleases"],
-        spec_model=models.JobLeaseSpec,
-        status_model=models.JobLeaseStatus,
+        spec_model=joblease.JobLeaseSpec,
+        status_model=joblease.JobLeaseStatus,
         description="The lease record of one LeasedJob: holder, fencing token and completion."
         " The API server enforces the protocol's invariants on every write.",
         columns=[
@@ -232,15 +232,15 @@ def leased_cron_job_crd() -> dict[str, Any]:
         kind="LeasedCronJob",
         plural=names.PLURAL_LEASED_CRON_JOBS,
         short_names=["lcj", "lcjs"],
-        spec_model=cronmodels.LeasedCronJobSpec,
-        status_model=cronmodels.LeasedCronJobStatus,
+        spec_model=leasedcronjob.LeasedCronJobSpec,
+        status_model=leasedcronjob.LeasedCronJobStatus,
         description="LeasedJobs made on a cron schedule. The runs share one fencing domain:"
         " every run's fencing tokens are above every earlier run's; Forbid and Replace are"
         " enforced by the leases.",
         rules=[
             {
-                "rule": f"size(self.metadata.name) <= {cronmodels.MAX_CRON_NAME_LENGTH}",
-                "message": f"metadata.name must be at most {cronmodels.MAX_CRON_NAME_LENGTH}"
+                "rule": f"size(self.metadata.name) <= {leasedcronjob.MAX_CRON_NAME_LENGTH}",
+                "message": f"metadata.name must be at most {leasedcronjob.MAX_CRON_NAME_LENGTH}"
                 " characters: each run is named <name>-<unix minutes> (11 more), and that"
                 " name must stay a valid label value (63)",
             }
