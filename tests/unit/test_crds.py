@@ -8,7 +8,8 @@ from typing import Any
 import yaml
 
 from leasehold.cli import main
-from leasehold.lease import crds, models
+from leasehold.lease import api
+from leasehold.lease.api import crds
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -75,7 +76,7 @@ def test_leased_job_defaults_and_bounds() -> None:
     crd = crds.leased_job_crd()
     spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     duration = spec["properties"]["leaseDurationSeconds"]
-    assert (duration["minimum"], duration["maximum"]) == (1, models.MAX_LEASE_DURATION_SECONDS)
+    assert (duration["minimum"], duration["maximum"]) == (1, api.MAX_LEASE_DURATION_SECONDS)
     assert duration["default"] == 30
     assert spec["properties"]["maxAttempts"]["minimum"] == 1
     assert crd["spec"]["names"]["shortNames"][0] == "ljob"

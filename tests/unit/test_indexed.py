@@ -17,7 +17,7 @@ from leasehold.controller.indexed_service import work_item
 from leasehold.controller.pods import PodMemory
 from leasehold.controller.reconcile import Action, PodFacts
 from leasehold.lease import indexes
-from leasehold.lease.models import LeasedJob, Phase
+from leasehold.lease.api import LeasedJob, Phase
 from leasehold.lease.protocol import Completion, FencingToken, HolderIdentity, LeaseRecord, Outcome
 from leasehold.worker.holder import LeaseHolder
 

@@ -12,13 +12,7 @@ import pytest
 
 from leasehold.controller import reconcile
 from leasehold.controller.reconcile import Action
-from leasehold.lease.models import (
-    AttemptRecord,
-    ConditionStatus,
-    LeasedJob,
-    LeasedJobStatus,
-    Phase,
-)
+from leasehold.lease.api import AttemptRecord, ConditionStatus, LeasedJob, LeasedJobStatus, Phase
 from leasehold.lease.protocol import Completion, FencingToken, HolderIdentity, LeaseRecord, Outcome
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "reconcile"

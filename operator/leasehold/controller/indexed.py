@@ -28,14 +28,8 @@ from datetime import datetime
 from leasehold.controller import reconcile, suspension
 from leasehold.controller.reconcile import Action, JobEvent, Plan, PodFacts
 from leasehold.lease import indexes as index_sets
+from leasehold.lease.api import CompletionMode, ConditionStatus, LeasedJob, LeasedJobStatus, Phase
 from leasehold.lease.indexes import index_lease_name
-from leasehold.lease.models import (
-    CompletionMode,
-    ConditionStatus,
-    LeasedJob,
-    LeasedJobStatus,
-    Phase,
-)
 from leasehold.lease.protocol import LeaseRecord, Outcome
 
 

@@ -28,8 +28,8 @@ from leasehold.controller import indexed
 from leasehold.controller.indexed import IndexStep
 from leasehold.controller.pods import pod_facts
 from leasehold.controller.reconcile import Action, Plan, PodFacts
+from leasehold.lease.api import LeasedJob, LeaseMode, PodRetention
 from leasehold.lease.errors import LeaseNotFoundError, WriteRefusedError, api_error
-from leasehold.lease.models import LeasedJob, LeaseMode, PodRetention
 from leasehold.lease.store import Accepted, StoredLease, WorkItem
 
 if TYPE_CHECKING:

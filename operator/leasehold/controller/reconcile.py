@@ -22,9 +22,8 @@ from typing import Any, Final, NamedTuple
 from leasehold import names
 from leasehold.controller import failure_policy, retention, suspension
 from leasehold.controller.failure_policy import POD_FAILURE_POLICY, PodFacts, Verdict
-from leasehold.lease import models
-from leasehold.lease.indexes import index_lease_name
-from leasehold.lease.models import (
+from leasehold.lease import api
+from leasehold.lease.api import (
     AttemptReason,
     AttemptRecord,
     Condition,
@@ -34,6 +33,8 @@ from leasehold.lease.models import (
     LeasedJobStatus,
     Phase,
 )
+from leasehold.lease.indexes import index_lease_name
+from leasehold.lease.leaseops import MAX_MESSAGE_LENGTH
 from leasehold.lease.protocol import Completion, LeaseRecord, Outcome
 from leasehold.names import (
     ANNOTATION_HOLDER,
@@ -188,7 +189,7 @@ def set_condition(
             type=type_,
             status=status,
             reason=reason,
-            message=message[: models.MAX_MESSAGE_LENGTH],
+            message=message[:MAX_MESSAGE_LENGTH],
             last_transition_time=transition,
             observed_generation=generation,
         )
@@ -353,7 +354,7 @@ def _track_attempts(
     An open attempt whose lease moved on is ended: with the completion's
     outcome when one was recorded under its token, else as reclaimed (or
     never started). A claim not yet in the history opens a new attempt.
-    Only the last :data:`~leasehold.lease.models.MAX_ATTEMPT_HISTORY` are kept.
+    Only the last :data:`~leasehold.lease.api.MAX_ATTEMPT_HISTORY` are kept.
     """
     history = list(status.attempt_history or [])
     token = lease.fencing_token
@@ -417,7 +418,7 @@ def _track_attempts(
 
 
 def _with_history(status: LeasedJobStatus, history: list[AttemptRecord]) -> LeasedJobStatus:
-    history = history[-models.MAX_ATTEMPT_HISTORY :]
+    history = history[-api.MAX_ATTEMPT_HISTORY :]
     return status.model_copy(
         update={
             "attempt_history": history or None,
@@ -641,7 +642,7 @@ def _plan(
     excusable = (
         verdict is not None
         and verdict.action == FailureAction.IGNORE
-        and lease.uncounted_attempts < models.MAX_UNCOUNTED_ATTEMPTS
+        and lease.uncounted_attempts < api.MAX_UNCOUNTED_ATTEMPTS
     )
     failed_now = lease.completion is not None and lease.completion.outcome == Outcome.FAILED
     failed_now = failed_now and not excusable
@@ -659,7 +660,7 @@ def _plan(
 
     if lease.completion is not None:
         c = lease.completion
-        status.completion = models.CompletionRecord(
+        status.completion = api.CompletionRecord(
             fencing_token=c.fencing_token,
             holder_identity=c.holder_identity,
             outcome=c.outcome,
@@ -1024,7 +1025,7 @@ def build_pod(
         raise ValueError("a LeasedJob without spec.template (pull mode) gets no pod")
     template = job.spec.template
     job_name = str(job.metadata["name"])
-    meta = template.metadata or models.PodTemplateMetadata()
+    meta = template.metadata or api.PodTemplateMetadata()
     lease = lease_name(job_name) if index is None else index_lease_name(job_name, index)
     labels = {**(meta.labels or {}), LABEL_JOB: job_name, LABEL_TOKEN: str(token)}
     annotations = {

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from leasehold.lease.models import AttemptReason, LeasedJob, LeasedJobStatus, Phase, PodRetention
+from leasehold.lease.api import AttemptReason, LeasedJob, LeasedJobStatus, Phase, PodRetention
 
 _FINISHED = (Phase.SUCCEEDED, Phase.FAILED)
 _COMPLETED = (AttemptReason.SUCCEEDED, AttemptReason.FAILED)

@@ -40,7 +40,8 @@ from leasehold.controller.indexed_service import IndexedJobs
 from leasehold.controller.pods import PodMemory, pod_facts
 from leasehold.controller.reconcile import Action, JobEvent, Plan, PodFacts
 from leasehold.controller.ttl import FinishClocks
-from leasehold.lease import models
+from leasehold.lease import api
+from leasehold.lease.api import LeasedJob, LeasedJobStatus
 from leasehold.lease.errors import (
     InvalidLeaseError,
     LeaseNotFoundError,
@@ -49,7 +50,6 @@ from leasehold.lease.errors import (
     api_error,
     api_message,
 )
-from leasehold.lease.models import LeasedJob, LeasedJobStatus
 from leasehold.lease.protocol import MonotonicClock, hold_may_outlive
 from leasehold.lease.store import (
     Accepted,
@@ -898,7 +898,7 @@ class JobService:
         job = LeasedJob.model_validate(body)
         held = _with_conditions(
             job,
-            status.model_copy(update={"phase": models.Phase.PENDING, "pod_name": None}),
+            status.model_copy(update={"phase": api.Phase.PENDING, "pod_name": None}),
             ("PodCreated", "False", "QuotaExceeded", message),
             ("Ready", "False", "QuotaExceeded", message),
             now=self._clock(),
@@ -1269,7 +1269,7 @@ class JobService:
         conditions = reconcile.set_condition(
             [],
             "Ready",
-            models.ConditionStatus.FALSE,
+            api.ConditionStatus.FALSE,
             "InvalidSpec",
             message,
             now=self._clock(),
@@ -1349,7 +1349,7 @@ def _with_conditions(
         conditions = reconcile.set_condition(
             conditions,
             type_,
-            models.ConditionStatus(cstatus),
+            api.ConditionStatus(cstatus),
             reason,
             message,
             now=now,
@@ -1416,9 +1416,9 @@ def _owner_job(lease: StoredLease) -> dict[str, Any] | None:
     }
 
 
-def _mode(job: LeasedJob) -> models.LeaseMode:
+def _mode(job: LeasedJob) -> api.LeaseMode:
     """Push when the job has a pod template (the operator claims), else pull."""
-    return models.LeaseMode.PUSH if job.spec.template is not None else models.LeaseMode.PULL
+    return api.LeaseMode.PUSH if job.spec.template is not None else api.LeaseMode.PULL
 
 
 def _work(job: LeasedJob) -> WorkItem:
