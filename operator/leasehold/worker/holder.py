@@ -382,7 +382,7 @@ class LeaseHolder:
         """Renew once, now, in this thread: to refresh the deadline before a long step.
 
         Returns:
-            The store's :class:`~leasehold.lease.store.Accepted` (the deadline
+            The store's :class:`~leasehold.lease.leaseops.Accepted` (the deadline
             moved to this request's start + window).
 
         Raises:
@@ -501,8 +501,8 @@ class LeaseHolder:
         it is attempted even after a loss was noticed.
 
         Returns:
-            :class:`~leasehold.lease.store.Accepted`, or
-            :class:`~leasehold.lease.store.Rejected` (the lease was lost;
+            :class:`~leasehold.lease.leaseops.Accepted`, or
+            :class:`~leasehold.lease.leaseops.Rejected` (the lease was lost;
             :attr:`lost` is set).
 
         Raises:
