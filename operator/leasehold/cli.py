@@ -37,7 +37,7 @@ def _record(signum: int, frame: FrameType | None) -> None:
 
 
 def _cmd_crds(args: argparse.Namespace) -> int:
-    from leasehold.lease import crds
+    from leasehold.lease.api import crds
 
     if args.check:
         stale = [

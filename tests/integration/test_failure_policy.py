@@ -15,7 +15,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from leasehold.lease.models import LeaseMode
+from leasehold.lease.api import LeaseMode
 from leasehold.lease.protocol import Outcome
 from leasehold.lease.store import Accepted, LeaseStore, Rejected
 from operatorproc import OperatorProcess

@@ -16,8 +16,8 @@ import pytest
 from kubernetes import client
 
 from leasehold import names
+from leasehold.lease.api import LeaseMode
 from leasehold.lease.errors import LeaseNotFoundError
-from leasehold.lease.models import LeaseMode
 from leasehold.lease.protocol import Outcome, Rejection
 from leasehold.lease.store import Accepted, LeaseStore, Rejected
 from leasehold.worker import pull

@@ -19,7 +19,7 @@ from leasehold import names
 from leasehold.fencing import MemoryFence, StaleToken
 from leasehold.fencing.kube import annotate, fenced_patch, opt_in
 from leasehold.fencing.revocation import RevocationReason, RevokedTokens, TokenRevoked
-from leasehold.lease.models import LeaseMode
+from leasehold.lease.api import LeaseMode
 from leasehold.lease.protocol import Outcome, Rejection
 from leasehold.lease.store import Accepted, LeaseStore, Rejected
 from operatorproc import OperatorProcess

@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from leasehold.lease.models import LeaseMode
+from leasehold.lease.api import LeaseMode
 from leasehold.lease.store import LeaseStore, WorkItem
 from leasehold.worker import pull
 from operatorproc import OperatorProcess

@@ -17,13 +17,7 @@ from leasehold.controller.plan.failure_policy import AttemptEnd, PodFacts, judge
 from leasehold.controller.plan.pod import pod_facts
 from leasehold.controller.plan.single import Action
 from leasehold.lease import protocol
-from leasehold.lease.models import (
-    FailureAction,
-    LeasedJob,
-    LeasedJobStatus,
-    Phase,
-    PodFailurePolicy,
-)
+from leasehold.lease.api import FailureAction, LeasedJob, LeasedJobStatus, Phase, PodFailurePolicy
 from leasehold.lease.protocol import Completion, FencingToken, HolderIdentity, LeaseRecord, Outcome
 
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)

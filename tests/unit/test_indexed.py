@@ -18,7 +18,7 @@ from leasehold.controller.plan.indexed import IndexState
 from leasehold.controller.plan.pod import build_pod, pod_name
 from leasehold.controller.plan.single import Action, PodFacts
 from leasehold.lease import indexes
-from leasehold.lease.models import LeasedJob, Phase
+from leasehold.lease.api import LeasedJob, Phase
 from leasehold.lease.protocol import Completion, FencingToken, HolderIdentity, LeaseRecord, Outcome
 from leasehold.worker.holder import LeaseHolder
 

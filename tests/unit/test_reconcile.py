@@ -14,13 +14,7 @@ from leasehold.controller.plan import single as reconcile
 from leasehold.controller.plan.conditions import set_condition
 from leasehold.controller.plan.pod import build_pod, pod_name
 from leasehold.controller.plan.single import Action
-from leasehold.lease.models import (
-    AttemptRecord,
-    ConditionStatus,
-    LeasedJob,
-    LeasedJobStatus,
-    Phase,
-)
+from leasehold.lease.api import AttemptRecord, ConditionStatus, LeasedJob, LeasedJobStatus, Phase
 from leasehold.lease.protocol import Completion, FencingToken, HolderIdentity, LeaseRecord, Outcome
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "reconcile"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from leasehold.controller.plan.retention import PodDeletion, pod_deletion
-from leasehold.lease.models import AttemptRecord, LeasedJobStatus, Phase
+from leasehold.lease.api import AttemptRecord, LeasedJobStatus, Phase
 from tests.unit.test_reconcile import job
 
 

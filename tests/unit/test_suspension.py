@@ -5,7 +5,7 @@ from __future__ import annotations
 from leasehold.controller.plan import single as reconcile
 from leasehold.controller.plan.single import Action
 from leasehold.lease import protocol
-from leasehold.lease.models import AttemptRecord, LeasedJobStatus, Phase
+from leasehold.lease.api import AttemptRecord, LeasedJobStatus, Phase
 from leasehold.lease.protocol import FencingToken, HolderIdentity, Rejection
 from tests.unit.test_reconcile import NOW, job, lease
 

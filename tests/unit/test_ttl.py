@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from leasehold.controller.engines.ttl import FinishClocks, last_status_write
-from leasehold.lease.models import LeasedJob, LeasedJobStatus, Phase
+from leasehold.lease.api import LeasedJob, LeasedJobStatus, Phase
 from tests.unit.test_reconcile import NOW, job
 
 

@@ -7,8 +7,9 @@ on the ``kubernetes`` package, and ``leasehold run``'s
 :class:`~leasehold.lease.httpclient.HttpLeaseClient` on the standard library,
 which keeps that package (and pydantic) out of every job's start-up. The patches
 and the retry-on-refusal logic live here once; a subclass supplies the
-transport (:meth:`LeaseWriter._read`, :meth:`LeaseWriter._patch`). Nothing here
-imports ``kubernetes`` or ``pydantic`` (an import-linter contract).
+transport (:meth:`LeaseWriter._read`, :meth:`LeaseWriter._patch`). Beside it,
+:class:`LeaseOperations` is the port the worker SDK types a store as. Nothing
+here imports ``kubernetes`` or ``pydantic`` (an import-linter contract).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from leasehold.lease import protocol
 from leasehold.lease.errors import TransientStoreError, WriteRefusedError
@@ -278,6 +279,80 @@ def claim_ops(
 def utcnow() -> datetime:
     """The wall clock, in UTC (the default clock)."""
     return datetime.now(UTC)
+
+
+class LeaseOperations(Protocol):
+    """The lease operations a worker needs: the port the worker SDK types its store as.
+
+    Each method is the :class:`LeaseWriter` method of the same name, but
+    ``list_leases``, which each transport adds
+    (:class:`~leasehold.lease.store.LeaseStore` and
+    :class:`~leasehold.lease.httpclient.HttpLeaseClient` both satisfy this). A
+    port rather than :class:`LeaseWriter` itself: a worker's store need not be
+    one (the unit tests pass fakes). ``request_timeout`` (seconds) bounds one
+    API request, so a renewal that hangs cannot run past the holder's deadline;
+    ``observed`` (the lease as the caller last saw it) only saves a read. A
+    worker that is a pod (``LEASEHOLD_POD_UID`` set) also passes
+    ``holder_uid=`` to claim, renew, complete and release, as
+    :class:`LeaseWriter` takes it; a store used without a pod UID need not
+    accept it.
+    """
+
+    def claim(
+        self,
+        namespace: str,
+        name: str,
+        claimant: str,
+        *,
+        observed: StoredLease | None = None,
+    ) -> Result:
+        """Claim an unheld lease."""
+        ...
+
+    def renew(
+        self,
+        namespace: str,
+        name: str,
+        holder: str,
+        token: int,
+        *,
+        request_timeout: float | None = None,
+    ) -> Result:
+        """Renew a held lease."""
+        ...
+
+    def complete(
+        self,
+        namespace: str,
+        name: str,
+        holder: str,
+        token: int,
+        outcome: Outcome,
+        *,
+        message: str = "",
+        exit_code: int | None = None,
+        request_timeout: float | None = None,
+    ) -> Result:
+        """Record the job's completion."""
+        ...
+
+    def release(
+        self,
+        namespace: str,
+        name: str,
+        holder: str,
+        token: int,
+        *,
+        request_timeout: float | None = None,
+    ) -> Result:
+        """Give a held lease back."""
+        ...
+
+    def list_leases(
+        self, namespace: str, *, label_selector: str | None = None
+    ) -> list[StoredLease]:
+        """List the leases of a namespace."""
+        ...
 
 
 class LeaseWriter:

@@ -29,7 +29,7 @@ from kubernetes import client
 from pydantic import ValidationError
 
 from leasehold import names
-from leasehold.lease import models, protocol
+from leasehold.lease import api, protocol
 from leasehold.lease.errors import (
     InvalidLeaseError,
     LeaseNotFoundError,
@@ -86,7 +86,7 @@ def to_stored(body: dict[str, Any]) -> StoredLease:
     """
     meta = body.get("metadata", {})
     try:
-        models.JobLease.model_validate(body)
+        api.JobLease.model_validate(body)
     except ValidationError as exc:
         raise InvalidLeaseError(
             f"JobLease {meta.get('namespace')}/{meta.get('name')} is invalid: {exc}"
@@ -222,7 +222,7 @@ class LeaseStore(LeaseWriter):
         labels: dict[str, str] | None = None,
         startup_deadline_seconds: int | None = None,
         job_uid: str | None = None,
-        mode: models.LeaseMode | None = None,
+        mode: api.LeaseMode | None = None,
         finalizers: list[str] | None = None,
         suspended: bool = False,
         work: WorkItem | None = None,
@@ -250,9 +250,9 @@ class LeaseStore(LeaseWriter):
             metadata["labels"] = labels
         if finalizers:
             metadata["finalizers"] = finalizers
-        lease = models.JobLease(
+        lease = api.JobLease(
             metadata=metadata,
-            spec=models.JobLeaseSpec(
+            spec=api.JobLeaseSpec(
                 job_name=job_name,
                 job_uid=job_uid,
                 mode=mode,
@@ -517,7 +517,7 @@ class LeaseStore(LeaseWriter):
         judged: StoredLease,
         *,
         job_uid: str,
-        mode: models.LeaseMode,
+        mode: api.LeaseMode,
         lease_duration_seconds: int,
         max_attempts: int,
         startup_deadline_seconds: int | None = None,
@@ -570,7 +570,7 @@ class LeaseStore(LeaseWriter):
             {"op": "add", "path": "/spec/uncountedAttempts", "value": 0},
             {"op": "add", "path": "/spec/lastUncountedToken", "value": None},
         ]
-        api_work = models.JobLeaseSpec(job_name="x", **(work or WorkItem()).fields()).to_api()
+        api_work = api.JobLeaseSpec(job_name="x", **(work or WorkItem()).fields()).to_api()
         for key in ("params", "priority", "jobCreationTimestamp"):
             ops.append({"op": "add", "path": f"/spec/{key}", "value": api_work.get(key)})
         if judged.body.get("metadata", {}).get("ownerReferences"):

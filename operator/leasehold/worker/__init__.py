@@ -28,9 +28,8 @@ Inside: :mod:`~leasehold.worker.holder` (the holder API),
 """
 
 from leasehold.lease.errors import LeaseNotFoundError, StoreError, TransientStoreError
-from leasehold.lease.leaseops import Accepted, Rejected, Result, StoredLease
+from leasehold.lease.leaseops import Accepted, LeaseOperations, Rejected, Result, StoredLease
 from leasehold.lease.protocol import FencingToken, HolderIdentity, Outcome, Rejection
-from leasehold.worker.connection import LeaseOperations
 from leasehold.worker.errors import LeaseEnvironmentError, LeaseLost, LossReason
 from leasehold.worker.holder import LeaseHolder, LossCallback
 from leasehold.worker.pull import claim, claim_any

@@ -11,79 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Protocol
+from typing import Any
 
-from leasehold.lease.leaseops import Result, StoredLease
-from leasehold.lease.protocol import Outcome
-
-
-class LeaseOperations(Protocol):
-    """The lease operations a worker needs; :class:`~leasehold.lease.store.LeaseStore` has them.
-
-    Each method is the :class:`~leasehold.lease.store.LeaseStore` method of
-    the same name. ``request_timeout`` (seconds) bounds one API request, so
-    a renewal that hangs cannot run past the holder's deadline; ``observed``
-    (the lease as the caller last saw it) only saves a read. A worker that is
-    a pod (``LEASEHOLD_POD_UID`` set) also passes ``holder_uid=`` to claim,
-    renew, complete and release, as ``LeaseStore`` takes it; a store used
-    without a pod UID need not accept it.
-    """
-
-    def claim(
-        self,
-        namespace: str,
-        name: str,
-        claimant: str,
-        *,
-        observed: StoredLease | None = None,
-    ) -> Result:
-        """Claim an unheld lease."""
-        ...
-
-    def renew(
-        self,
-        namespace: str,
-        name: str,
-        holder: str,
-        token: int,
-        *,
-        request_timeout: float | None = None,
-    ) -> Result:
-        """Renew a held lease."""
-        ...
-
-    def complete(
-        self,
-        namespace: str,
-        name: str,
-        holder: str,
-        token: int,
-        outcome: Outcome,
-        *,
-        message: str = "",
-        exit_code: int | None = None,
-        request_timeout: float | None = None,
-    ) -> Result:
-        """Record the job's completion."""
-        ...
-
-    def release(
-        self,
-        namespace: str,
-        name: str,
-        holder: str,
-        token: int,
-        *,
-        request_timeout: float | None = None,
-    ) -> Result:
-        """Give a held lease back."""
-        ...
-
-    def list_leases(
-        self, namespace: str, *, label_selector: str | None = None
-    ) -> list[StoredLease]:
-        """List the leases of a namespace."""
-        ...
+from leasehold.lease.leaseops import LeaseOperations
 
 
 class StoreScope:

@@ -33,7 +33,7 @@ from leasehold import fencing
 from leasehold.fencing import http as http_fencing
 from leasehold.fencing import kube as kube_fencing
 from leasehold.lease.errors import TransientStoreError
-from leasehold.lease.leaseops import Accepted, Rejected, Result
+from leasehold.lease.leaseops import Accepted, LeaseOperations, Rejected, Result
 from leasehold.lease.protocol import (
     FencingToken,
     HolderIdentity,
@@ -51,7 +51,7 @@ from leasehold.names import (
     ENV_NAMESPACE,
     ENV_POD_UID,
 )
-from leasehold.worker.connection import LeaseOperations, StoreScope
+from leasehold.worker.connection import StoreScope
 from leasehold.worker.errors import LeaseEnvironmentError, LeaseLost, LossReason
 from leasehold.worker.renewer import Renewer
 from leasehold.worker.timing import DEFAULT_RENEW_FRACTION, LeaseTiming
@@ -382,7 +382,7 @@ class LeaseHolder:
         """Renew once, now, in this thread: to refresh the deadline before a long step.
 
         Returns:
-            The store's :class:`~leasehold.lease.store.Accepted` (the deadline
+            The store's :class:`~leasehold.lease.leaseops.Accepted` (the deadline
             moved to this request's start + window).
 
         Raises:
@@ -501,8 +501,8 @@ class LeaseHolder:
         it is attempted even after a loss was noticed.
 
         Returns:
-            :class:`~leasehold.lease.store.Accepted`, or
-            :class:`~leasehold.lease.store.Rejected` (the lease was lost;
+            :class:`~leasehold.lease.leaseops.Accepted`, or
+            :class:`~leasehold.lease.leaseops.Rejected` (the lease was lost;
             :attr:`lost` is set).
 
         Raises:

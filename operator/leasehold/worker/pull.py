@@ -15,9 +15,9 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from leasehold.lease.errors import LeaseNotFoundError
-from leasehold.lease.leaseops import Rejected, StoredLease
+from leasehold.lease.leaseops import LeaseOperations, Rejected, StoredLease
 from leasehold.names import ENV_POD_UID, LABEL_COMPLETION_INDEX
-from leasehold.worker.connection import LeaseOperations, StoreScope
+from leasehold.worker.connection import StoreScope
 from leasehold.worker.holder import LeaseHolder, LossCallback
 from leasehold.worker.timing import DEFAULT_RENEW_FRACTION
 

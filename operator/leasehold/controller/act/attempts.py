@@ -27,9 +27,9 @@ from leasehold.controller.plan import retention
 from leasehold.controller.plan.conditions import with_conditions
 from leasehold.controller.plan.pod import build_pod, pod_facts
 from leasehold.controller.plan.single import Action, JobEvent, Plan, PodFacts, failed_status
-from leasehold.lease import models
+from leasehold.lease import api
+from leasehold.lease.api import LeasedJob, LeasedJobStatus
 from leasehold.lease.errors import TransientStoreError
-from leasehold.lease.models import LeasedJob, LeasedJobStatus
 from leasehold.lease.store import Accepted, StoredLease
 
 log = logging.getLogger(__name__)
@@ -244,7 +244,7 @@ class Attempts:
         job = LeasedJob.model_validate(body)
         held = with_conditions(
             job,
-            status.model_copy(update={"phase": models.Phase.PENDING, "pod_name": None}),
+            status.model_copy(update={"phase": api.Phase.PENDING, "pod_name": None}),
             ("PodCreated", "False", "QuotaExceeded", message),
             ("Ready", "False", "QuotaExceeded", message),
             now=self._ctx.now(),

@@ -28,8 +28,8 @@ from leasehold.controller.act.holds import HoldWaits
 from leasehold.controller.engines.peering import ActivityGate
 from leasehold.controller.engines.queue import WorkQueue
 from leasehold.controller.plan.conditions import set_condition
-from leasehold.lease import models, schedule
-from leasehold.lease.cronmodels import (
+from leasehold.lease import api, schedule
+from leasehold.lease.api import (
     MAX_CRON_NAME_LENGTH,
     ConcurrencyPolicy,
     LeasedCronJob,
@@ -46,7 +46,7 @@ WAIT_POLL_SECONDS: Final = 5.0
 """While ``Forbid`` waits for an earlier run's lease, look again this often (the
 run's LeasedJob events usually come first)."""
 
-FINISHED: Final = (models.Phase.SUCCEEDED.value, models.Phase.FAILED.value)
+FINISHED: Final = (api.Phase.SUCCEEDED.value, api.Phase.FAILED.value)
 
 
 def _utcnow() -> datetime:
@@ -99,8 +99,8 @@ def history_to_delete(runs: list[dict[str, Any]], *, succeeded: int, failed: int
     """
     out: list[str] = []
     for phase, keep in (
-        (models.Phase.SUCCEEDED.value, succeeded),
-        (models.Phase.FAILED.value, failed),
+        (api.Phase.SUCCEEDED.value, succeeded),
+        (api.Phase.FAILED.value, failed),
     ):
         done = sorted(
             (r for r in runs if (r.get("status") or {}).get("phase") == phase),
@@ -439,7 +439,7 @@ class CronService:
                 max_fencing_token=base,
                 initial_fencing_token=base,
                 labels={names.LABEL_JOB: run, names.LABEL_CRON_JOB: name},
-                mode=models.LeaseMode.PUSH if spec.template is not None else models.LeaseMode.PULL,
+                mode=api.LeaseMode.PUSH if spec.template is not None else api.LeaseMode.PULL,
                 finalizers=[names.FINALIZER_DOMAIN],
             )
         except WriteRefusedError:
@@ -567,7 +567,7 @@ class CronService:
                         scheduled_time=_time(scheduled) if scheduled else None,
                     )
                 )
-            elif st.get("phase") == models.Phase.SUCCEEDED.value and st.get("completionTime"):
+            elif st.get("phase") == api.Phase.SUCCEEDED.value and st.get("completionTime"):
                 done = _time(st["completionTime"])
                 if status.last_successful_time is None or done > status.last_successful_time:
                     status.last_successful_time = done
@@ -589,7 +589,7 @@ class CronService:
         status.conditions = set_condition(
             list(status.conditions or []),
             type_,
-            models.ConditionStatus(cstatus),
+            api.ConditionStatus(cstatus),
             reason,
             message,
             now=now,

@@ -16,8 +16,8 @@ from datetime import datetime
 
 from leasehold import names
 from leasehold.controller.act.context import Context
+from leasehold.lease.api import LeasedJob, LeaseMode
 from leasehold.lease.errors import StoreError
-from leasehold.lease.models import LeasedJob, LeaseMode
 from leasehold.lease.protocol import LeaseRecord
 from leasehold.lease.store import Accepted, Result, StoredLease, WorkItem
 

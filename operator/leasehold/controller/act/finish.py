@@ -18,7 +18,7 @@ from leasehold.controller.act.context import COMPONENT, Context
 from leasehold.controller.engines.ttl import FinishClocks
 from leasehold.controller.plan.retention import PodDeletion
 from leasehold.controller.plan.single import Plan
-from leasehold.lease.models import LeasedJob
+from leasehold.lease.api import LeasedJob
 
 log = logging.getLogger(__name__)
 

@@ -31,8 +31,8 @@ from leasehold.controller.act.status import write_status
 from leasehold.controller.plan import indexed
 from leasehold.controller.plan.indexed import IndexStep
 from leasehold.controller.plan.single import Action, Plan, PodFacts
+from leasehold.lease.api import LeasedJob, PodRetention
 from leasehold.lease.errors import LeaseNotFoundError, WriteRefusedError
-from leasehold.lease.models import LeasedJob, PodRetention
 from leasehold.lease.store import Accepted, StoredLease
 
 log = logging.getLogger(__name__)

@@ -39,8 +39,8 @@ from leasehold.controller.plan import single as planner
 from leasehold.controller.plan.conditions import with_conditions
 from leasehold.controller.plan.pod import lease_name
 from leasehold.controller.plan.single import Action, Plan
+from leasehold.lease.api import LeasedJob, LeasedJobStatus
 from leasehold.lease.errors import LeaseNotFoundError, TransientStoreError, WriteRefusedError
-from leasehold.lease.models import LeasedJob, LeasedJobStatus
 from leasehold.lease.store import Accepted, Result, StoredLease, to_stored
 
 log = logging.getLogger(__name__)

@@ -20,8 +20,8 @@ from leasehold.controller.act.attempts import ns_name
 from leasehold.controller.act.context import Context
 from leasehold.controller.kube.objects import Refused
 from leasehold.controller.plan.conditions import set_condition
-from leasehold.lease import models
-from leasehold.lease.models import LeasedJobStatus
+from leasehold.lease import api
+from leasehold.lease.api import LeasedJobStatus
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ def report_invalid(ctx: Context, body: dict[str, Any], exc: ValidationError) -> 
     conditions = set_condition(
         [],
         "Ready",
-        models.ConditionStatus.FALSE,
+        api.ConditionStatus.FALSE,
         "InvalidSpec",
         message,
         now=ctx.now(),

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from leasehold.controller.engines.deadline import JobClocks
-from leasehold.lease.models import LeasedJob, LeasedJobStatus, Phase
+from leasehold.lease.api import LeasedJob, LeasedJobStatus, Phase
 from leasehold.lease.protocol import MonotonicClock
 
 FINISHED = (Phase.SUCCEEDED, Phase.FAILED)

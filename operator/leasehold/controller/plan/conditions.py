@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from leasehold.lease import models
-from leasehold.lease.models import Condition, ConditionStatus, LeasedJob, LeasedJobStatus
+from leasehold.lease import api
+from leasehold.lease.api import Condition, ConditionStatus, LeasedJob, LeasedJobStatus
+from leasehold.lease.leaseops import MAX_MESSAGE_LENGTH
 
 
 def set_condition(
@@ -48,7 +49,7 @@ def set_condition(
             type=type_,
             status=status,
             reason=reason,
-            message=message[: models.MAX_MESSAGE_LENGTH],
+            message=message[:MAX_MESSAGE_LENGTH],
             last_transition_time=transition,
             observed_generation=generation,
         )
@@ -69,7 +70,7 @@ def with_conditions(
         conditions = set_condition(
             conditions,
             type_,
-            models.ConditionStatus(cstatus),
+            api.ConditionStatus(cstatus),
             reason,
             message,
             now=now,

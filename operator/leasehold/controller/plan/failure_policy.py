@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, NamedTuple
 
-from leasehold.lease.models import (
+from leasehold.lease.api import (
     AttemptReason,
     ConditionStatus,
     ExitCodeOperator,

@@ -30,14 +30,8 @@ from leasehold.controller.plan import suspension
 from leasehold.controller.plan.conditions import set_condition
 from leasehold.controller.plan.single import Action, JobEvent, Plan, PodFacts
 from leasehold.lease import indexes as index_sets
+from leasehold.lease.api import CompletionMode, ConditionStatus, LeasedJob, LeasedJobStatus, Phase
 from leasehold.lease.indexes import index_lease_name
-from leasehold.lease.models import (
-    CompletionMode,
-    ConditionStatus,
-    LeasedJob,
-    LeasedJobStatus,
-    Phase,
-)
 from leasehold.lease.protocol import LeaseRecord, Outcome
 
 

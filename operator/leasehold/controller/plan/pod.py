@@ -15,9 +15,9 @@ from typing import Any, Final
 
 from leasehold import names
 from leasehold.controller.plan.failure_policy import PodFacts
-from leasehold.lease import models
+from leasehold.lease import api
+from leasehold.lease.api import LeasedJob
 from leasehold.lease.indexes import index_lease_name
-from leasehold.lease.models import LeasedJob
 from leasehold.names import (
     ANNOTATION_HOLDER,
     ANNOTATION_LEASE,
@@ -95,7 +95,7 @@ def build_pod(
         raise ValueError("a LeasedJob without spec.template (pull mode) gets no pod")
     template = job.spec.template
     job_name = str(job.metadata["name"])
-    meta = template.metadata or models.PodTemplateMetadata()
+    meta = template.metadata or api.PodTemplateMetadata()
     lease = lease_name(job_name) if index is None else index_lease_name(job_name, index)
     labels = {**(meta.labels or {}), LABEL_JOB: job_name, LABEL_TOKEN: str(token)}
     annotations = {

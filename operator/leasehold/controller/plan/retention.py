@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from leasehold import names
-from leasehold.lease.models import AttemptReason, LeasedJob, LeasedJobStatus, Phase, PodRetention
+from leasehold.lease.api import AttemptReason, LeasedJob, LeasedJobStatus, Phase, PodRetention
 
 _FINISHED = (Phase.SUCCEEDED, Phase.FAILED)
 _COMPLETED = (AttemptReason.SUCCEEDED, AttemptReason.FAILED)

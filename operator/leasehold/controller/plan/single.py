@@ -22,8 +22,8 @@ from leasehold.controller.plan import failure_policy, retention, suspension
 from leasehold.controller.plan.conditions import set_condition
 from leasehold.controller.plan.failure_policy import POD_FAILURE_POLICY, PodFacts, Verdict
 from leasehold.controller.plan.pod import lease_name, pod_name
-from leasehold.lease import models
-from leasehold.lease.models import (
+from leasehold.lease import api
+from leasehold.lease.api import (
     AttemptReason,
     AttemptRecord,
     ConditionStatus,
@@ -277,7 +277,7 @@ def _track_attempts(
     An open attempt whose lease moved on is ended: with the completion's
     outcome when one was recorded under its token, else as reclaimed (or
     never started). A claim not yet in the history opens a new attempt.
-    Only the last :data:`~leasehold.lease.models.MAX_ATTEMPT_HISTORY` are kept.
+    Only the last :data:`~leasehold.lease.api.MAX_ATTEMPT_HISTORY` are kept.
     """
     history = list(status.attempt_history or [])
     token = lease.fencing_token
@@ -341,7 +341,7 @@ def _track_attempts(
 
 
 def _with_history(status: LeasedJobStatus, history: list[AttemptRecord]) -> LeasedJobStatus:
-    history = history[-models.MAX_ATTEMPT_HISTORY :]
+    history = history[-api.MAX_ATTEMPT_HISTORY :]
     return status.model_copy(
         update={
             "attempt_history": history or None,
@@ -565,7 +565,7 @@ def _plan(
     excusable = (
         verdict is not None
         and verdict.action == FailureAction.IGNORE
-        and lease.uncounted_attempts < models.MAX_UNCOUNTED_ATTEMPTS
+        and lease.uncounted_attempts < api.MAX_UNCOUNTED_ATTEMPTS
     )
     failed_now = lease.completion is not None and lease.completion.outcome == Outcome.FAILED
     failed_now = failed_now and not excusable
@@ -583,7 +583,7 @@ def _plan(
 
     if lease.completion is not None:
         c = lease.completion
-        status.completion = models.CompletionRecord(
+        status.completion = api.CompletionRecord(
             fencing_token=c.fencing_token,
             holder_identity=c.holder_identity,
             outcome=c.outcome,

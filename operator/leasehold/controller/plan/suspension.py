@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Final, NamedTuple
 
-from leasehold.lease.models import Condition, ConditionStatus, LeasedJobStatus
+from leasehold.lease.api import Condition, ConditionStatus, LeasedJobStatus
 
 CONDITION: Final = "Suspended"
 """The condition type, as batch/v1 Job's."""

@@ -1,11 +1,10 @@
-"""The ``LeasedCronJob`` resource, as pydantic models (the source of its CRD).
+"""The ``LeasedCronJob`` resource (short ``lcj``), as pydantic models: the source of its CRD.
 
 Why this module exists: a LeasedCronJob creates a LeasedJob at each schedule
 time; its runs share one fencing domain (docs/architecture.md,
-"LeasedCronJob"). Kept apart from :mod:`leasehold.lease.models` (which it
-builds on: the job template is a ``LeasedJobSpec``) so the two resources can
-grow independently. Field names follow batch/v1 CronJob's where the meaning
-is the same.
+"LeasedCronJob"). It builds on :mod:`~leasehold.lease.api.leasedjob` (the job
+template is a ``LeasedJobSpec``). Field names follow batch/v1 CronJob's where
+the meaning is the same.
 """
 
 from __future__ import annotations
@@ -16,14 +15,14 @@ from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
 from pydantic import ConfigDict, Field
 
-from leasehold.lease.models import (
+from leasehold.lease.api.common import (
     MAX_STARTUP_DEADLINE_SECONDS,
+    ApiModel,
     Condition,
-    LeasedJobSpec,
     ObjectUID,
     PodTemplateMetadata,
-    _Model,
 )
+from leasehold.lease.api.leasedjob import LeasedJobSpec
 from leasehold.lease.schedule import MACROS, MAX_SCHEDULE_LENGTH
 
 if TYPE_CHECKING:
@@ -68,7 +67,7 @@ class LeasedJobTemplateSpec(LeasedJobSpec):
     model_config = ConfigDict(json_schema_extra=_template_rules)
 
 
-class LeasedJobTemplate(_Model):
+class LeasedJobTemplate(ApiModel):
     """What each run's LeasedJob is made of (batch/v1 CronJob's ``jobTemplate``)."""
 
     metadata: PodTemplateMetadata | None = Field(
@@ -90,7 +89,7 @@ class ConcurrencyPolicy(enum.StrEnum):
     LeasedJobs deleted, then the new run starts."""
 
 
-class LeasedCronJobSpec(_Model):
+class LeasedCronJobSpec(ApiModel):
     """When to run, and what each run is."""
 
     model_config = ConfigDict(
@@ -166,7 +165,7 @@ class LeasedCronJobSpec(_Model):
     job_template: LeasedJobTemplate = Field(description="The LeasedJob made at each run.")
 
 
-class RunReference(_Model):
+class RunReference(ApiModel):
     """A run: one LeasedJob made by the cron job."""
 
     name: str = Field(max_length=253)
@@ -176,7 +175,7 @@ class RunReference(_Model):
     )
 
 
-class LeasedCronJobStatus(_Model):
+class LeasedCronJobStatus(ApiModel):
     """What the operator reports of a LeasedCronJob."""
 
     observed_generation: int | None = Field(default=None, ge=0)
@@ -201,7 +200,7 @@ class LeasedCronJobStatus(_Model):
     )
 
 
-class LeasedCronJob(_Model):
+class LeasedCronJob(ApiModel):
     """A ``LeasedCronJob`` object: LeasedJobs on a schedule, in one fencing domain."""
 
     api_version: Literal["leasehold.dev/v1alpha1"] = "leasehold.dev/v1alpha1"
