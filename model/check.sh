@@ -83,7 +83,7 @@ elif [[ "$mode" == deep ]]; then
   # per scenario (the protocol alone, then with each user scenario) at the
   # bounds MODEL_DEEP, then the protocol with two renewals per worker, and
   # the pair of scenarios whose interaction the model once found wanting
-  # (suspend and excuse). docs/architecture.md gives the figures of each.
+  # (suspend and excuse). bench/model-check.md gives the figures of each.
   for scenario in "" S_RECREATE S_REPLACE S_FOREIGN S_HANDOVER S_SUSPEND S_EXCUSE; do
     # shellcheck disable=SC2086
     PAN_W="${PAN_W:-27}" run "correct${scenario:+-${scenario#S_}}" ok "$exact" -- $deep ${scenario:+-D$scenario}

@@ -3,8 +3,8 @@
  * domain, the JobLease), its incarnations, their pods and workers, two
  * operator replicas, a fenced target and a discretised clock.
  *
- * Transitions map to the code as listed in docs/architecture.md ("The model
- * of the protocol"). Seeded protocol bugs (mutations) are switched on with
+ * Transitions map to the code as listed in docs/model.md ("Transitions and
+ * the code"). Seeded protocol bugs (mutations) are switched on with
  * -D<NAME>; model/check.sh runs each one and expects Spin to catch it.
  * Scenarios (-DS_RECREATE, -DS_REPLACE, -DS_FOREIGN, -DS_HANDOVER,
  * -DS_SUSPEND, -DS_EXCUSE) switch on what users and the cluster do besides

@@ -6,7 +6,7 @@ told otherwise.
 
 Each test runs its own ``leasehold operator`` process watching the test's
 namespace; pods run as local processes through the pod runner
-(docs/architecture.md, "Clean-up").
+(docs/lifecycle.md, "Clean-up").
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Each test runs its own ``leasehold operator`` process watching the test's
 namespace; pods run as local processes through the pod runner. The rules
-tested are written down in docs/architecture.md, "Lifecycle".
+tested are written down in docs/lifecycle.md.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Each test runs its own ``leasehold operator`` process watching the test's
 namespace; pods run as local processes through the pod runner. The rules
-tested are written down in docs/architecture.md, "Suspend and resume".
+tested are written down in docs/lifecycle.md, "Suspend and resume".
 """
 
 from __future__ import annotations

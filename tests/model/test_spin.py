@@ -4,7 +4,7 @@ Runs ``model/check.sh quick``: a bitstate search of the correct model with
 every scenario on must find no error, and the seeded protocol bugs whose
 counterexample Spin finds within seconds must be caught, each with a trail
 Spin replays. ``make model-check`` runs the exhaustive search and every
-mutation (the figures are in docs/architecture.md; the exhaustive searches,
+mutation (the figures are in bench/model-check.md; the exhaustive searches,
 one per scenario, take longer than every test run should).
 """
 
