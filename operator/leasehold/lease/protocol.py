@@ -204,7 +204,7 @@ def check_holder(
     binds the claimant in the claim itself, and a push lease is bound by the
     operator to the pod it created (:func:`bind`), so a pod of the same name
     that the operator did not create can never make the lease its own
-    (docs/architecture.md, "A pod is its UID").
+    (docs/lifecycle.md, "A holder is a pod UID, not a name").
 
     Returns:
         ``None`` when ``holder`` holds ``record`` under ``token``, else why not.

@@ -7,7 +7,7 @@ when to look again are decided here, from the cron job's spec, its
 tested without waiting (``tests/unit/test_schedule.py``). The rules follow
 batch/v1 CronJob's documented behaviour; the operator carries the decision
 out (``leasehold.controller.act.cron``). Nothing here decides who owns a run: that
-is the leases' job (docs/architecture.md, "LeasedCronJob").
+is the leases' job (docs/schedules.md).
 
 Cron expressions are evaluated by `cronsim`_: the standard five fields
 (minute, hour, day of month, month, day of week, with names, ranges, steps

@@ -357,7 +357,7 @@ class LeaseStore(LeaseWriter):
         """No claim past the current token, the holder kept: its attempt may still finish.
 
         A LeasedCronJob's ``Forbid`` closes an earlier run's lease before a new
-        run may start (docs/architecture.md, "LeasedCronJob"): the holder can
+        run may start (docs/schedules.md): the holder can
         renew, complete or release under its token, but once the lease is
         unheld it can never be held again, so "unheld" is final. Conditioned
         on ``judged.resource_version``.

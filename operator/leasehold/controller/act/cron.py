@@ -6,7 +6,7 @@ it makes each run's JobLease and LeasedJob, enforces the concurrency policy
 through the runs' leases, keeps the history and reports the status. Each
 run's LeasedJob is then reconciled like any other
 (:mod:`leasehold.controller.act.jobs`). Why the runs' tokens are ordered and
-why ``Forbid`` and ``Replace`` hold at the store: docs/architecture.md,
+why ``Forbid`` and ``Replace`` hold at the store: docs/schedules.md,
 "LeasedCronJob".
 """
 

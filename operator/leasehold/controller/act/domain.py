@@ -2,7 +2,7 @@
 
 Why this module exists: a fencing token issued under a namespace/name never
 repeats and never goes down, across delete and recreate of the job and of its
-lease (docs/architecture.md, "Across a job's whole life"). So a job that is
+lease (docs/lifecycle.md, "Across a job's whole life"). So a job that is
 gone does not delete its leases: it stops them for good (no holder, the cap
 lowered to the current token), and a deleted lease keeps its token behind
 its domain finalizer until its namespace goes. Single and indexed jobs share

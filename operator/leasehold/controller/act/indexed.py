@@ -8,7 +8,7 @@ step through the same store writes and pod handling as a single-lease job
 take-over, suspend, resume, excuse) and writes the job's status. Each index lease is a fencing
 domain of its own, with the same guarantees as a job's lease: no
 ownerReference, a finalizer, its ``jobUID`` and ``baseFencingToken``
-(docs/architecture.md, "Indexed jobs").
+(docs/indexed.md).
 
 Called by :meth:`~leasehold.controller.act.jobs.JobActor.reconcile` under the job's lock;
 blocking calls.

@@ -337,7 +337,7 @@ class JobActor:
         Its first claim and pod need not wait for the lease's watch event, and
         the job's status is written once for both steps. No ownerReference:
         the lease is the name's fencing domain and must outlive this job
-        (docs/architecture.md, "Across a job's whole life"). A lease the
+        (docs/lifecycle.md, "Across a job's whole life"). A lease the
         cache had not seen yet answers 409: it is read and planned on.
         """
         ctx = self._ctx

@@ -3,7 +3,7 @@
 Why this module exists: ``activeDeadlineSeconds`` counts from the job's
 creation, which the API server stamped with its own clock. The operator's
 wall clock may be hours off from it, and a restarted operator's clock may
-differ from the one that ran before (docs/architecture.md, "Lifecycle").
+differ from the one that ran before (docs/lifecycle.md, "Deadlines").
 So elapsed time is measured in two parts: at first sight of a job, the API
 server's own clocks give how long ago it was created (the ``Date`` header of
 the response that read it, minus ``metadata.creationTimestamp``); from then

@@ -14,7 +14,7 @@ deleted late, never early. A job that finishes in this very reconcile counts
 from the read.
 
 The JobLease is not deleted with its job: it is the job name's fencing
-domain (docs/architecture.md, "Across a job's whole life"), so a job created
+domain (docs/lifecycle.md, "Across a job's whole life"), so a job created
 again under the name goes on above every token the deleted one used.
 
 Pure bookkeeping with an injected monotonic clock: no Kubernetes or Kopf.

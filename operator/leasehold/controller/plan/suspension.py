@@ -7,7 +7,7 @@ fenced: the operator releases its lease in one write (``store.suspend``), so
 the attempt's late writes carry a token that is no longer held and, once
 resumed, a lower one than the next attempt's. The write also counts the
 suspension and raises the lease's cap by one: a suspended attempt uses no
-budget (docs/architecture.md, "Suspend and resume").
+budget (docs/lifecycle.md, "Suspend and resume").
 
 This module says what the job's status and Events say about it; the
 decision itself is a branch of :func:`leasehold.controller.plan.single.plan`.

@@ -309,7 +309,7 @@ class JobLeaseSpec(ApiModel):
     A JobLease is also its job name's fencing domain: it outlives every
     incarnation of the LeasedJob (it has no ownerReference to it; a finalizer
     keeps it until its namespace goes), so tokens under one namespace/name
-    never repeat and never go down (docs/architecture.md, "Across a job's
+    never repeat and never go down (docs/lifecycle.md, "Across a job's
     whole life").
     """
 

@@ -1,7 +1,7 @@
 """The ``LeasedCronJob`` resource (short ``lcj``), as pydantic models: the source of its CRD.
 
 Why this module exists: a LeasedCronJob creates a LeasedJob at each schedule
-time; its runs share one fencing domain (docs/architecture.md,
+time; its runs share one fencing domain (docs/schedules.md,
 "LeasedCronJob"). It builds on :mod:`~leasehold.lease.api.leasedjob` (the job
 template is a ``LeasedJobSpec``). Field names follow batch/v1 CronJob's where
 the meaning is the same.
@@ -48,7 +48,7 @@ def _template_rules(schema: JsonDict) -> None:
     rules = cast("list[dict[str, str]]", schema.pop("x-kubernetes-validations", None) or [])
     kept = [rule for rule in rules if "oldSelf" not in rule["rule"]]
     kept.append(
-        {  # each run is one lease, pre-created with its token range (docs/architecture.md)
+        {  # each run is one lease, pre-created with its token range (docs/schedules.md)
             "rule": "(!has(self.completions) || self.completions == 1)"
             " && self.completionMode != 'Indexed'",
             "message": "spec.jobTemplate.spec.completions: a LeasedCronJob's runs have one"

@@ -195,7 +195,7 @@ _JOB_RULES: Final[list[dict[str, str]]] = [
         "reason": "FieldValueForbidden",
     },
 ]
-"""Transition rules of a LeasedJob's spec (docs/architecture.md, "Lifecycle")."""
+"""Transition rules of a LeasedJob's spec (docs/lifecycle.md, "Which spec fields may change")."""
 
 
 class Backoff(ApiModel):
