@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client
@@ -22,7 +24,7 @@ from kubernetes import client
 from leasehold import names
 from leasehold.controller import metrics
 from leasehold.controller.act.attempts import Attempts
-from leasehold.controller.act.context import Context
+from leasehold.controller.act.context import COMPONENT, Context
 from leasehold.controller.act.holds import HoldWaits
 from leasehold.controller.act.jobs import JobActor
 from leasehold.controller.act.reclaim import Reclaimer
@@ -30,13 +32,51 @@ from leasehold.controller.engines.expiry import ExpiryClock, ExpiryReason, Expir
 from leasehold.controller.engines.peering import ActivityGate
 from leasehold.controller.engines.queue import WorkQueue
 from leasehold.controller.engines.watching import EventType, ListWatch, Target, WatchEvent
+from leasehold.controller.kube.events import EventRecorder
+from leasehold.controller.kube.objects import CustomObjects
+from leasehold.controller.kube.pods import Pods
 from leasehold.controller.settings import OperatorSettings
+from leasehold.lease.protocol import MonotonicClock
+from leasehold.lease.store import LeaseStore
 
 log = logging.getLogger(__name__)
 
 
 ApiClientFactory = Callable[[], client.ApiClient]
 """Builds a new API client (each watch owns one: it holds a connection for minutes)."""
+
+
+def connect(
+    api_client: client.ApiClient,
+    *,
+    clock: Callable[[], datetime] | None = None,
+    monotonic: MonotonicClock = time.monotonic,
+    instance: str | None = None,
+) -> Context:
+    """The shared edges and state of an operator that talks to the API through ``api_client``.
+
+    Args:
+        api_client: a configured ``kubernetes.client.ApiClient``.
+        clock: wall clock for status stamps and Events (default: UTC now).
+        monotonic: this process's monotonic clock.
+        instance: the Events' ``reportingInstance`` (default: the host name).
+
+    Returns:
+        A new context with empty caches.
+    """
+    wall = clock or (lambda: datetime.now(UTC))
+    return Context(
+        store=LeaseStore(api_client, field_manager=COMPONENT, request_timeout_seconds=30.0),
+        pods=Pods(api_client, COMPONENT),
+        jobs=CustomObjects(api_client, names.PLURAL_LEASED_JOBS, "LeasedJob", COMPONENT),
+        lease_objects=CustomObjects(api_client, names.PLURAL_JOB_LEASES, "JobLease", COMPONENT),
+        events=EventRecorder(
+            api_client, component=COMPONENT, instance=instance or socket.gethostname(), clock=wall
+        ),
+        clock=wall,
+        monotonic=monotonic,
+        lease_clock=ExpiryClock(1.0, monotonic),
+    )
 
 
 @dataclass(frozen=True)
@@ -61,13 +101,13 @@ class Actors:
 
         Args:
             api_client: a configured ``kubernetes.client.ApiClient``.
-            **context: passed to :meth:`Context.connect` (``clock``,
-                ``monotonic``, ``instance``).
+            **context: passed to :func:`connect` (``clock``, ``monotonic``,
+                ``instance``).
 
         Returns:
             New actors with empty caches.
         """
-        ctx = Context.connect(api_client, **context)
+        ctx = connect(api_client, **context)
         holds = HoldWaits(ctx)
         return cls(ctx, JobActor(ctx, holds, Attempts(ctx)), Reclaimer(ctx), holds)
 
@@ -231,6 +271,7 @@ def build_runtime(
         body: dict[str, Any],
         reason: ExpiryReason,
     ) -> None:
+        metrics.EXPIRATIONS.inc()  # judged expired: a reclaim is on its way
         outcome = await asyncio.get_running_loop().run_in_executor(
             reclaimers, actors.reclaimer.reclaim, namespace, lease_name, generation, body, reason
         )

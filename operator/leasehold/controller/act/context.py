@@ -8,15 +8,11 @@ reaches into another's private methods.
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from kubernetes import client
-
-from leasehold import names
 from leasehold.controller.engines.caches import ObjectCache
 from leasehold.controller.engines.expiry import ExpiryClock
 from leasehold.controller.engines.locks import JobLocks
@@ -70,42 +66,6 @@ class Context:
     own_writes: OwnWrites = field(default_factory=OwnWrites)
     locks: JobLocks = field(default_factory=JobLocks)
     lease_clock: ExpiryClock = field(default_factory=lambda: ExpiryClock(1.0, time.monotonic))
-
-    @classmethod
-    def connect(
-        cls,
-        api_client: client.ApiClient,
-        *,
-        clock: Callable[[], datetime] = _utcnow,
-        monotonic: MonotonicClock = time.monotonic,
-        instance: str | None = None,
-    ) -> Context:
-        """The context of an operator that talks to the API through ``api_client``.
-
-        Args:
-            api_client: a configured ``kubernetes.client.ApiClient``.
-            clock: wall clock for status stamps and Events.
-            monotonic: this process's monotonic clock.
-            instance: the Events' ``reportingInstance`` (default: the host name).
-
-        Returns:
-            A new context with empty caches.
-        """
-        return cls(
-            store=LeaseStore(api_client, field_manager=COMPONENT, request_timeout_seconds=30.0),
-            pods=Pods(api_client, COMPONENT),
-            jobs=CustomObjects(api_client, names.PLURAL_LEASED_JOBS, "LeasedJob", COMPONENT),
-            lease_objects=CustomObjects(api_client, names.PLURAL_JOB_LEASES, "JobLease", COMPONENT),
-            events=EventRecorder(
-                api_client,
-                component=COMPONENT,
-                instance=instance or socket.gethostname(),
-                clock=clock,
-            ),
-            clock=clock,
-            monotonic=monotonic,
-            lease_clock=ExpiryClock(1.0, monotonic),
-        )
 
     def now(self) -> datetime:
         """The wall-clock time for status stamps (for people; never judged)."""

@@ -23,7 +23,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from leasehold.controller import metrics
 from leasehold.controller.engines.changes import LeaseChange, LeaseSignature
 from leasehold.controller.engines.peering import ActivityGate
 from leasehold.controller.plan.pod import pod_name
@@ -351,7 +350,6 @@ class ExpiryWatch:
                 # A reclaim of this lease is still on its way: look again soon.
                 heapq.heappush(self._heap, _Due(self._monotonic() + 1.0, due.key, due.generation))
                 continue
-            metrics.EXPIRATIONS.inc()
             # Reclaims run side by side: a burst of expiries is taken back at
             # the pace of the reclaim threads, not one API round trip each.
             self._reclaiming.add(due.key)
