@@ -17,7 +17,7 @@ from datetime import datetime
 from leasehold import names
 from leasehold.controller.act.context import Context
 from leasehold.lease.api import LeasedJob, LeaseMode
-from leasehold.lease.errors import StoreError
+from leasehold.lease.errors import StoreError, TransientStoreError
 from leasehold.lease.protocol import LeaseRecord
 from leasehold.lease.store import Accepted, Result, StoredLease, WorkItem
 
@@ -59,6 +59,35 @@ def stop_for_good(ctx: Context, lease: StoredLease) -> Result | None:
     if isinstance(result, Accepted):
         ctx.wrote_lease(result.lease)
     return result
+
+
+def retire(ctx: Context, lease: StoredLease) -> None:
+    """A gone job's lease: taken back for good, kept as the name's domain.
+
+    The lease outlives the job (it is the name's fencing domain), so no
+    worker may hold or claim it any more: the holder is removed and the cap
+    lowered to the current token. A job created again under the same name
+    takes the lease over (:meth:`LeaseStore.rearm`).
+
+    Args:
+        ctx: the shared edges and state.
+        lease: the job's lease as read.
+
+    Raises:
+        TransientStoreError: the lease moved and has no completion: try again.
+        StoreError: the API server failed or refused.
+    """
+    release_if_namespace_goes(ctx, lease)
+    result = stop_for_good(ctx, lease)
+    if isinstance(result, Accepted):
+        log.info(
+            "job %s/%s is gone: lease stopped at fencing token %d",
+            lease.namespace,
+            lease.record.job_name,
+            lease.record.fencing_token,
+        )
+    elif result is not None and result.lease.record.completion is None:
+        raise TransientStoreError(f"retire lease {lease.namespace}/{lease.name}: changed, retrying")
 
 
 def release_if_namespace_goes(ctx: Context, lease: StoredLease) -> None:

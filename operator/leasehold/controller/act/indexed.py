@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -45,6 +45,13 @@ def index_of(lease: StoredLease) -> int | None:
     """The completion index of an index lease (its label), or ``None`` for a job's own lease."""
     raw = (lease.body.get("metadata", {}).get("labels") or {}).get(names.LABEL_COMPLETION_INDEX)
     return int(raw) if raw is not None and str(raw).isdigit() else None
+
+
+@dataclass(frozen=True)
+class _Done:
+    """An index's step is over for this reconcile; look again after this many seconds."""
+
+    requeue_after_seconds: float | None
 
 
 class IndexedActor:
@@ -156,92 +163,14 @@ class IndexedActor:
         Returns:
             When to reconcile again for this index (a backoff, a quota), if at all.
         """
-        namespace = str(body["metadata"]["namespace"])
         plan = step.plan
-        requeue: float | None = None
         for _ in range(MAX_REPLANS):
-            action = plan.action
-            if action is Action.CREATE_LEASE:
-                lease = self._create(job, body, step)
-            elif action in (Action.TAKE_OVER_LEASE, Action.RESUME) and (
-                lease is not None and (wait := self._holds.earlier_hold_wait(lease, body)) > 0
-            ):
-                return wait if requeue is None else min(requeue, wait)
-            elif action is Action.TAKE_OVER_LEASE and lease is not None:
-                taken = self._ctx.store.rearm(
-                    lease,
-                    job_uid=str(body["metadata"]["uid"]),
-                    mode=domain.mode(job),
-                    lease_duration_seconds=job.spec.lease_duration_seconds,
-                    max_attempts=indexed.index_max_fencing_token_span(job),
-                    startup_deadline_seconds=(
-                        job.spec.startup_deadline_seconds if job.spec.template is not None else None
-                    ),
-                    suspended=job.spec.suspend,
-                    work=domain.work_item(job),
-                )
-                self._ctx.wrote_lease(taken.lease)
-                lease = taken.lease
-            elif action is Action.RETRY and lease is not None:
-                reopened = self._ctx.store.reopen(lease)
-                self._ctx.wrote_lease(reopened.lease)
-                lease = reopened.lease
-            elif action is Action.STOP and lease is not None:
-                stopped = self._ctx.store.stop(lease)
-                if isinstance(stopped, Accepted):
-                    self._ctx.wrote_lease(stopped.lease)
-                    self._attempts.delete_index_pods(
-                        namespace, lease.record.job_name, step.index, None
-                    )
-                return requeue
-            elif action is Action.SUSPEND and lease is not None:
-                # As a stop: the lease first (a completion that landed first
-                # stands), then the suspended attempt's pods.
-                suspended = self._ctx.store.suspend(lease)
-                if not isinstance(suspended, Accepted):
-                    return None  # it moved: its watch event brings the next reconcile
-                self._ctx.wrote_lease(suspended.lease)
-                if job.spec.template is not None:
-                    # The suspended attempt's pod; ended ones stay for `kubectl logs`.
-                    self._attempts.delete_index_pods(
-                        namespace, lease.record.job_name, step.index, None, keep_ended=True
-                    )
-                # Plan again at once: this reconcile's status still counts the
-                # index as active, and the suspend's own watch event is skipped.
-                return 0.0
-            elif action is Action.RESUME and lease is not None:
-                resumed = self._ctx.store.resume(lease)
-                if not isinstance(resumed, Accepted):
-                    return None
-                self._ctx.wrote_lease(resumed.lease)
-                lease = resumed.lease
-            elif action is Action.EXCUSE and lease is not None:
-                # An eviction (or a failure a rule ignores): no budget used, as
-                # for a single job; a Failed completion is reopened uncounted.
-                if lease.record.completion is not None:
-                    excused = self._ctx.store.reopen(lease, counted=False)
-                else:
-                    excused = self._ctx.store.excuse(lease)
-                if not isinstance(excused, Accepted):
-                    return None
-                self._ctx.wrote_lease(excused.lease)
-                for event in plan.events:
-                    self._ctx.events.record(
-                        body, event.type, event.reason, f"Index {step.index}: {event.message}"
-                    )
-                lease = excused.lease
-            elif action is Action.CLAIM_AND_START and lease is not None:
-                return self._claim_and_start(job, body, step, plan, lease)
-            elif action is Action.START_POD and lease is not None:
-                return self._start(job, body, step, plan, lease, lease.record.fencing_token)
-            else:
-                if lease is not None:
-                    self._remember_backoff(lease, plan)
-                    if job.spec.template is not None:
-                        self._attempts.bind_own_pod(body, lease)
-                return plan.requeue_after_seconds
+            acted = self._act(job, body, step, plan, lease)
+            if isinstance(acted, _Done):
+                return acted.requeue_after_seconds
+            lease = acted
             if lease is None:
-                return requeue
+                return None
             plan = indexed.plan_index(
                 job,
                 step.index,
@@ -258,8 +187,114 @@ class IndexedActor:
                 Action.SUSPEND,  # a failure retried while the job is suspended
                 Action.NONE,
             ):
-                return requeue
-        return requeue
+                return None
+        return None
+
+    def _act(
+        self,
+        job: LeasedJob,
+        body: dict[str, Any],
+        step: IndexStep,
+        plan: Plan,
+        lease: StoredLease | None,
+    ) -> StoredLease | _Done | None:
+        """One write of an index's step.
+
+        Returns:
+            The index's lease as written (plan again on it; ``None``: it could
+            not be made), or :class:`_Done` with when to look again.
+        """
+        action = plan.action
+        if action is Action.CREATE_LEASE:
+            return self._create(job, body, step)
+        if lease is None:
+            return _Done(plan.requeue_after_seconds)
+        store = self._ctx.store
+        if action in (Action.TAKE_OVER_LEASE, Action.RESUME):
+            wait = self._holds.earlier_hold_wait(lease, body)
+            if wait > 0:
+                return _Done(wait)
+        if action is Action.TAKE_OVER_LEASE:
+            taken = store.rearm(
+                lease,
+                job_uid=str(body["metadata"]["uid"]),
+                mode=domain.mode(job),
+                lease_duration_seconds=job.spec.lease_duration_seconds,
+                max_attempts=indexed.index_max_fencing_token_span(job),
+                startup_deadline_seconds=(
+                    job.spec.startup_deadline_seconds if job.spec.template is not None else None
+                ),
+                suspended=job.spec.suspend,
+                work=domain.work_item(job),
+            )
+            self._ctx.wrote_lease(taken.lease)
+            return taken.lease
+        if action is Action.RETRY:
+            reopened = store.reopen(lease)
+            self._ctx.wrote_lease(reopened.lease)
+            return reopened.lease
+        if action in (Action.STOP, Action.SUSPEND):
+            return self._end_attempt(job, step, plan, lease)
+        if action in (Action.RESUME, Action.EXCUSE):
+            return self._reopen(body, step, plan, lease)
+        if action is Action.CLAIM_AND_START:
+            return _Done(self._claim_and_start(job, body, step, plan, lease))
+        if action is Action.START_POD:
+            return _Done(self._start(job, body, step, plan, lease, lease.record.fencing_token))
+        self._remember_backoff(lease, plan)
+        if job.spec.template is not None:
+            self._attempts.bind_own_pod(body, lease)
+        return _Done(plan.requeue_after_seconds)
+
+    def _end_attempt(
+        self, job: LeasedJob, step: IndexStep, plan: Plan, lease: StoredLease
+    ) -> _Done:
+        """Stop or suspend an index: the lease first, then the attempt's pods.
+
+        A completion that landed first stands (the write is refused).
+        """
+        namespace, job_name = lease.namespace, lease.record.job_name
+        if plan.action is Action.STOP:
+            stopped = self._ctx.store.stop(lease)
+            if isinstance(stopped, Accepted):
+                self._ctx.wrote_lease(stopped.lease)
+                self._attempts.delete_index_pods(namespace, job_name, step.index, None)
+            return _Done(None)
+        suspended = self._ctx.store.suspend(lease)
+        if not isinstance(suspended, Accepted):
+            return _Done(None)  # it moved: its watch event brings the next reconcile
+        self._ctx.wrote_lease(suspended.lease)
+        if job.spec.template is not None:
+            # The suspended attempt's pod; ended ones stay for `kubectl logs`.
+            self._attempts.delete_index_pods(namespace, job_name, step.index, None, keep_ended=True)
+        # Plan again at once: this reconcile's status still counts the
+        # index as active, and the suspend's own watch event is skipped.
+        return _Done(0.0)
+
+    def _reopen(
+        self, body: dict[str, Any], step: IndexStep, plan: Plan, lease: StoredLease
+    ) -> StoredLease | _Done:
+        """Resume a suspended index, or excuse its ended attempt; then plan its claim.
+
+        An eviction (or a failure a rule ignores) uses no budget, as for a
+        single job; a Failed completion is reopened uncounted.
+        """
+        store = self._ctx.store
+        if plan.action is Action.RESUME:
+            written = store.resume(lease)
+        elif lease.record.completion is not None:
+            written = store.reopen(lease, counted=False)
+        else:
+            written = store.excuse(lease)
+        if not isinstance(written, Accepted):
+            return _Done(None)
+        self._ctx.wrote_lease(written.lease)
+        if plan.action is Action.EXCUSE:
+            for event in plan.events:
+                self._ctx.events.record(
+                    body, event.type, event.reason, f"Index {step.index}: {event.message}"
+                )
+        return written.lease
 
     def _remember_backoff(self, lease: StoredLease, plan: Plan) -> None:
         after = plan.status.next_attempt_after

@@ -32,11 +32,10 @@ from leasehold.controller.act.domain import mode, work_item
 from leasehold.controller.act.finish import Finisher
 from leasehold.controller.act.holds import HoldWaits, last_reclaim_reason
 from leasehold.controller.act.indexed import IndexedActor
-from leasehold.controller.act.status import report_invalid, write_status
+from leasehold.controller.act.status import report_invalid, report_lease_name_taken, write_status
 from leasehold.controller.engines.deadline import JobClocks
 from leasehold.controller.plan import indexed
 from leasehold.controller.plan import single as planner
-from leasehold.controller.plan.conditions import with_conditions
 from leasehold.controller.plan.pod import lease_name
 from leasehold.controller.plan.single import Action, Plan
 from leasehold.lease.api import LeasedJob, LeasedJobStatus
@@ -218,7 +217,7 @@ class JobActor:
             if lease is not None:
                 domain.release_if_namespace_goes(self._ctx, lease)
                 if lease.record.job_name != name:  # an index lease of job <name minus -i>
-                    self._report_lease_name_taken(job, body, lease)
+                    report_lease_name_taken(self._ctx, job, body, lease)
                     return None
             plan = self._plan(job, lease, server_now)
             if plan.action is not Action.NONE and server_now is None and not fresh:
@@ -447,50 +446,10 @@ class JobActor:
         self.indexed.retire(namespace, name)
 
     def _retire_lease(self, namespace: str, name: str) -> None:
-        """Take a gone job's lease back for good, keeping it as the domain.
-
-        The lease outlives the job (it is the name's fencing domain), so no
-        worker may hold or claim it any more: the holder is removed and the
-        cap lowered to the current token. A job created again under the same
-        name takes the lease over (:meth:`LeaseStore.rearm`).
-        """
+        """Take a gone job's lease back for good (:func:`.domain.retire`)."""
         lease = self._cached_lease(namespace, name) or self._confirmed_lease(namespace, name)
-        if lease is None:
-            return
-        domain.release_if_namespace_goes(self._ctx, lease)
-        result = domain.stop_for_good(self._ctx, lease)
-        if isinstance(result, Accepted):
-            log.info(
-                "job %s/%s is gone: lease stopped at fencing token %d",
-                namespace,
-                name,
-                lease.record.fencing_token,
-            )
-        elif result is not None and result.lease.record.completion is None:
-            raise TransientStoreError(f"retire lease {namespace}/{name}: changed, retrying")
-
-    def _report_lease_name_taken(
-        self, job: LeasedJob, body: dict[str, Any], lease: StoredLease
-    ) -> None:
-        """The job's lease name is another job's lease (an index of an Indexed job): wait.
-
-        Taking it over would take that index's fencing domain from a live job.
-        """
-        namespace, name = ns_name(body)
-        message = (
-            f"JobLease {name} belongs to job {lease.record.job_name} (one of its indexes);"
-            " this job cannot run under that name: rename it."
-        )
-        log.warning("%s/%s: %s", namespace, name, message)
-        status = with_conditions(
-            job,
-            job.status or LeasedJobStatus(),
-            ("Ready", "False", "LeaseNameTaken", message),
-            now=self._ctx.now(),
-        )
-        if status != job.status:
-            self._ctx.events.record(body, "Warning", "LeaseNameTaken", message)
-        write_status(self._ctx, namespace, name, body, status)
+        if lease is not None:
+            domain.retire(self._ctx, lease)
 
 
 def _startup_deadline(job: LeasedJob) -> int | None:

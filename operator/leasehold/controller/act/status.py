@@ -19,9 +19,10 @@ from pydantic import ValidationError
 from leasehold.controller.act.attempts import ns_name
 from leasehold.controller.act.context import Context
 from leasehold.controller.kube.objects import Refused
-from leasehold.controller.plan.conditions import set_condition
+from leasehold.controller.plan.conditions import set_condition, with_conditions
 from leasehold.lease import api
-from leasehold.lease.api import LeasedJobStatus
+from leasehold.lease.api import LeasedJob, LeasedJobStatus
+from leasehold.lease.store import StoredLease
 
 log = logging.getLogger(__name__)
 
@@ -96,4 +97,37 @@ def report_invalid(ctx: Context, body: dict[str, Any], exc: ValidationError) -> 
         generation=generation,
     )
     status = LeasedJobStatus(conditions=conditions, observed_generation=generation)
+    write_status(ctx, namespace, name, body, status)
+
+
+def report_lease_name_taken(
+    ctx: Context, job: LeasedJob, body: dict[str, Any], lease: StoredLease
+) -> None:
+    """The job's lease name is another job's lease (an index of an Indexed job): wait.
+
+    Taking it over would take that index's fencing domain from a live job.
+
+    Args:
+        ctx: the shared edges and state.
+        job: the job (validated ``body``).
+        body: its raw body.
+        lease: the lease of that name, as read.
+
+    Raises:
+        StoreError: the status write failed.
+    """
+    namespace, name = ns_name(body)
+    message = (
+        f"JobLease {name} belongs to job {lease.record.job_name} (one of its indexes);"
+        " this job cannot run under that name: rename it."
+    )
+    log.warning("%s/%s: %s", namespace, name, message)
+    status = with_conditions(
+        job,
+        job.status or LeasedJobStatus(),
+        ("Ready", "False", "LeaseNameTaken", message),
+        now=ctx.now(),
+    )
+    if status != job.status:
+        ctx.events.record(body, "Warning", "LeaseNameTaken", message)
     write_status(ctx, namespace, name, body, status)
