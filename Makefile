@@ -72,11 +72,11 @@ PYTEST_XDIST := -n $(TEST_WORKERS) --dist loadfile --durations=40
 
 .PHONY: test-unit
 test-unit: syspkgs-test venv ## Unit tests (no cluster).
-	$(VENV)/bin/pytest tests/unit
+	$(VENV)/bin/pytest tests/unit testing/tests/unit
 
 .PHONY: test-integration
 test-integration: syspkgs-test venv controlplane tools ## Integration + e2e tests on a real local control plane.
-	$(VENV)/bin/pytest $(PYTEST_XDIST) tests/integration tests/e2e
+	$(VENV)/bin/pytest $(PYTEST_XDIST) tests/integration tests/e2e testing/tests/integration
 
 .PHONY: test
 test: syspkgs-test venv ## Everything: lint, unit, integration, e2e, the kind tier (real nodes); the model check beside the kind tier.
@@ -84,7 +84,7 @@ test: syspkgs-test venv ## Everything: lint, unit, integration, e2e, the kind ti
 
 .PHONY: test-local
 test-local: syspkgs-test venv controlplane tools lint ## Lint, unit, integration and e2e tests (no Docker, no kind; TEST_WORKERS=3).
-	$(VENV)/bin/pytest $(PYTEST_XDIST) tests $(PYTEST_SKIP)
+	$(VENV)/bin/pytest $(PYTEST_XDIST) tests testing/tests $(PYTEST_SKIP)
 
 .PHONY: model-check
 model-check: syspkgs-model ## Exhaustive Spin search of the protocol model (model/), then every seeded mutation.

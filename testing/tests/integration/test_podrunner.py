@@ -3,8 +3,9 @@
 Pods are created without ``nodeName``: the real kube-scheduler must bind them
 to the runner's node. Run with::
 
-    .venv/bin/pytest tests/integration/test_podrunner.py \
-        -p localcluster.pytest_plugin -p podrunner.pytest_plugin
+    .venv/bin/pytest testing/tests/integration/test_podrunner.py
+
+(``testing/tests/conftest.py`` registers the cluster and pod runner fixtures.)
 
 Tests that take ``local_pod_runner`` reach into the pod processes, so they
 fail (never skip) against a real cluster from ``LEASEHOLD_TEST_KUBECONFIG``.
@@ -343,7 +344,7 @@ def test_expand_follows_kubernetes_rules() -> None:
 
 
 def test_cli_help_describes_the_runner() -> None:
-    harness = Path(__file__).resolve().parents[2] / "testing"
+    harness = Path(__file__).resolve().parents[2]  # testing/
     result = subprocess.run(
         [sys.executable, "-m", "podrunner", "--help"],
         capture_output=True,
