@@ -53,6 +53,11 @@ crds: venv ## Regenerate deploy/crds/ (and the chart's copy) from the pydantic m
 	$(VENV)/bin/leasehold crds --output deploy/crds
 	$(PY) testing/sync_chart_crds.py
 
+.PHONY: fmt
+fmt: venv ## Format and fix what ruff can: ruff format, then ruff check --fix.
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
 .PHONY: lint
 lint: venv ## ruff, mypy (strict), import-linter contracts, CRD drift.
 	$(VENV)/bin/ruff check .
