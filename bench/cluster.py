@@ -1,7 +1,7 @@
 """The run's control plane: start a fresh one, install the CRDs, stop it.
 
 Why this module exists: every figure of a run is measured on one fresh
-local control plane (``hack/localcluster``), so no part inherits another
+local control plane (``testing/localcluster``), so no part inherits another
 run's objects, and it is stopped however the run ends.
 """
 

@@ -3,7 +3,7 @@
 Why this module exists: a user weighing a LeasedJob against the Job they use
 today wants its cost over that Job, not over a raw write. Both kinds run on
 one local control plane (the real job controller in the controller manager,
-the operator as a real process) with the pod runner (``hack/podrunner``)
+the operator as a real process) with the pod runner (``testing/podrunner``)
 playing the kubelet for both, so their pods are the same local processes.
 Each round creates ``n`` jobs at once (one thread pool, its own clients) and
 times create -> done through a watch: a Job's ``Complete`` condition, a

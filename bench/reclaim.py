@@ -2,7 +2,7 @@
 
 Why this module exists: a crashed holder costs the job the time until the
 operator reclaims its lease. The operator runs as a real process
-(``hack/operatorproc``, margin 1 s); latency runs from expiry (the claim's
+(``testing/operatorproc``, margin 1 s); latency runs from expiry (the claim's
 answer + ``leaseDurationSeconds``) to the reclaim seen through a watch, so
 the margin is part of the figure by design. *spread*: claims evenly over a
 window; *burst*: all at once, so many leases expire together.

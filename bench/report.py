@@ -625,7 +625,7 @@ def report(r: Results, facts: dict[str, str], quick: bool, started: float) -> st
         "",
         f"Run {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}"
         f" ({'--quick' if quick else 'full'}), {time.monotonic() - started:.0f} s in total,"
-        " one fresh local control plane (`hack/localcluster`). Written by `python -m bench`;"
+        " one fresh local control plane (`testing/localcluster`). Written by `python -m bench`;"
         " `bench/README.md` says how each figure is measured and what limits it.",
         "",
         "## Machine",

@@ -6,4 +6,4 @@ hack/controlplane/build.sh >/dev/null
 hack/tools.sh >/dev/null
 keep=()
 if [[ "${KEEP:-0}" == "1" ]]; then keep=(--keep); fi
-PYTHONPATH=hack exec .venv/bin/python hack/demo.py "${keep[@]}"
+PYTHONPATH=testing exec .venv/bin/python testing/demo.py "${keep[@]}"

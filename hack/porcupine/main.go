@@ -1,6 +1,6 @@
-// Command leasehold-porcupine judges a chaos history (hack/chaos) with the
+// Command leasehold-porcupine judges a chaos history (testing/chaos) with the
 // porcupine linearizability checker, independently of the project's own
-// checker (hack/chaos/checker.py).
+// checker (testing/chaos/checker.py).
 //
 // The history is the chaos run's JSON-lines file. Each lease and each fenced
 // target key is one partition, modelled as a compare-and-swap register:

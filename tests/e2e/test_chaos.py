@@ -28,7 +28,7 @@ def test_short_chaos_run_has_no_violations(tmp_path: Path) -> None:
             str(tmp_path / "run"),
         ],
         cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO / "hack")},
+        env={**os.environ, "PYTHONPATH": str(REPO / "testing")},
         capture_output=True,
         text=True,
         timeout=600,

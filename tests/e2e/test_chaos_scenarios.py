@@ -50,7 +50,7 @@ def test_gc_pause_past_lease_replayed_has_no_violations(tmp_path: Path) -> None:
             str(tmp_path / "run"),
         ],
         cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO / "hack")},
+        env={**os.environ, "PYTHONPATH": str(REPO / "testing")},
         capture_output=True,
         text=True,
         timeout=600,

@@ -48,7 +48,7 @@ def test_short_kind_chaos_run_has_no_violations(
             str(keep),
         ],
         cwd=REPO,
-        env={**env, "PYTHONPATH": str(REPO / "hack")},
+        env={**env, "PYTHONPATH": str(REPO / "testing")},
         capture_output=True,
         text=True,
         timeout=11 * 60,

@@ -140,7 +140,7 @@ def test_chart_readme_lists_every_value() -> None:
 def test_chart_crds_match_deploy_crds() -> None:
     generated = sorted(p.name for p in (REPO / "deploy" / "crds").glob("*.yaml"))
     assert generated, "deploy/crds is empty"
-    assert sync_chart_crds.drift() == [], "run `python hack/sync_chart_crds.py`"
+    assert sync_chart_crds.drift() == [], "run `python testing/sync_chart_crds.py`"
     for name in generated:
         copy = (CHART / "crds" / name).read_bytes()
         assert copy == (REPO / "deploy" / "crds" / name).read_bytes(), name

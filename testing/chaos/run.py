@@ -37,7 +37,7 @@ cannot step only the wall clock while keeping a real monotonic clock (its
 ``DONT_FAKE_MONOTONIC`` mode breaks ``sleep`` here), so processes get a fixed
 offset for their lifetime and the step is applied by restarting the operator.
 
-Usage: ``PYTHONPATH=hack .venv/bin/python -m chaos.run --seed 7 [--jobs 200]``
+Usage: ``PYTHONPATH=testing .venv/bin/python -m chaos.run --seed 7 [--jobs 200]``
 """
 
 from __future__ import annotations
@@ -185,7 +185,7 @@ class Run:
         self.runner = PodRunner(
             self.worker_kubeconfig,
             self.dir / "pods",
-            extra_env={"PYTHONPATH": f"{REPO / 'hack'}"},
+            extra_env={"PYTHONPATH": f"{REPO / 'testing'}"},
         ).start()
         self.operator = OperatorProcess(
             self.kubeconfig,

@@ -1,7 +1,7 @@
 """The chaos run's worker: fenced writes to PostgreSQL under the pod's lease.
 
 Run by the operator's pods as ``python -m chaos.worker`` (``PYTHONPATH``
-includes ``hack``). It holds the lease the operator claimed for the pod,
+includes ``testing``). It holds the lease the operator claimed for the pod,
 makes ``CHAOS_WRITES`` fenced writes to PostgreSQL (``CHAOS_DSN``, usually
 through the run's delaying proxy), each after a lease check, then completes
 the lease. Every write and the completion, with the answer it got, is

@@ -16,7 +16,7 @@ from pathlib import Path
 from localcluster.errors import BuildError
 from localcluster.layout import COMPONENTS
 
-HACK_DIR = Path(__file__).resolve().parent.parent
+HACK_DIR = Path(__file__).resolve().parents[2] / "hack"
 BUILD_SCRIPT = HACK_DIR / "controlplane" / "build.sh"
 TOOLS_SCRIPT = HACK_DIR / "tools.sh"
 

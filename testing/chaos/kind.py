@@ -5,7 +5,7 @@ the kind cluster of ``make kind-up`` with the chart-installed operator from
 the built image (``make image kind-load``). What differs:
 
 * workers are pods on real nodes, running :mod:`chaos.kind_worker` on the
-  leasehold image; ``psycopg`` and ``hack/chaos`` are copied onto every node
+  leasehold image; ``psycopg`` and ``testing/chaos`` are copied onto every node
   (``docker cp``) and mounted read-only (hostPath), so no second image is
   loaded. Each worker appends its history records to a file on its node (a
   hostPath); the run gathers every node's file at the end. The records'
@@ -31,7 +31,7 @@ the built image (``make image kind-load``). What differs:
     faults go on meanwhile; the next control-plane restart or operator kill
     waits until the API server answers again.
 
-Usage: ``PYTHONPATH=hack .venv/bin/python -m chaos.kind --seed 7`` (the
+Usage: ``PYTHONPATH=testing .venv/bin/python -m chaos.kind --seed 7`` (the
 cluster, image and chart as ``make chaos-kind`` leaves them).
 """
 
@@ -241,7 +241,7 @@ class KindRun(Run):
         raise RuntimeError(f"the kind network has no IPv4 gateway: {out}")
 
     def install_worker_lib(self) -> None:
-        """Put psycopg (wheels for the image's Python) and ``hack/chaos`` on every node."""
+        """Put psycopg (wheels for the image's Python) and ``testing/chaos`` on every node."""
         lib = self.dir / "lib"
         wheels = self.dir / "wheels"
         subprocess.run(
@@ -273,7 +273,7 @@ class KindRun(Run):
             with zipfile.ZipFile(wheel) as archive:
                 archive.extractall(lib)
         shutil.copytree(
-            REPO / "hack" / "chaos", lib / "chaos", ignore=shutil.ignore_patterns("__pycache__")
+            REPO / "testing" / "chaos", lib / "chaos", ignore=shutil.ignore_patterns("__pycache__")
         )
         for node in self.nodes:
             self.sh("docker", "exec", node, "rm", "-rf", f"{NODE_DIR}/lib")

@@ -10,8 +10,8 @@ it too). Files in the chart's ``crds/`` that are not leasehold's own CRDs
 
 Usage::
 
-    python hack/sync_chart_crds.py          # copy
-    python hack/sync_chart_crds.py --check  # exit 1 on drift, write nothing
+    python testing/sync_chart_crds.py          # copy
+    python testing/sync_chart_crds.py --check  # exit 1 on drift, write nothing
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if stale:
             print(
                 f"chart CRDs differ from deploy/crds: {', '.join(stale)}; "
-                "run `python hack/sync_chart_crds.py`",
+                "run `python testing/sync_chart_crds.py`",
                 file=sys.stderr,
             )
             return 1

@@ -22,7 +22,7 @@ from typing import Any
 
 from chaos import checker
 
-BUILD = Path(__file__).resolve().parents[1] / "porcupine" / "build.sh"
+BUILD = Path(__file__).resolve().parents[2] / "hack" / "porcupine" / "build.sh"
 REGISTER_INVARIANTS = (
     "one-completion-per-job",
     "tokens-increase-per-lease",

@@ -1,10 +1,11 @@
-"""Tests of the pod runner (``hack/podrunner``), the stand-in kubelet, on a real control plane.
+"""Tests of the pod runner (``testing/podrunner``), the stand-in kubelet, on a real control plane.
 
 Pods are created without ``nodeName``: the real kube-scheduler must bind them
 to the runner's node. Run with::
 
-    .venv/bin/pytest tests/integration/test_podrunner.py \
-        -p localcluster.pytest_plugin -p podrunner.pytest_plugin
+    .venv/bin/pytest testing/tests/integration/test_podrunner.py
+
+(``testing/tests/conftest.py`` registers the cluster and pod runner fixtures.)
 
 Tests that take ``local_pod_runner`` reach into the pod processes, so they
 fail (never skip) against a real cluster from ``LEASEHOLD_TEST_KUBECONFIG``.
@@ -343,13 +344,13 @@ def test_expand_follows_kubernetes_rules() -> None:
 
 
 def test_cli_help_describes_the_runner() -> None:
-    hack = Path(__file__).resolve().parents[2] / "hack"
+    harness = Path(__file__).resolve().parents[2]  # testing/
     result = subprocess.run(
         [sys.executable, "-m", "podrunner", "--help"],
         capture_output=True,
         text=True,
-        cwd=hack,
-        env={**os.environ, "PYTHONPATH": str(hack)},
+        cwd=harness,
+        env={**os.environ, "PYTHONPATH": str(harness)},
         check=False,
     )
     assert result.returncode == 0, result.stderr

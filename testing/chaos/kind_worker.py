@@ -1,7 +1,7 @@
 """The kind chaos run's worker (:mod:`chaos.kind`): :mod:`chaos.worker` in a pod on a real node.
 
 Run by the operator's pods as ``python -m chaos.kind_worker`` in the chaos
-image (the leasehold image with psycopg and ``hack/chaos`` added). The same
+image (the leasehold image with psycopg and ``testing/chaos`` added). The same
 fenced writes and completion as :func:`chaos.worker.work`, keyed by the
 pod's lease (``namespace/lease``) rather than its job: each index of an
 Indexed job is a lease and a fencing domain of its own, and the judges
