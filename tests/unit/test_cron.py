@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from leasehold import names
-from leasehold.controller.act.cron import history_to_delete, lease_is_final, reserved_floor
+from leasehold.controller.plan.cron import history_to_delete, lease_is_final, reserved_floor
 from leasehold.lease.protocol import (
     Completion,
     FencingToken,

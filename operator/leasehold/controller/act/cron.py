@@ -28,6 +28,12 @@ from leasehold.controller.act.holds import HoldWaits
 from leasehold.controller.engines.peering import ActivityGate
 from leasehold.controller.engines.queue import WorkQueue
 from leasehold.controller.plan.conditions import set_condition
+from leasehold.controller.plan.cron import (
+    _scheduled_key,
+    history_to_delete,
+    lease_is_final,
+    reserved_floor,
+)
 from leasehold.lease import models, schedule
 from leasehold.lease.cronmodels import (
     MAX_CRON_NAME_LENGTH,
@@ -37,7 +43,6 @@ from leasehold.lease.cronmodels import (
     RunReference,
 )
 from leasehold.lease.errors import TransientStoreError, WriteRefusedError, api_error
-from leasehold.lease.protocol import LeaseRecord
 from leasehold.lease.store import Accepted, LeaseStore, StoredLease
 
 log = logging.getLogger(__name__)
@@ -51,71 +56,6 @@ FINISHED: Final = (models.Phase.SUCCEEDED.value, models.Phase.FAILED.value)
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-# -- pure helpers (tests/unit/test_cron.py) ----------------------------------------
-
-
-def lease_is_final(record: LeaseRecord) -> bool:
-    """Whether a run's lease can never be held again (completed, or unheld and capped).
-
-    Args:
-        record: the lease.
-
-    Returns:
-        ``True`` if no claim can ever take it again.
-    """
-    if record.completion is not None:
-        return True
-    cap = record.max_fencing_token
-    return record.holder_identity is None and cap is not None and cap <= record.fencing_token
-
-
-def reserved_floor(records: list[LeaseRecord]) -> int:
-    """The highest token any run's lease has used or may still use.
-
-    Args:
-        records: every run's lease (they outlive their runs: the domain finalizer).
-
-    Returns:
-        The largest cap or token, ``0`` with no leases.
-    """
-    return max(
-        (max(r.fencing_token, r.max_fencing_token or 0) for r in records),
-        default=0,
-    )
-
-
-def history_to_delete(runs: list[dict[str, Any]], *, succeeded: int, failed: int) -> list[str]:
-    """Finished runs beyond the history limits, oldest first.
-
-    Args:
-        runs: the runs' LeasedJob bodies.
-        succeeded: ``spec.successfulJobsHistoryLimit``.
-        failed: ``spec.failedJobsHistoryLimit``.
-
-    Returns:
-        The names of the runs to delete.
-    """
-    out: list[str] = []
-    for phase, keep in (
-        (models.Phase.SUCCEEDED.value, succeeded),
-        (models.Phase.FAILED.value, failed),
-    ):
-        done = sorted(
-            (r for r in runs if (r.get("status") or {}).get("phase") == phase),
-            key=_scheduled_key,
-        )
-        out += [r["metadata"]["name"] for r in done[: max(0, len(done) - keep)]]
-    return out
-
-
-def _scheduled_key(run: dict[str, Any]) -> tuple[str, str]:
-    meta = run["metadata"]
-    return (
-        (meta.get("annotations") or {}).get(names.ANNOTATION_SCHEDULED_TIME, ""),
-        str(meta.get("creationTimestamp", "")),
-    )
 
 
 @dataclass
