@@ -65,7 +65,7 @@ def run_operator(settings: OperatorSettings) -> int:
     actors = Actors.connect(api_client(pool_size=settings.reconcile_workers + 2))
     runtime = build_runtime(settings, actors, api_client, identity)
     crons = cron.build_queue(
-        cron.CronService(api_client(pool_size=2), actors.ctx, actors.holds),
+        cron.CronActor(api_client(pool_size=2), actors.ctx, actors.holds),
         runtime.gate,
         settings.retry_delay_seconds,
     )
