@@ -1,12 +1,16 @@
-"""The pure parts of the LeasedCronJob controller: final leases, the domain's floor, history."""
+"""The pure parts of the LeasedCronJob controller: its decisions, final leases, floor, history."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from leasehold import names
-from leasehold.controller.act.cron import history_to_delete, lease_is_final, reserved_floor
+from leasehold.controller.plan import cron as plan
+from leasehold.controller.plan.cron import history_to_delete, lease_is_final, reserved_floor
+from leasehold.lease import api
+from leasehold.lease.api import ConcurrencyPolicy, LeasedCronJobStatus
 from leasehold.lease.protocol import (
     Completion,
     FencingToken,
@@ -70,3 +74,269 @@ def test_history_keeps_the_latest_finished_runs_of_each_outcome() -> None:
     assert history_to_delete(runs, succeeded=2, failed=1) == ["c-1", "c-2"]
     assert history_to_delete(runs, succeeded=0, failed=0) == ["c-1", "c-4", "c-6", "c-2", "c-3"]
     assert history_to_delete(runs, succeeded=5, failed=5) == []
+
+
+# -- the decisions (plan/cron.py) ------------------------------------------------
+
+CREATED = "2026-01-01T09:00:00Z"
+T10 = datetime(2026, 1, 1, 10, 0, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A run's lease as the decisions see it (the store's StoredLease in the actor)."""
+
+    name: str
+    record: LeaseRecord
+
+
+def cron_body(
+    name: str = "nightly", status: dict[str, Any] | None = None, **spec: Any
+) -> dict[str, Any]:
+    return {
+        "apiVersion": names.API_VERSION,
+        "kind": "LeasedCronJob",
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": "cron-uid",
+            "generation": 4,
+            "resourceVersion": "100",
+            "creationTimestamp": CREATED,
+        },
+        "spec": {
+            "schedule": "0 * * * *",
+            **spec,
+            "jobTemplate": {
+                "metadata": {"labels": {"team": "tests"}, "annotations": {"a": "b"}},
+                "spec": {"maxAttempts": 3, "backoffLimit": 2, "leaseDurationSeconds": 20},
+            },
+        },
+        **({"status": status} if status is not None else {}),
+    }
+
+
+def parsed(body: dict[str, Any]) -> plan.Parsed:
+    out = plan.parse(body)
+    assert isinstance(out, plan.Parsed), out
+    return out
+
+
+def decide(
+    body: dict[str, Any],
+    now: datetime,
+    runs: list[dict[str, Any]] | None = None,
+    reported: plan.Reported | None = None,
+) -> plan.CronPlan:
+    p = parsed(body)
+    return plan.decide(
+        p.cron, p.schedule, runs or [], now=now, reported=reported or plan.Reported()
+    )
+
+
+def condition(status: LeasedCronJobStatus, type_: str) -> tuple[str, str] | None:
+    found = [c for c in status.conditions or [] if c.type == type_]
+    return (str(found[0].status), found[0].reason) if found else None
+
+
+WAITING = {
+    "conditions": [
+        {
+            "type": "Waiting",
+            "status": "True",
+            "reason": "EarlierRunHoldsLease",
+            "message": "m",
+            "lastTransitionTime": "2026-01-01T09:30:00Z",
+        }
+    ]
+}
+
+
+def test_an_invalid_cron_job_is_told_once_per_generation() -> None:
+    long_name = plan.parse(cron_body(name="n" * 53))
+    assert isinstance(long_name, plan.Invalid)
+    assert long_name.reason == "InvalidSchedule"
+    assert "longer than 52 characters" in long_name.message
+    zone = plan.parse(cron_body(timeZone="Mars/Olympus_Mons"))
+    assert isinstance(zone, plan.Invalid)
+    assert (zone.reason, "Mars/Olympus_Mons" in zone.message) == ("InvalidSchedule", True)
+    bad = cron_body()
+    del bad["spec"]["jobTemplate"]
+    spec = plan.parse(bad)
+    assert isinstance(spec, plan.Invalid)
+    assert spec == plan.Invalid(
+        "InvalidSpec", "Invalid LeasedCronJob: spec.jobTemplate: Field required"
+    )
+
+    event = plan.invalid_event(bad, spec)
+    assert event is not None and (event.type, event.reason) == ("Warning", "InvalidSpec")
+    status = plan.invalid_status(bad, spec, T10)
+    assert condition(status, "Ready") == ("False", "InvalidSpec")
+    assert status.observed_generation == 4
+    bad["status"] = status.model_dump(mode="json", by_alias=True, exclude_none=True)
+    assert plan.invalid_event(bad, spec) is None  # its Ready condition already says so
+    bad["metadata"]["generation"] = 5
+    assert plan.invalid_event(bad, spec) is not None  # a new generation is told again
+
+
+def test_a_suspended_cron_job_starts_nothing_and_stops_waiting() -> None:
+    d = decide(cron_body(suspend=True, status=WAITING), T10 + timedelta(minutes=5))
+    assert d.run is None and d.requeue_after_seconds is None and d.events == []
+    assert condition(d.status, "Ready") == ("True", "Suspended")
+    assert condition(d.status, "Waiting") == ("False", "NotWaiting")
+    assert d.status.observed_generation == 4
+
+
+def test_nothing_due_requeues_at_the_next_schedule_time() -> None:
+    body = cron_body(status={"lastScheduleTime": "2026-01-01T10:00:00Z"})
+    d = decide(body, T10 + timedelta(minutes=15))
+    assert d.run is None
+    assert d.requeue_after_seconds == 45 * 60
+    assert condition(d.status, "Ready") == ("True", "Scheduling")
+    assert condition(d.status, "Waiting") is None  # never waited: no condition added
+
+
+def test_a_due_run_is_named_for_its_schedule_time_and_made_once() -> None:
+    now = T10 + timedelta(minutes=1)
+    d = decide(cron_body(concurrencyPolicy="Forbid"), now)
+    assert d.run == f"nightly-{int(T10.timestamp()) // 60}"
+    assert (d.scheduled_time, d.policy) == (T10, ConcurrencyPolicy.FORBID)
+    assert d.requeue_after_seconds == 59 * 60
+    made = run(d.run, 0, "Running")
+    again = decide(cron_body(), now, runs=[made])
+    assert again.run is None  # it exists: only the status says so
+    assert again.status.last_schedule_time == T10
+    assert again.requeue_after_seconds == 59 * 60
+
+
+def test_a_missed_deadline_is_told_once() -> None:
+    body = cron_body(startingDeadlineSeconds=60)
+    now = T10 + timedelta(minutes=5)
+    first = decide(body, now)
+    assert first.run is None
+    assert [(e.type, e.reason) for e in first.events] == [("Warning", "MissSchedule")]
+    assert "2026-01-01T10:00:00Z is more than startingDeadlineSeconds (60)" in (
+        first.events[0].message
+    )
+    assert first.reported.missed_deadline == T10
+    assert decide(body, now, reported=first.reported).events == []
+    later = decide(body, now + timedelta(hours=1), reported=first.reported)
+    assert [e.reason for e in later.events] == ["MissSchedule"]  # the next time missed
+
+
+def test_forbid_waits_while_an_earlier_lease_is_held_telling_it_once() -> None:
+    due = decide(cron_body(concurrencyPolicy="Forbid", status=WAITING), T10 + timedelta(minutes=1))
+    held = Lease("nightly-1", record(4, 4, holder="pod-4"))
+    unheld = Lease("nightly-2", record(5, 5))
+    wait = plan.forbid_wait(due, [unheld, held], T10)
+    assert wait is not None
+    assert wait.requeue_after_seconds == plan.WAIT_POLL_SECONDS
+    assert condition(wait.status, "Waiting") == ("True", "EarlierRunHoldsLease")
+    assert [(e.reason, e.message) for e in wait.events] == [
+        (
+            "EarlierRunHoldsLease",
+            "Run for 2026-01-01T10:00:00Z waits: the lease of nightly-1 (token 4) is still"
+            " held; it starts once released, reclaimed or completed.",
+        )
+    ]
+    again = plan.forbid_wait(replace(due, reported=wait.reported), [held], T10)
+    assert again is not None and again.events == []  # told once per schedule time
+    assert plan.forbid_wait(due, [unheld], T10) is None  # nothing held: start
+
+
+def test_forbid_polls_no_later_than_the_next_schedule_time() -> None:
+    due = decide(cron_body(concurrencyPolicy="Forbid"), T10 + timedelta(minutes=1))
+    soon = replace(due, requeue_after_seconds=2.0)
+    wait = plan.forbid_wait(soon, [Lease("nightly-1", record(4, 4, holder="p"))], T10)
+    assert wait is not None and wait.requeue_after_seconds == 2.0
+
+
+def test_forbid_closes_only_leases_that_could_still_claim() -> None:
+    assert plan.closable(record(3, 6, holder="pod-3"))
+    assert plan.closable(record(3, None))
+    assert not plan.closable(record(3, 3, holder="pod-3"))  # closed already, still held
+
+
+def test_replace_waits_for_the_replaced_workers_window_without_an_event() -> None:
+    due = decide(cron_body(concurrencyPolicy="Replace"), T10 + timedelta(minutes=1))
+    assert plan.replace_wait(due, 0.0, T10) is None
+    assert plan.replace_wait(due, -3.0, T10) is None
+    wait = plan.replace_wait(due, 12.4, T10)
+    assert wait is not None
+    assert wait.requeue_after_seconds == 12.4 and wait.events == []
+    assert condition(wait.status, "Waiting") == ("True", "ReplacedRunMayStillRun")
+    msg = next(c.message for c in wait.status.conditions or [] if c.type == "Waiting")
+    assert msg.startswith("Run for 2026-01-01T10:00:00Z waits 12s:")
+    late = plan.replace_wait(replace(due, requeue_after_seconds=5.0), 12.4, T10)
+    assert late is not None and late.requeue_after_seconds == 5.0
+
+
+def test_a_run_starts_above_every_reservation_and_every_lease() -> None:
+    body = cron_body(status={**WAITING, "reservedFencingToken": 7})
+    due = decide(body, T10 + timedelta(minutes=1))
+    p = parsed(body)
+    start = plan.plan_start(due, p.cron, [record(2, 4), record(9, 9)], T10)
+    assert (start.base, start.reserved) == (9, 9 + 3 + 2)  # maxAttempts + backoffLimit
+    assert plan.plan_start(due, p.cron, [record(2, 4)], T10).base == 7
+    assert start.status.reserved_fencing_token == 14
+    assert start.status.last_schedule_time == T10
+    assert [r.name for r in start.status.active or []] == [due.run]
+    assert condition(start.status, "Waiting") == ("False", "NotWaiting")
+    assert start.mode is api.LeaseMode.PULL  # no pod template
+    assert start.labels == {names.LABEL_JOB: due.run, names.LABEL_CRON_JOB: "nightly"}
+    assert plan.reserve_patch(body, start) == {
+        "metadata": {"resourceVersion": "100"},
+        "status": {"reservedFencingToken": 14},
+    }
+    assert "its fencing tokens start above 9" in start.created_event().message
+
+
+def test_a_run_is_the_template_owned_by_its_cron_job() -> None:
+    body = cron_body()
+    due = decide(body, T10 + timedelta(minutes=1))
+    job = plan.build_run(body, plan.plan_start(due, parsed(body).cron, [], T10))
+    meta = job["metadata"]
+    assert (meta["name"], meta["namespace"]) == (due.run, "ns")
+    assert meta["labels"] == {"team": "tests", names.LABEL_CRON_JOB: "nightly"}
+    assert meta["annotations"] == {
+        "a": "b",
+        names.ANNOTATION_SCHEDULED_TIME: "2026-01-01T10:00:00Z",
+    }
+    [owner] = meta["ownerReferences"]
+    assert (owner["kind"], owner["uid"], owner["controller"]) == ("LeasedCronJob", "cron-uid", True)
+    assert job["spec"] == body["spec"]["jobTemplate"]["spec"]
+
+
+def test_only_gone_final_leases_below_the_top_are_pruned() -> None:
+    top = Lease("c-9", record(9, 9))
+    leases = [
+        Lease("c-1", record(1, 1)),  # gone, final: pruned
+        Lease("c-2", record(2, 2)),  # its run exists
+        Lease("c-3", record(3, 5, holder="p")),  # not final
+        top,
+    ]
+    assert plan.prune_candidates(leases, {"c-2"}) == [leases[0]]
+    assert plan.prune_candidates([top], set()) == []  # the domain's top lease stays
+    assert plan.prune_candidates([], set()) == []
+
+
+def test_a_status_write_only_when_changed_and_dropped_fields_nulled() -> None:
+    body = cron_body(status={"lastScheduleTime": "2026-01-01T10:00:00Z", "active": [{"name": "x"}]})
+    same = LeasedCronJobStatus.model_validate(body["status"])
+    assert plan.status_patch(body, same) is None
+    patch = plan.status_patch(body, LeasedCronJobStatus(observed_generation=4))
+    assert patch == {
+        "metadata": {"resourceVersion": "100"},
+        "status": {"lastScheduleTime": None, "active": None, "observedGeneration": 4},
+    }
+
+
+def test_active_runs_and_the_last_success_are_observed_from_the_runs() -> None:
+    done = run("c-1", 1, "Succeeded")
+    done["status"]["completionTime"] = "2026-01-01T10:05:00Z"
+    older = run("c-0", 0, "Succeeded")
+    older["status"]["completionTime"] = "2026-01-01T10:03:00Z"
+    status = plan.observe_runs(parsed(cron_body()).cron, [run("c-3", 3, "Running"), done, older])
+    assert [r.name for r in status.active or []] == ["c-3"]
+    assert status.last_successful_time == datetime(2026, 1, 1, 10, 5, tzinfo=UTC)
+    assert plan.observe_runs(parsed(cron_body()).cron, [done]).active is None

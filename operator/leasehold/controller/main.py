@@ -17,7 +17,7 @@ from kubernetes import client, config
 from leasehold.controller import handlers  # noqa: F401 - importing registers the Kopf handlers
 from leasehold.controller.act import cron
 from leasehold.controller.engines.peering import own_identity
-from leasehold.controller.runtime import Actors, build_runtime
+from leasehold.controller.runtime import Actors, build_runtime, cron_objects
 from leasehold.controller.settings import OperatorSettings
 from leasehold.lease.kubeclient import new_api_client
 
@@ -65,7 +65,7 @@ def run_operator(settings: OperatorSettings) -> int:
     actors = Actors.connect(api_client(pool_size=settings.reconcile_workers + 2))
     runtime = build_runtime(settings, actors, api_client, identity)
     crons = cron.build_queue(
-        cron.CronService(api_client(pool_size=2), actors.ctx, actors.holds),
+        cron.CronActor(*cron_objects(api_client(pool_size=2)), actors.ctx, actors.holds),
         runtime.gate,
         settings.retry_delay_seconds,
     )

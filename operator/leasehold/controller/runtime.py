@@ -79,6 +79,21 @@ def connect(
     )
 
 
+def cron_objects(api_client: client.ApiClient) -> tuple[CustomObjects, CustomObjects]:
+    """The LeasedCronJobs and LeasedJobs a cron actor reads and writes, through ``api_client``.
+
+    Args:
+        api_client: the cron actor's own client (its calls do not wait for the jobs' pool).
+
+    Returns:
+        ``(cron jobs, jobs)``.
+    """
+    return (
+        CustomObjects(api_client, names.PLURAL_LEASED_CRON_JOBS, "LeasedCronJob", COMPONENT),
+        CustomObjects(api_client, names.PLURAL_LEASED_JOBS, "LeasedJob", COMPONENT),
+    )
+
+
 @dataclass(frozen=True)
 class Actors:
     """The actors, wired to the edges and state they share.

@@ -5,9 +5,10 @@ missed, whether the most recent one is past ``startingDeadlineSeconds`` and
 when to look again are decided here, from the cron job's spec, its
 ``status.lastScheduleTime`` and a ``now`` the caller passes, so every rule is
 tested without waiting (``tests/unit/test_schedule.py``). The rules follow
-batch/v1 CronJob's documented behaviour; the operator carries the decision
-out (``leasehold.controller.act.cron``). Nothing here decides who owns a run: that
-is the leases' job (docs/schedules.md).
+batch/v1 CronJob's documented behaviour; the operator builds on the decision
+(``leasehold.controller.plan.cron``) and carries it out
+(``leasehold.controller.act.cron``). Nothing here decides who owns a run:
+that is the leases' job (docs/schedules.md).
 
 Cron expressions are evaluated by `cronsim`_: the standard five fields
 (minute, hour, day of month, month, day of week, with names, ranges, steps
