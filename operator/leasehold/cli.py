@@ -63,6 +63,18 @@ OPERATOR_EXTRA_MODULES = frozenset({"kopf", "prometheus_client", "pydantic_setti
 """What ``leasehold[operator]`` installs beyond the core (``pip install leasehold``)."""
 
 
+_OPERATOR_SETTING_FLAGS = (
+    "expiry_margin_seconds",
+    "liveness_endpoint",
+    "metrics_port",
+    "priority",
+    "peering_lifetime_seconds",
+    "reconcile_workers",
+)
+"""``leasehold operator`` options named as the setting they override, which they
+override when given (``None``: not given, the setting's own source decides)."""
+
+
 def _cmd_operator(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
@@ -82,21 +94,12 @@ def _cmd_operator(args: argparse.Namespace) -> int:
     overrides: dict[str, object] = {}
     if args.namespaces:
         overrides["namespaces"] = args.namespaces
-    if args.expiry_margin_seconds is not None:
-        overrides["expiry_margin_seconds"] = args.expiry_margin_seconds
-    if args.liveness_endpoint is not None:
-        overrides["liveness_endpoint"] = args.liveness_endpoint
-    if args.metrics_port is not None:
-        overrides["metrics_port"] = args.metrics_port
+    for field in _OPERATOR_SETTING_FLAGS:
+        if getattr(args, field) is not None:
+            overrides[field] = getattr(args, field)
     if args.peering:
         overrides["peering_name"] = args.peering
         overrides["standalone"] = False
-    if args.priority is not None:
-        overrides["priority"] = args.priority
-    if args.peering_lifetime_seconds is not None:
-        overrides["peering_lifetime_seconds"] = args.peering_lifetime_seconds
-    if args.reconcile_workers is not None:
-        overrides["reconcile_workers"] = args.reconcile_workers
     if args.log_level:
         overrides["log_level"] = args.log_level
     try:

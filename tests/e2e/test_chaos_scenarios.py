@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from chaos.scenarios import SCENARIOS
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.e2e.chaosrun import faults_injected, run_chaos
 
 
 def test_the_three_named_scenarios_are_kept() -> None:
@@ -31,35 +27,20 @@ def test_an_unknown_scenario_is_refused() -> None:
 
 
 def test_gc_pause_past_lease_replayed_has_no_violations(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "chaos.run",
-            "--scenario",
-            "gc-pause-past-lease",
-            "--seed",
-            "5",
-            "--jobs",
-            "32",  # enough work that all three pauses find running workers on a quiet machine
-            "--concurrency",
-            "4",
-            "--minutes",
-            "1.5",
-            "--keep",
-            str(tmp_path / "run"),
-        ],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO / "testing")},
-        capture_output=True,
-        text=True,
-        timeout=600,
+    output = run_chaos(
+        tmp_path / "run",
+        "--scenario",
+        "gc-pause-past-lease",
+        "--seed",
+        "5",
+        "--jobs",
+        "32",  # enough work that all three pauses find running workers on a quiet machine
+        "--concurrency",
+        "4",
+        "--minutes",
+        "1.5",
     )
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output[-6000:]
-    assert "0 violations" in output
-    assert "checkers agree: yes" in output
-    faults = output.split("faults injected:", 1)[1].split("operations:", 1)[0]
+    faults = faults_injected(output)
     assert faults.split() == ["gc-pause-past-lease", "3"], faults  # its 3 steps, no others
     assert "scenario gc-pause-past-lease done" in output
     assert (tmp_path / "run" / "history.jsonl").stat().st_size > 0

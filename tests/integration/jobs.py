@@ -88,6 +88,15 @@ def events(api: client.ApiClient, namespace: str, name: str) -> list[tuple[str, 
     return [(e.reason or "", e.message or "") for e in items]
 
 
+def pod_gone_or_going(api: client.ApiClient, namespace: str, pod: str) -> bool:
+    """The pod is deleted, or being deleted (it has a deletion timestamp)."""
+    try:
+        found: Any = client.CoreV1Api(api).read_namespaced_pod(pod, namespace)
+    except client.ApiException as exc:
+        return bool(exc.status == 404)
+    return bool(found.metadata.deletion_timestamp is not None)
+
+
 def lease_holder(store: LeaseStore, namespace: str, name: str) -> tuple[str | None, int]:
     record = store.get(namespace, name).record
     return record.holder_identity, record.fencing_token

@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from leasehold import names, worker
 from leasehold.lease.errors import LeaseNotFoundError
@@ -28,6 +27,7 @@ from tests.integration.jobs import (
     events,
     patch_spec,
     phase_is,
+    pod_gone_or_going,
     status,
     wait_for,
 )
@@ -47,14 +47,6 @@ FIRST_TOKEN_HANGS = sh(
     '[ "$LEASEHOLD_FENCING_TOKEN" = 1 ] && [ "$JOB_COMPLETION_INDEX" != 2 ] && sleep 120; exit 0'
 )
 """A worker that hangs under token 1 (but index 2's) and succeeds under any later token."""
-
-
-def _pod_gone_or_going(api: client.ApiClient, namespace: str, pod: str) -> bool:
-    try:
-        found: Any = client.CoreV1Api(api).read_namespaced_pod(pod, namespace)
-    except ApiException as exc:
-        return bool(exc.status == 404)
-    return bool(found.metadata.deletion_timestamp is not None)
 
 
 def test_suspending_an_indexed_job_suspends_every_index_and_resume_runs_them_on(
@@ -96,7 +88,7 @@ def test_suspending_an_indexed_job_suspends_every_index_and_resume_runs_them_on(
         record = store.get(namespace, f"sus-{index}").record
         assert record.suspended and record.holder_identity is None
         assert (record.fencing_token, record.suspensions, record.max_fencing_token) == (1, 1, 2)
-        gone = functools.partial(_pod_gone_or_going, api_client, namespace, f"sus-{index}-1")
+        gone = functools.partial(pod_gone_or_going, api_client, namespace, f"sus-{index}-1")
         wait_for(f"pod sus-{index}-1 deleted", gone, 30)
         # The suspended attempt is fenced: its late completion is refused.
         late = store.complete(namespace, f"sus-{index}", f"sus-{index}-1", 1, Outcome.SUCCEEDED)

@@ -30,6 +30,7 @@ from tests.integration.jobs import (
     events,
     patch_spec,
     phase_is,
+    pod_gone_or_going,
     status,
     wait_for,
 )
@@ -49,14 +50,6 @@ def _pods(api: client.ApiClient, namespace: str, job: str) -> list[Any]:
         .list_namespaced_pod(namespace, label_selector=f"{names.LABEL_JOB}={job}")
         .items
     )
-
-
-def _pod_gone_or_going(api: client.ApiClient, namespace: str, pod: str) -> bool:
-    try:
-        found: Any = client.CoreV1Api(api).read_namespaced_pod(pod, namespace)
-    except ApiException as exc:
-        return bool(exc.status == 404)
-    return bool(found.metadata.deletion_timestamp is not None)
 
 
 def _read_lease(api: client.ApiClient) -> Any:
@@ -116,7 +109,7 @@ def test_suspend_fences_the_running_attempt_and_resume_goes_on_above_it(
     # Nothing claims a suspended lease (the CRD refuses it too).
     refused = store.claim(namespace, "pause", "intruder")
     assert isinstance(refused, Rejected) and refused.rejection is Rejection.SUSPENDED
-    wait_for("pod deleted", lambda: _pod_gone_or_going(api_client, namespace, "pause-1"), 30)
+    wait_for("pod deleted", lambda: pod_gone_or_going(api_client, namespace, "pause-1"), 30)
     wait_for("Suspended", phase_is(api_client, namespace, "pause", "Suspended"), 30)
     st = status(api_client, namespace, "pause")
     suspended = condition(st, "Suspended")

@@ -194,6 +194,13 @@ def run_env(kubeconfig: Path, namespace: str, token: int, duration: int) -> dict
     }
 
 
+def _run_to_end(script: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``leasehold run -- sh -c script`` to its end (30 s at most), output captured."""
+    return subprocess.run(
+        [*RUN, "--", "sh", "-c", script], env=env, capture_output=True, text=True, timeout=30
+    )
+
+
 @pytest.mark.parametrize(
     ("script", "code", "outcome"),
     [
@@ -210,13 +217,7 @@ def test_run_records_the_commands_exit(
     outcome: Outcome,
 ) -> None:
     token = push_claim(store, namespace, 5)
-    done = subprocess.run(
-        [*RUN, "--", "sh", "-c", script],
-        env=run_env(crds_installed, namespace, token, 5),
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    done = _run_to_end(script, run_env(crds_installed, namespace, token, 5))
     assert done.returncode == code, done.stderr
     lease = store.get(namespace, "job").record
     assert lease.completion is not None, done.stderr
@@ -254,6 +255,19 @@ def wrapper_procs() -> Iterator[list[subprocess.Popen[str]]]:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def _start(
+    wrapper_procs: list[subprocess.Popen[str]], argv: list[str], env: dict[str, str]
+) -> subprocess.Popen[str]:
+    """Start ``argv`` (``leasehold run`` as :data:`RUN`, maybe wrapped) with its stderr piped.
+
+    The process goes into ``wrapper_procs``, whose fixture kills it at
+    teardown if the test left it running.
+    """
+    proc = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True)
+    wrapper_procs.append(proc)
+    return proc
 
 
 class DeathWatch:
@@ -295,13 +309,11 @@ def test_run_kills_the_command_when_the_lease_is_taken(
     duration = 6  # renew every 2 s, local window 4.8 s
     token = push_claim(store, namespace, duration)
     pidfile = tmp_path / "pid"
-    proc = subprocess.Popen(
+    proc = _start(
+        wrapper_procs,
         [*RUN, "--grace-seconds", "3", "--", "sh", "-c", f'echo $$ > "{pidfile}"; exec sleep 60'],
         env=run_env(crds_installed, namespace, token, duration),
-        stderr=subprocess.PIPE,
-        text=True,
     )
-    wrapper_procs.append(proc)
     pid = _wait_for_pid(pidfile, proc)
     death = DeathWatch(pid)
     time.sleep(0.5)
@@ -322,6 +334,13 @@ def test_run_kills_the_command_when_the_lease_is_taken(
     )
     lease = store.get(namespace, "job").record
     assert (lease.holder_identity, lease.fencing_token, lease.completion) == ("thief", 2, None)
+
+
+def _server_of(kubeconfig: Path) -> tuple[str, int]:
+    """The API server (host, port) that ``kubeconfig`` points at."""
+    server = urlsplit(yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"])
+    assert server.hostname is not None and server.port is not None
+    return server.hostname, server.port
 
 
 def _proxied_kubeconfig(kubeconfig: Path, proxy: TcpProxy, out: Path) -> Path:
@@ -350,22 +369,16 @@ def test_run_kills_the_command_before_the_deadline_when_renewals_hang(
     before the wrapper's local deadline (which itself ends before the
     operator would judge the lease expired).
     """
-    server = urlsplit(
-        yaml.safe_load(crds_installed.read_text())["clusters"][0]["cluster"]["server"]
-    )
-    assert server.hostname is not None and server.port is not None
     duration = 6  # renew every 2 s, window 4.8 s, SIGTERM lead min(5, 1.4) s
     token = push_claim(store, namespace, duration)
     pidfile = tmp_path / "pid"
-    with TcpProxy(server.hostname, server.port) as proxy:
+    with TcpProxy(*_server_of(crds_installed)) as proxy:
         kubeconfig = _proxied_kubeconfig(crds_installed, proxy, tmp_path / "kubeconfig")
-        proc = subprocess.Popen(
+        proc = _start(
+            wrapper_procs,
             [*RUN, "--", "sh", "-c", f'trap "" TERM; echo $$ > "{pidfile}"; exec sleep 60'],
             env=run_env(kubeconfig, namespace, token, duration),
-            stderr=subprocess.PIPE,
-            text=True,
         )
-        wrapper_procs.append(proc)
         pid = _wait_for_pid(pidfile, proc)
         death = DeathWatch(pid)
         time.sleep(0.3)
@@ -406,13 +419,11 @@ def test_run_forwards_sigterm_and_releases_the_lease(
 ) -> None:
     token = push_claim(store, namespace, 10)
     pidfile = tmp_path / "pid"
-    proc = subprocess.Popen(
+    proc = _start(
+        wrapper_procs,
         [*RUN, "--", "sh", "-c", f'echo $$ > "{pidfile}"; exec sleep 60'],
         env=run_env(crds_installed, namespace, token, 10),
-        stderr=subprocess.PIPE,
-        text=True,
     )
-    wrapper_procs.append(proc)
     pid = _wait_for_pid(pidfile, proc)
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=15)
@@ -469,13 +480,11 @@ def test_a_sigkilled_wrapper_takes_the_command_and_its_grandchild_with_it(
     script.write_text(
         f'setsid sh "{daemon}" &\necho $$ >> "{pids}"\n{loop.format(who="child", target=target)}\n'
     )
-    proc = subprocess.Popen(
+    proc = _start(
+        wrapper_procs,
         [*RUN, "--", "sh", str(script)],
         env=run_env(crds_installed, namespace, token, 10),
-        stderr=subprocess.PIPE,
-        text=True,
     )
-    wrapper_procs.append(proc)
     command_pids = _pids(pids, 2, proc)
     time.sleep(0.2)
     proc.kill()
@@ -525,7 +534,8 @@ def _run_gated_exit_0(
     """
     token = push_claim(store, namespace, 10)
     pidfile, go = tmp_path / "pid", tmp_path / "go"
-    proc = subprocess.Popen(
+    proc = _start(
+        wrapper_procs,
         [
             *RUN,
             "--",
@@ -534,10 +544,7 @@ def _run_gated_exit_0(
             f'echo $$ > "{pidfile}"; while [ ! -e "{go}" ]; do sleep 0.01; done; exit 0',
         ],
         env=run_env(crds_installed, namespace, token, 10),
-        stderr=subprocess.PIPE,
-        text=True,
     )
-    wrapper_procs.append(proc)
     return proc, _wait_for_pid(pidfile, proc), go
 
 
@@ -688,13 +695,7 @@ def test_run_times_its_sigterm_lead_by_the_leases_own_duration(
     wrapper would stop the command at once.
     """
     token = push_claim(store, namespace, 6)
-    done = subprocess.run(
-        [*RUN, "--", "sh", "-c", "sleep 3; exit 0"],
-        env=run_env(crds_installed, namespace, token, 60),
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    done = _run_to_end("sleep 3; exit 0", run_env(crds_installed, namespace, token, 60))
     assert done.returncode == 0, done.stderr
     lease = store.get(namespace, "job").record
     assert lease.completion is not None, done.stderr
@@ -705,13 +706,7 @@ def test_the_commands_own_exit_75_is_not_a_lost_lease(
     store: LeaseStore, crds_installed: Path, namespace: str
 ) -> None:
     token = push_claim(store, namespace, 5)
-    done = subprocess.run(
-        [*RUN, "--", "sh", "-c", "exit 75"],
-        env=run_env(crds_installed, namespace, token, 5),
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    done = _run_to_end("exit 75", run_env(crds_installed, namespace, token, 5))
     lease = store.get(namespace, "job").record
     assert lease.completion is not None, done.stderr
     assert (lease.completion.outcome, lease.completion.exit_code) == (Outcome.FAILED, 75)
@@ -733,7 +728,8 @@ def test_a_command_that_exits_75_on_sigterm_is_not_a_lost_lease(
     """
     token = push_claim(store, namespace, 10)
     pidfile = tmp_path / "pid"
-    proc = subprocess.Popen(
+    proc = _start(
+        wrapper_procs,
         [
             *RUN,
             "--",
@@ -742,10 +738,7 @@ def test_a_command_that_exits_75_on_sigterm_is_not_a_lost_lease(
             f'trap "exit 75" TERM; echo $$ > "{pidfile}"; while :; do sleep 0.01; done',
         ],
         env=run_env(crds_installed, namespace, token, 10),
-        stderr=subprocess.PIPE,
-        text=True,
     )
-    wrapper_procs.append(proc)
     _wait_for_pid(pidfile, proc)
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=15)
@@ -774,16 +767,13 @@ def test_as_pid_1_a_sigterm_during_start_up_stops_the_wrapper(
     (the API server's traffic is held): SIGTERM must already be handled, and
     stop it without starting the command; the lease is given back.
     """
-    server = urlsplit(
-        yaml.safe_load(crds_installed.read_text())["clusters"][0]["cluster"]["server"]
-    )
-    assert server.hostname is not None and server.port is not None
     token = push_claim(store, namespace, 10)
     started = tmp_path / "started"
-    with TcpProxy(server.hostname, server.port) as proxy:
+    with TcpProxy(*_server_of(crds_installed)) as proxy:
         kubeconfig = _proxied_kubeconfig(crds_installed, proxy, tmp_path / "kubeconfig")
         proxy.hold()
-        proc = subprocess.Popen(
+        proc = _start(
+            wrapper_procs,
             [
                 "unshare",
                 "--pid",
@@ -796,10 +786,7 @@ def test_as_pid_1_a_sigterm_during_start_up_stops_the_wrapper(
                 f'touch "{started}"',
             ],
             env=run_env(kubeconfig, namespace, token, 10),
-            stderr=subprocess.PIPE,
-            text=True,
         )
-        wrapper_procs.append(proc)
         deadline = time.monotonic() + 10
         wrapper: int | None = None
         while time.monotonic() < deadline:
@@ -822,16 +809,9 @@ def test_as_pid_1_a_sigterm_during_start_up_stops_the_wrapper(
     assert not started.exists(), "the command was started after SIGTERM"
     lease = store.get(namespace, "job").record
     assert (lease.holder_identity, lease.fencing_token, lease.completion) == (None, 1, None)
-    assert (lease.holder_identity, lease.fencing_token, lease.completion) == (None, 1, None)
 
 
 # -- a hung request is not a lost lease ----------------------------------------
-
-
-def _server_of(kubeconfig: Path) -> tuple[str, int]:
-    server = urlsplit(yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"])
-    assert server.hostname is not None and server.port is not None
-    return server.hostname, server.port
 
 
 def test_a_holder_whose_every_request_hangs_loses_the_lease_at_its_local_deadline(
@@ -899,13 +879,11 @@ def test_run_keeps_a_10s_lease_through_a_rolling_api_server_restart(
         token = push_claim(store, namespace, duration)
         with TcpProxy(*first) as proxy:
             kubeconfig = _proxied_kubeconfig(crds_installed, proxy, tmp_path / "kubeconfig")
-            proc = subprocess.Popen(
+            proc = _start(
+                wrapper_procs,
                 [*RUN, "--", "sh", "-c", "sleep 24"],
                 env=run_env(kubeconfig, namespace, token, duration),
-                stderr=subprocess.PIPE,
-                text=True,
             )
-            wrapper_procs.append(proc)
             for server in (second, first, second):  # a restart every 7 s
                 time.sleep(7)
                 assert proc.poll() is None

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.kind.kube import NAMESPACE, REPO, apply, delete_job, get, run, started_pod, wait
+from tests.kind.kube import NAMESPACE, REPO, apply, fresh_job, get, run, started_pod, wait
 
 pytestmark = [pytest.mark.kind, pytest.mark.timeout(10 * 60)]
 
@@ -44,9 +44,7 @@ JOBLEASE_COLUMNS = ["NAME", "JOB", "HOLDER", "TOKEN", "RENEWED", "DURATION", "OU
 
 @pytest.fixture
 def env(operator_env: dict[str, str]) -> Iterator[dict[str, str]]:
-    run(operator_env, "kubectl", "-n", NAMESPACE, "delete", "ljob", JOB, "--ignore-not-found")
-    yield operator_env
-    delete_job(operator_env, JOB)
+    yield from fresh_job(operator_env, JOB)
 
 
 def _row(table: str, name: str) -> dict[str, str]:

@@ -25,7 +25,7 @@ from tests.kind.kube import (
     NAMESPACE,
     LogFollower,
     apply,
-    delete_job,
+    fresh_job,
     get,
     run,
     started_pod,
@@ -66,9 +66,7 @@ spec:
 
 @pytest.fixture
 def env(operator_env: dict[str, str]) -> Iterator[dict[str, str]]:
-    run(operator_env, "kubectl", "-n", NAMESPACE, "delete", "ljob", JOB, "--ignore-not-found")
-    yield operator_env
-    delete_job(operator_env, JOB)
+    yield from fresh_job(operator_env, JOB)
 
 
 def test_sigterm_reaches_the_command_and_the_stopped_attempt_is_released_not_recorded(

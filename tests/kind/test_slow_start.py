@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.kind.kube import apply, delete_job, get, pods, run, wait
+from tests.kind.kube import apply, fresh_job, get, pods, run, wait
 
 pytestmark = [pytest.mark.kind, pytest.mark.timeout(10 * 60)]
 
@@ -52,9 +52,7 @@ def _time(stamp: str) -> datetime:
 
 @pytest.fixture
 def env(operator_env: dict[str, str]) -> Iterator[dict[str, str]]:
-    run(operator_env, "kubectl", "-n", "demo", "delete", "ljob", JOB, "--ignore-not-found")
-    yield operator_env
-    delete_job(operator_env, JOB)
+    yield from fresh_job(operator_env, JOB)
 
 
 def test_init_container_longer_than_the_lease_runs_under_the_first_token(

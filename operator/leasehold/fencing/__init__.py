@@ -212,18 +212,10 @@ class MemoryFence:
             return Admitted(resource, token, previous)
 
     def admit(self, resource: str, token: int, idempotency_key: str | None = None) -> Admitted:
-        """Check an effect and record it as accepted, in one step.
+        """Check an effect and record it as accepted, in one step, before it is applied.
 
-        Args:
-            resource: the resource key the effect writes.
-            token: the writer's fencing token.
-            idempotency_key: the effect's key, if it has one.
-
-        Returns:
-            What was admitted.
-
-        Raises:
-            StaleToken: a higher token was accepted for ``resource`` before.
-            DuplicateEffect: ``idempotency_key`` was applied before.
+        :meth:`record` under the name of a target that admits first and then
+        applies: the arguments (``token`` is the writer's), the result and the
+        errors are :meth:`record`'s.
         """
         return self.record(resource, token, idempotency_key)
