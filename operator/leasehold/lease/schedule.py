@@ -4,7 +4,7 @@ Why this module exists: which schedule time to start now, how many were
 missed, whether the most recent one is past ``startingDeadlineSeconds`` and
 when to look again are decided here, from the cron job's spec, its
 ``status.lastScheduleTime`` and a ``now`` the caller passes, so every rule is
-tested without waiting (``tests/unit/test_schedule.py``). The rules follow
+tested without waiting (``tests/unit/lease/test_schedule.py``). The rules follow
 batch/v1 CronJob's documented behaviour; the operator builds on the decision
 (``leasehold.controller.plan.cron``) and carries it out
 (``leasehold.controller.act.cron``). Nothing here decides who owns a run:

@@ -3,7 +3,7 @@
 Why this module exists: a cron job's reconcile is a few decisions on plain
 inputs (the cron job, its runs, its runs' leases, what was already told, the
 time) with lease writes between them, and the decisions are tested without
-an API server (``tests/unit/test_cron.py``). :func:`decide` says what is due
+an API server (``tests/unit/controller/plan/test_cron.py``). :func:`decide` says what is due
 (:func:`leasehold.lease.schedule.due` says when); after the actor has closed
 (``Forbid``) or stopped (``Replace``) the earlier runs' leases,
 :func:`forbid_wait` and :func:`replace_wait` say whether the new run waits,

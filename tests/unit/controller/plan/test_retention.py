@@ -9,7 +9,7 @@ from leasehold.controller.plan.retention import (
     stale_pods,
 )
 from leasehold.lease.api import AttemptRecord, LeasedJobStatus, Phase
-from tests.unit.test_reconcile import job
+from tests.unit.controller.plan.test_single import job
 
 
 def _status(phase: Phase, token: int = 3) -> LeasedJobStatus:

@@ -17,7 +17,7 @@ from leasehold.controller.plan.single import Action
 from leasehold.lease.api import AttemptRecord, ConditionStatus, LeasedJob, LeasedJobStatus, Phase
 from leasehold.lease.protocol import Completion, FencingToken, HolderIdentity, LeaseRecord, Outcome
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "reconcile"
+DATA = Path(__file__).resolve().parents[3] / "data" / "reconcile"
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 
 

@@ -11,7 +11,7 @@ from leasehold.cli import main
 from leasehold.lease import api
 from leasehold.lease.api import crds
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 
 
 def test_checked_in_crds_match_the_models() -> None:

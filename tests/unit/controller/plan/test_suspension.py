@@ -7,7 +7,7 @@ from leasehold.controller.plan.single import Action
 from leasehold.lease import protocol
 from leasehold.lease.api import AttemptRecord, LeasedJobStatus, Phase
 from leasehold.lease.protocol import FencingToken, HolderIdentity, Rejection
-from tests.unit.test_reconcile import NOW, job, lease
+from tests.unit.controller.plan.test_single import NOW, job, lease
 
 
 def _running(token: int) -> LeasedJobStatus:

@@ -6,7 +6,7 @@ from typing import Any
 
 from leasehold.controller.engines.ttl import FinishClocks, last_status_write
 from leasehold.lease.api import LeasedJob, LeasedJobStatus, Phase
-from tests.unit.test_reconcile import NOW, job
+from tests.unit.controller.plan.test_single import NOW, job
 
 
 class Monotonic:
