@@ -4,7 +4,7 @@ Why this module exists: an Indexed job (``spec.completionMode: Indexed``, or
 ``spec.completions`` above 1) runs each index under a JobLease of its own
 (``<job>-<index>``), its own fencing domain with its own attempts, failures
 and take-overs. Each index is planned by the single-lease planner
-(:func:`leasehold.controller.reconcile.plan`) as a *sub-job*: the job's spec
+(:func:`leasehold.controller.plan.single.plan`) as a *sub-job*: the job's spec
 with the index's failure budget, named after the index's lease, its status
 made from the lease alone (so nothing per index needs to be stored on the
 job); ``spec.suspend`` reaches every index that way (each index's lease is

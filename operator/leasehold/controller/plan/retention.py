@@ -14,7 +14,7 @@ node; the last attempt's pod is kept after the job finishes, for
   (reclaimed, suspended, stopped) is deleted as always (its writes are
   refused anyway; it could run for ever).
 
-The planner (:func:`leasehold.controller.reconcile.plan`) says which tokens
+The planner (:func:`leasehold.controller.plan.single.plan`) says which tokens
 are fenced off; this module adjusts that to the job's retention. No
 Kubernetes client or Kopf import here.
 """

@@ -512,7 +512,7 @@ def _plan(
         pod_created_for_holder: whether the operator already created the pod
             of the lease's current holder (``status.podName == holder``).
         elapsed_seconds: how long the job has existed, measured without this
-            process's wall clock (:class:`~leasehold.controller.deadline.JobClocks`);
+            process's wall clock (:class:`~leasehold.controller.engines.deadline.JobClocks`);
             judged against ``activeDeadlineSeconds``.
         last_reclaim_reason: why the lease's current token was taken back
             (``LeaseExpired``, ``StartupDeadlineExceeded``), if it was.
@@ -521,7 +521,7 @@ def _plan(
 
     Returns:
         The :class:`Plan`. Expiry is not decided here: the operator's
-        :class:`~leasehold.controller.expiry.ExpiryClock` does that and reclaims; this
+        :class:`~leasehold.controller.engines.expiry.ExpiryClock` does that and reclaims; this
         function then sees an unheld lease and starts the next attempt.
     """
     generation = job.metadata.get("generation")

@@ -10,7 +10,7 @@ suspension and raises the lease's cap by one: a suspended attempt uses no
 budget (docs/architecture.md, "Suspend and resume").
 
 This module says what the job's status and Events say about it; the
-decision itself is a branch of :func:`leasehold.controller.reconcile.plan`.
+decision itself is a branch of :func:`leasehold.controller.plan.single.plan`.
 No Kubernetes client or Kopf import here.
 """
 
