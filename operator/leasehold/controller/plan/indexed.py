@@ -271,6 +271,12 @@ def plan_indexed(
 ) -> IndexedPlan:
     """Decide what to do next for a job with several completions.
 
+    In order: every index with a lease is planned (:func:`_survey`); the
+    job's counts are written; if the job is over (:func:`_end`) the
+    unfinished indexes are stopped (:func:`_stop_unfinished`), else the
+    indexes to act on are picked (:func:`_steps`) and the job's conditions
+    say how far it got (:func:`_progress`).
+
     Args:
         job: the LeasedJob (spec and current status).
         leases: the lease record of each index that has one, by index.
@@ -294,11 +300,6 @@ def plan_indexed(
     status = (job.status or LeasedJobStatus()).model_copy(deep=True)
     if status.phase in (Phase.SUCCEEDED, Phase.FAILED):
         return IndexedPlan(status)
-    total = completions(job)
-    indexed = job.spec.completion_mode == CompletionMode.INDEXED
-    pull = job.spec.template is None
-    uid = job.metadata.get("uid")
-    name = str(job.metadata.get("name", ""))
     created = job.metadata.get("creationTimestamp")
     if status.start_time is None:
         status.start_time = (
@@ -307,11 +308,75 @@ def plan_indexed(
     known_done = index_sets.parse(status.completed_indexes)
     known_failed = index_sets.parse(status.failed_indexes)
 
+    survey = _survey(
+        job, leases, known_done, now=now, reasons=reasons, backoffs=backoffs, pods=pods
+    )
+    events = _index_events(survey, known_failed, backoffs)
+
+    _count(job, status, survey)
+    end = _end(job, survey.done, survey.failed, survey.failures, completions(job), elapsed_seconds)
+    if end is not None:
+        return _stop_unfinished(job, leases, status, survey, end, events, now=now, generation=gen)
+    steps, requeue = _steps(job, leases, survey, status)
+    status = _progress(job, status, survey, steps, now=now, generation=gen)
+    flip = suspension.transition(job.status, status)
+    if flip is not None:
+        events.insert(0, JobEvent(*flip))
+    deadline = job.spec.active_deadline_seconds
+    if deadline is not None:
+        until = max(0.0, deadline - elapsed_seconds)
+        requeue = until if requeue is None else min(requeue, until)
+    return IndexedPlan(status, steps, events, requeue_after_seconds=requeue)
+
+
+@dataclass(frozen=True)
+class _Survey:
+    """Every index's single-lease plan and where each index is (see :func:`_survey`).
+
+    Attributes:
+        plans: the plan of each index that has a lease, by index.
+        states: where each index is: those with a lease, and those known
+            done whose lease is gone.
+        failures: worker failures over the leases of this job (not of an
+            earlier job of the same name).
+        attempts: claims over the leases of this job.
+        done: the indexes that succeeded.
+        failed: the indexes that failed for good.
+        active: the indexes whose lease is held for this job.
+    """
+
+    plans: dict[int, Plan]
+    states: dict[int, IndexState]
+    failures: int
+    attempts: int
+    done: set[int]
+    failed: set[int]
+    active: set[int]
+
+
+def _survey(
+    job: LeasedJob,
+    leases: Mapping[int, LeaseRecord],
+    known_done: set[int],
+    *,
+    now: datetime,
+    reasons: Mapping[int, str | None],
+    backoffs: Mapping[int, datetime],
+    pods: Mapping[int, Mapping[int, PodFacts]] | None,
+) -> _Survey:
+    """Plan every index that has a lease (:func:`plan_index`), and tell where each index is.
+
+    An index without a lease is done if the job's status says so (its lease
+    was deleted after it succeeded), else not started. Only the leases of
+    this job count towards its failures and attempts: a lease left by an
+    earlier job of the same name is being taken over.
+    """
+    uid = job.metadata.get("uid")
     plans: dict[int, Plan] = {}
     states: dict[int, IndexState] = {}
     failures = 0
     attempts = 0
-    for index in range(total):
+    for index in range(completions(job)):
         lease = leases.get(index)
         if lease is None:
             if index in known_done:
@@ -331,59 +396,125 @@ def plan_indexed(
         if lease.job_uid == uid:
             failures += plan.status.failed or 0
             attempts += lease.fencing_token - lease.base_fencing_token
+    return _Survey(
+        plans,
+        states,
+        failures,
+        attempts,
+        done={i for i, s in states.items() if s is IndexState.SUCCEEDED},
+        failed={i for i, s in states.items() if s is IndexState.FAILED},
+        active={i for i, s in states.items() if s is IndexState.ACTIVE},
+    )
 
-    done = {i for i, s in states.items() if s is IndexState.SUCCEEDED}
-    failed = {i for i, s in states.items() if s is IndexState.FAILED}
-    active = {i for i, s in states.items() if s is IndexState.ACTIVE}
-    events: list[JobEvent] = []
-    for index in sorted(failed - known_failed):
-        for event in plans[index].events:
-            events.append(JobEvent(event.type, event.reason, f"Index {index}: {event.message}"))
-    for index, plan in sorted(plans.items()):
-        if index not in backoffs and plan.status.next_attempt_after is not None:
-            events.extend(
-                JobEvent(e.type, e.reason, f"Index {index}: {e.message}")
-                for e in _backoff_events(plan)
-            )
 
+def _count(job: LeasedJob, status: LeasedJobStatus, survey: _Survey) -> None:
+    """Write the job's counts over its indexes into ``status`` (batch/v1 Job's fields).
+
+    ``completedIndexes``/``failedIndexes`` are ranges, kept for
+    ``completionMode: Indexed`` only. The single-lease fields (lease,
+    holder, token, pod) are cleared: each index has a lease of its own.
+    """
+    indexed = job.spec.completion_mode == CompletionMode.INDEXED
+    done, failed = survey.done, survey.failed
     status.completed_indexes = index_sets.compress(done) if indexed else None
     status.failed_indexes = index_sets.compress(failed) if indexed and failed else None
     status.succeeded = len(done)
-    status.active = len(active)
-    status.failed = failures
-    status.attempts = attempts
-    status.completion_progress = f"{len(done)}/{total}"
+    status.active = len(survey.active)
+    status.failed = survey.failures
+    status.attempts = survey.attempts
+    status.completion_progress = f"{len(done)}/{completions(job)}"
     status.lease_name = None
     status.holder_identity = None
     status.fencing_token = None
     status.pod_name = None
 
-    end = _end(job, done, failed, failures, total, elapsed_seconds)
-    if end is not None:
-        outcome, reason, message = end
-        status = _finish(status, outcome, reason, message, now=now, generation=gen)
-        status.active = 0
-        stops = [
-            IndexStep(i, index_lease_name(name, i), replace_action(plans[i], Action.STOP))
-            for i in sorted(plans)
-            if states[i] not in (IndexState.SUCCEEDED, IndexState.FAILED)
-            and not _stopped(leases[i])
-            and leases[i].completion is None
-            and leases[i].job_uid == uid
-        ]
-        events.append(
-            JobEvent("Normal" if outcome == Outcome.SUCCEEDED else "Warning", reason, message)
-        )
-        return IndexedPlan(status, stops, events, delete_pods=not pull)
 
+def _index_events(
+    survey: _Survey, known_failed: set[int], backoffs: Mapping[int, datetime]
+) -> list[JobEvent]:
+    """The indexes' Events worth telling on the job, each prefixed with its index.
+
+    An index that failed for good since the status was written tells its
+    plan's Events (why it failed); one whose retry starts to wait (its
+    backoff not yet remembered) tells its BackingOff, once.
+    """
+    events: list[JobEvent] = []
+    for index in sorted(survey.failed - known_failed):
+        for event in survey.plans[index].events:
+            events.append(JobEvent(event.type, event.reason, f"Index {index}: {event.message}"))
+    for index, plan in sorted(survey.plans.items()):
+        if index not in backoffs and plan.status.next_attempt_after is not None:
+            events.extend(
+                JobEvent(e.type, e.reason, f"Index {index}: {e.message}")
+                for e in _backoff_events(plan)
+            )
+    return events
+
+
+def _stop_unfinished(
+    job: LeasedJob,
+    leases: Mapping[int, LeaseRecord],
+    status: LeasedJobStatus,
+    survey: _Survey,
+    end: tuple[Outcome, str, str],
+    events: list[JobEvent],
+    *,
+    now: datetime,
+    generation: int | None,
+) -> IndexedPlan:
+    """The plan of a job that is over (``end``): finish it and stop its unfinished indexes.
+
+    An index's lease is stopped only if it is this job's, unfinished, not
+    stopped already, and carries no completion (one that landed first
+    stands). A push job's pods that are left are deleted.
+    """
+    outcome, reason, message = end
+    uid = job.metadata.get("uid")
+    name = str(job.metadata.get("name", ""))
+    status = _finish(status, outcome, reason, message, now=now, generation=generation)
+    status.active = 0
+    plans, states = survey.plans, survey.states
+    stops = [
+        IndexStep(i, index_lease_name(name, i), replace_action(plans[i], Action.STOP))
+        for i in sorted(plans)
+        if states[i] not in (IndexState.SUCCEEDED, IndexState.FAILED)
+        and not _stopped(leases[i])
+        and leases[i].completion is None
+        and leases[i].job_uid == uid
+    ]
+    ended = JobEvent("Normal" if outcome == Outcome.SUCCEEDED else "Warning", reason, message)
+    return IndexedPlan(status, stops, [*events, ended], delete_pods=job.spec.template is not None)
+
+
+def _steps(
+    job: LeasedJob,
+    leases: Mapping[int, LeaseRecord],
+    survey: _Survey,
+    status: LeasedJobStatus,
+) -> tuple[list[IndexStep], float | None]:
+    """The indexes to act on while the job runs on, and the soonest requeue their plans ask.
+
+    ``spec.parallelism`` is the number of slots. Push mode: an index held
+    takes one; an index whose plan would claim (a claim, a retry, a
+    take-over, a resume, an excuse) needs a free one, else it waits. Pull
+    mode: a pool claims, so every unfinished lease that exists takes one.
+    An index without a lease starts (``CREATE_LEASE``, carrying ``status``)
+    only into a free slot, and never while the job is suspended. A finished
+    index is acted on only to stop its lease. A plan that only reports
+    (``NONE``) is kept when it has a backoff to remember, or a held push
+    lease (to learn when its pod is bound).
+    """
+    pull = job.spec.template is None
+    name = str(job.metadata.get("name", ""))
+    plans, states = survey.plans, survey.states
     steps: list[IndexStep] = []
     requeue: float | None = None
-    open_slots = parallelism(job) - len(active)
+    open_slots = parallelism(job) - len(survey.active)
     if pull:  # a pool claims: every unfinished lease that exists is open for it
         open_slots = parallelism(job) - sum(
             1 for i in plans if states[i] in (IndexState.ACTIVE, IndexState.PENDING)
         )
-    for index in range(total):
+    for index in range(completions(job)):
         found = plans.get(index)
         if found is None:
             if index in states:
@@ -423,12 +554,32 @@ def plan_indexed(
             or (not pull and leases[index].holder_identity is not None)  # bound yet?
         ):
             steps.append(IndexStep(index, index_lease_name(name, index), plan))
+    return steps, requeue
 
+
+def _progress(
+    job: LeasedJob,
+    status: LeasedJobStatus,
+    survey: _Survey,
+    steps: list[IndexStep],
+    *,
+    now: datetime,
+    generation: int | None,
+) -> LeasedJobStatus:
+    """``status`` of a job that runs on: how far it got, then whether it is suspended.
+
+    Running while an index is held or about to be claimed, else waiting;
+    ``Ready``'s message counts the indexes held, succeeded and failed.
+    ``status`` is updated in place (the ``CREATE_LEASE`` steps carry this
+    same object), then given the job's ``Suspended`` condition
+    (:func:`_suspension_status`).
+    """
+    active, done, failed = survey.active, survey.done, survey.failed
     running = bool(active) or any(s.plan.action is Action.CLAIM_AND_START for s in steps)
     true, false = ConditionStatus.TRUE, ConditionStatus.FALSE
     message = (
         f"{len(active)} of parallelism={parallelism(job)} indexes held; {len(done)} of"
-        f" {total} succeeded" + (f", {len(failed)} failed" if failed else "") + "."
+        f" {completions(job)} succeeded" + (f", {len(failed)} failed" if failed else "") + "."
     )
     conditions = list(status.conditions or [])
     for type_, cstatus, reason in (
@@ -436,20 +587,12 @@ def plan_indexed(
         ("LeaseHeld", true if active else false, "Claimed" if active else "Unheld"),
     ):
         conditions = set_condition(
-            conditions, type_, cstatus, reason, message, now=now, generation=gen
+            conditions, type_, cstatus, reason, message, now=now, generation=generation
         )
     status.conditions = conditions
     status.phase = Phase.RUNNING if running else Phase.PENDING
-    status.observed_generation = gen
-    status = _suspension_status(job, status, active, now=now, generation=gen)
-    flip = suspension.transition(job.status, status)
-    if flip is not None:
-        events.insert(0, JobEvent(*flip))
-    deadline = job.spec.active_deadline_seconds
-    if deadline is not None:
-        until = max(0.0, deadline - elapsed_seconds)
-        requeue = until if requeue is None else min(requeue, until)
-    return IndexedPlan(status, steps, events, requeue_after_seconds=requeue)
+    status.observed_generation = generation
+    return _suspension_status(job, status, active, now=now, generation=generation)
 
 
 def _suspension_status(

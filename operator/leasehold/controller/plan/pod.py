@@ -97,33 +97,10 @@ def build_pod(
     job_name = str(job.metadata["name"])
     meta = template.metadata or api.PodTemplateMetadata()
     lease = lease_name(job_name) if index is None else index_lease_name(job_name, index)
-    labels = {**(meta.labels or {}), LABEL_JOB: job_name, LABEL_TOKEN: str(token)}
-    annotations = {
-        **(meta.annotations or {}),
-        ANNOTATION_TOKEN: str(token),
-        ANNOTATION_HOLDER: holder,
-        ANNOTATION_LEASE: lease,
-    }
-    if index is not None:
-        labels[names.LABEL_COMPLETION_INDEX] = str(index)
-        annotations[names.ANNOTATION_COMPLETION_INDEX] = str(index)
-        annotations[names.BATCH_ANNOTATION_COMPLETION_INDEX] = str(index)
+    labels, annotations = _marks(meta, job_name, lease, holder, token, index)
     spec = copy.deepcopy(template.spec)
     spec["restartPolicy"] = "Never"
-    injected: list[dict[str, Any]] = [
-        {"name": names.ENV_NAMESPACE, "value": namespace},
-        {"name": names.ENV_JOB, "value": job_name},
-        {"name": names.ENV_LEASE, "value": lease},
-        {"name": names.ENV_HOLDER, "value": holder},
-        {"name": names.ENV_FENCING_TOKEN, "value": str(token)},
-        {"name": names.ENV_LEASE_DURATION, "value": str(lease_duration_seconds)},
-        {"name": names.ENV_POD_UID, "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
-    ]
-    if index is not None:
-        injected += [
-            {"name": names.ENV_COMPLETION_INDEX, "value": str(index)},
-            {"name": names.ENV_JOB_COMPLETION_INDEX, "value": str(index)},
-        ]
+    injected = _lease_env(namespace, job_name, lease, holder, token, lease_duration_seconds, index)
     injected_names = {e["name"] for e in injected}
     for container in spec.get("containers", []):
         own = [e for e in container.get("env", []) if e.get("name") not in injected_names]
@@ -149,6 +126,65 @@ def build_pod(
         },
         "spec": spec,
     }
+
+
+def _marks(
+    meta: api.PodTemplateMetadata,
+    job_name: str,
+    lease: str,
+    holder: str,
+    token: int,
+    index: int | None,
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The pod's labels and annotations: the template's, with the lease's on top.
+
+    The job and token labels find a job's stale attempts; the token, holder
+    and lease annotations reach the worker through the downward API. An
+    index is marked both ways, and with batch/v1 Job's annotation too.
+    """
+    labels = {**(meta.labels or {}), LABEL_JOB: job_name, LABEL_TOKEN: str(token)}
+    annotations = {
+        **(meta.annotations or {}),
+        ANNOTATION_TOKEN: str(token),
+        ANNOTATION_HOLDER: holder,
+        ANNOTATION_LEASE: lease,
+    }
+    if index is not None:
+        labels[names.LABEL_COMPLETION_INDEX] = str(index)
+        annotations[names.ANNOTATION_COMPLETION_INDEX] = str(index)
+        annotations[names.BATCH_ANNOTATION_COMPLETION_INDEX] = str(index)
+    return labels, annotations
+
+
+def _lease_env(
+    namespace: str,
+    job_name: str,
+    lease: str,
+    holder: str,
+    token: int,
+    lease_duration_seconds: int,
+    index: int | None,
+) -> list[dict[str, Any]]:
+    """The env every container gets: the lease's coordinates and the fencing token.
+
+    These replace any of the same names in the template, so a worker can
+    never run under a token (or a lease) the operator did not give it.
+    """
+    injected: list[dict[str, Any]] = [
+        {"name": names.ENV_NAMESPACE, "value": namespace},
+        {"name": names.ENV_JOB, "value": job_name},
+        {"name": names.ENV_LEASE, "value": lease},
+        {"name": names.ENV_HOLDER, "value": holder},
+        {"name": names.ENV_FENCING_TOKEN, "value": str(token)},
+        {"name": names.ENV_LEASE_DURATION, "value": str(lease_duration_seconds)},
+        {"name": names.ENV_POD_UID, "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+    ]
+    if index is not None:
+        injected += [
+            {"name": names.ENV_COMPLETION_INDEX, "value": str(index)},
+            {"name": names.ENV_JOB_COMPLETION_INDEX, "value": str(index)},
+        ]
+    return injected
 
 
 def pod_facts(pod: Mapping[str, Any]) -> tuple[int, PodFacts] | None:

@@ -498,6 +498,13 @@ def _plan(
 ) -> Plan:
     """Decide what to do next for one LeasedJob.
 
+    The checks run in a fixed order, which is the protocol: a finished job
+    stays finished; a job without its lease (or on another incarnation's)
+    gets one first; a completion that landed first stands, before a cancel,
+    which comes before the deadline, which comes before a suspension; only
+    then is a held lease watched, or an unheld one claimed (or the job given
+    up). Each decision is a function of its own below.
+
     Args:
         job: the LeasedJob (spec and current status).
         lease: its lease record, or ``None`` if the JobLease does not exist.
@@ -521,7 +528,6 @@ def _plan(
     ctx = _Ctx(job, now, int(generation) if generation is not None else None)
     status = ctx.status()
     name = str(job.metadata.get("name", ""))
-    true, false = ConditionStatus.TRUE, ConditionStatus.FALSE
 
     if status.phase in (Phase.SUCCEEDED, Phase.FAILED):
         return Plan(Action.NONE, status)
@@ -529,33 +535,120 @@ def _plan(
     status.lease_name = lease_name(name)
 
     if lease is None:
-        if job.spec.cancel:
-            message = "The job was cancelled (spec.cancel) before any attempt."
-            status = _finished(ctx, status, Outcome.FAILED, CANCELLED, message)
-            return Plan(Action.NONE, status, events=[JobEvent("Warning", CANCELLED, message)])
-        status = _with(
-            ctx, status, Phase.PENDING, ("Ready", false, "CreatingLease", "Creating the JobLease.")
-        )
-        return Plan(Action.CREATE_LEASE, status)
-
+        return _no_lease(ctx, status)
     uid = job.metadata.get("uid")
     if uid is not None and lease.job_uid != uid:
-        if lease.job_uid is None:
-            # Made ahead for this job (a LeasedCronJob's run): no earlier job.
-            message = (
-                f"Taking over the JobLease prepared for this job at fencing token"
-                f" {lease.fencing_token} (the start of its reserved token range)."
-            )
-        else:
-            message = (
-                f"The JobLease served an earlier job named {name}; taking it over at fencing"
-                f" token {lease.fencing_token}, so tokens never repeat."
-            )
-        status = _with(ctx, status, Phase.PENDING, ("Ready", false, "TakingOverLease", message))
-        return Plan(
-            Action.TAKE_OVER_LEASE, status, events=[JobEvent("Normal", "TakingOverLease", message)]
-        )
+        return _take_over(ctx, status, lease)
 
+    seen, status = _observe(ctx, status, lease, pods, last_reclaim_reason)
+    if lease.completion is not None:
+        return _completed(ctx, status, seen, lease.completion)
+    if job.spec.cancel:
+        # A completion that landed first stands (above); else the lease is
+        # stopped now, not when the attempt's pod happens to die.
+        return _cancelled(ctx, status, seen)
+    deadline = job.spec.active_deadline_seconds
+    if deadline is not None and elapsed_seconds >= deadline:
+        return _deadline_exceeded(ctx, status, seen, deadline)
+    if job.spec.suspend or lease.suspended:
+        return _suspension(ctx, status, lease, seen.stale)
+    if lease.holder_identity is not None:
+        return _held(ctx, status, seen, lease.holder_identity, pod_created_for_holder)
+    # Unheld and not completed: released, reclaimed, reopened after a failure,
+    # excused, or never claimed.
+    return _unheld(ctx, status, seen)
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """What :func:`_observe` read off a lease of this incarnation, for the decisions after it.
+
+    Attributes:
+        lease: the job's lease record.
+        attempts: the claims this incarnation made (from its base token).
+        verdict: the failure rules' verdict on the latest attempt, if it ended undecided.
+        excusable: the verdict excuses the attempt and the lease may excuse one more.
+        failed_now: a Failed completion is on the lease and no rule excuses it.
+        known_failed: ``status.failed`` as read (so a failure is told seen the first time).
+        stale: the lease's token for a push job (its pods below it, or up to
+            it, are stale), else 0.
+        last_reclaim_reason: why the lease's current token was taken back, if it was.
+    """
+
+    lease: LeaseRecord
+    attempts: int
+    verdict: Verdict | None
+    excusable: bool
+    failed_now: bool
+    known_failed: int | None
+    stale: int
+    last_reclaim_reason: str | None
+
+
+def _no_lease(ctx: _Ctx, status: LeasedJobStatus) -> Plan:
+    """The plan of a job whose JobLease does not exist yet: create it.
+
+    A job cancelled before then fails at once, with no lease to stop.
+    """
+    if ctx.job.spec.cancel:
+        message = "The job was cancelled (spec.cancel) before any attempt."
+        status = _finished(ctx, status, Outcome.FAILED, CANCELLED, message)
+        return Plan(Action.NONE, status, events=[JobEvent("Warning", CANCELLED, message)])
+    status = _with(
+        ctx,
+        status,
+        Phase.PENDING,
+        ("Ready", ConditionStatus.FALSE, "CreatingLease", "Creating the JobLease."),
+    )
+    return Plan(Action.CREATE_LEASE, status)
+
+
+def _take_over(ctx: _Ctx, status: LeasedJobStatus, lease: LeaseRecord) -> Plan:
+    """The plan of a job whose JobLease serves another incarnation: take it over.
+
+    Either a lease made ahead for this job (a LeasedCronJob's run, no job
+    UID yet) or one left by an earlier job of the same name; it is taken at
+    its current token, so tokens never repeat.
+    """
+    if lease.job_uid is None:
+        # Made ahead for this job (a LeasedCronJob's run): no earlier job.
+        message = (
+            f"Taking over the JobLease prepared for this job at fencing token"
+            f" {lease.fencing_token} (the start of its reserved token range)."
+        )
+    else:
+        name = str(ctx.job.metadata.get("name", ""))
+        message = (
+            f"The JobLease served an earlier job named {name}; taking it over at fencing"
+            f" token {lease.fencing_token}, so tokens never repeat."
+        )
+    status = _with(
+        ctx, status, Phase.PENDING, ("Ready", ConditionStatus.FALSE, "TakingOverLease", message)
+    )
+    return Plan(
+        Action.TAKE_OVER_LEASE, status, events=[JobEvent("Normal", "TakingOverLease", message)]
+    )
+
+
+def _observe(
+    ctx: _Ctx,
+    status: LeasedJobStatus,
+    lease: LeaseRecord,
+    pods: dict[int, PodFacts],
+    last_reclaim_reason: str | None,
+) -> tuple[_Seen, LeasedJobStatus]:
+    """Read the lease into the status, before any decision on it.
+
+    Every decision after this one reports the lease as it is: its token,
+    attempts, holder and failures, the attempt history brought up to date
+    (:func:`_track_attempts`), and ``Suspended`` turned False once the job
+    is no longer suspended. The failure rules judge the latest attempt here,
+    once, for the decisions that follow.
+
+    Returns:
+        What was seen, and the status so far.
+    """
+    job = ctx.job
     attempts = lease.fencing_token - lease.base_fencing_token
     status.fencing_token = lease.fencing_token
     status.attempts = attempts
@@ -570,7 +663,7 @@ def _plan(
     failed_now = lease.completion is not None and lease.completion.outcome == Outcome.FAILED
     failed_now = failed_now and not excusable
     status.failed = lease.failures + (1 if failed_now else 0)
-    status = _track_attempts(status, lease, pods, now, last_reclaim_reason)
+    status = _track_attempts(status, lease, pods, ctx.now, last_reclaim_reason)
     stale = lease.fencing_token if job.spec.template is not None else 0
     if not job.spec.suspend and suspension.is_suspended(status):
         message = suspension.resumed_message(lease.fencing_token)
@@ -578,119 +671,171 @@ def _plan(
             ctx,
             status,
             Phase(status.phase or Phase.PENDING),
-            (suspension.CONDITION, false, suspension.JOB_RESUMED, message),
+            (suspension.CONDITION, ConditionStatus.FALSE, suspension.JOB_RESUMED, message),
         )
+    seen = _Seen(
+        lease=lease,
+        attempts=attempts,
+        verdict=verdict,
+        excusable=excusable,
+        failed_now=failed_now,
+        known_failed=known_failed,
+        stale=stale,
+        last_reclaim_reason=last_reclaim_reason,
+    )
+    return seen, status
 
-    if lease.completion is not None:
-        c = lease.completion
-        status.completion = api.CompletionRecord(
-            fencing_token=c.fencing_token,
-            holder_identity=c.holder_identity,
-            outcome=c.outcome,
-            complete_time=c.complete_time,
-            message=c.message or None,
-            exit_code=c.exit_code,
-        )
-        if verdict is not None and not job.spec.cancel:
-            ruled = _ruled(ctx, status, verdict, c.fencing_token, excusable, completed=True)
-            if ruled is not None:
-                return ruled
-        retry = lease.failures < job.spec.backoff_limit
-        retry = failed_now and retry and attempts < attempt_limit(job, lease)
-        if retry and not job.spec.cancel:
-            return _retry(ctx, status, lease, c, first_sight=known_failed != status.failed)
-        reason = "Completed" if c.outcome == Outcome.SUCCEEDED else "WorkerFailed"
-        if failed_now and job.spec.backoff_limit:
-            reason = CANCELLED if retry else "BackoffLimitExceeded"
-        message = f"{c.holder_identity} completed with {c.outcome} under fencing token" + (
-            f" {c.fencing_token}" + (f": {c.message}" if c.message else "")
-        )
-        status = _finished(ctx, status, c.outcome, reason, message)
+
+def _completed(ctx: _Ctx, status: LeasedJobStatus, seen: _Seen, c: Completion) -> Plan:
+    """The plan once a completion is recorded on the lease: judge it, retry, or finish.
+
+    A completion that landed first stands, even against a later cancel or
+    the deadline. A failure rule (or a disruption) may decide the attempt
+    first; a Failed completion that ``backoffLimit`` still allows is retried
+    (:func:`_retry`), unless the job is cancelled; anything else finishes
+    the job with the completion's outcome.
+    """
+    job, lease, failed_now = ctx.job, seen.lease, seen.failed_now
+    status.completion = api.CompletionRecord(
+        fencing_token=c.fencing_token,
+        holder_identity=c.holder_identity,
+        outcome=c.outcome,
+        complete_time=c.complete_time,
+        message=c.message or None,
+        exit_code=c.exit_code,
+    )
+    if seen.verdict is not None and not job.spec.cancel:
+        ruled = _ruled(ctx, status, seen.verdict, c.fencing_token, seen.excusable, completed=True)
+        if ruled is not None:
+            return ruled
+    retry = lease.failures < job.spec.backoff_limit
+    retry = failed_now and retry and seen.attempts < attempt_limit(job, lease)
+    if retry and not job.spec.cancel:
+        return _retry(ctx, status, lease, c, first_sight=seen.known_failed != status.failed)
+    reason = "Completed" if c.outcome == Outcome.SUCCEEDED else "WorkerFailed"
+    if failed_now and job.spec.backoff_limit:
+        reason = CANCELLED if retry else "BackoffLimitExceeded"
+    message = f"{c.holder_identity} completed with {c.outcome} under fencing token" + (
+        f" {c.fencing_token}" + (f": {c.message}" if c.message else "")
+    )
+    status = _finished(ctx, status, c.outcome, reason, message)
+    return Plan(
+        Action.NONE,
+        status,
+        events=[JobEvent("Normal" if reason == "Completed" else "Warning", reason, message)],
+    )
+
+
+def _cancelled(ctx: _Ctx, status: LeasedJobStatus, seen: _Seen) -> Plan:
+    """The plan of a job cancelled (``spec.cancel``) with no completion: stop its lease.
+
+    The lease is stopped now, not when the attempt's pod happens to die, so
+    writes under its token are refused from this moment; the open attempt
+    ends as cancelled.
+    """
+    lease = seen.lease
+    message = (
+        f"The job was cancelled (spec.cancel); its lease (token {lease.fencing_token}) was"
+        " stopped: writes under that token are refused from now on."
+    )
+    status = _finished(ctx, status, Outcome.FAILED, CANCELLED, message)
+    history = _end_attempt(list(status.attempt_history or []), AttemptReason.CANCELLED, ctx.now)
+    return Plan(
+        Action.STOP,
+        _with_history(status, history),
+        events=[JobEvent("Warning", CANCELLED, message)],
+        delete_pods_below_token=lease.fencing_token + 1 if seen.stale else 0,
+    )
+
+
+def _deadline_exceeded(ctx: _Ctx, status: LeasedJobStatus, seen: _Seen, deadline: int) -> Plan:
+    """The plan of a job past ``activeDeadlineSeconds`` with no completion: stop its lease.
+
+    Judged after a cancel (which says why the job ended first) and before a
+    suspension (a suspended job's deadline still runs); the open attempt
+    ends as ``DeadlineExceeded``.
+    """
+    lease = seen.lease
+    message = (
+        f"The job ran longer than activeDeadlineSeconds={deadline}; its lease"
+        f" (token {lease.fencing_token}) was taken back without a completion."
+    )
+    status = _finished(ctx, status, Outcome.FAILED, "DeadlineExceeded", message)
+    history = _end_attempt(
+        list(status.attempt_history or []), AttemptReason.DEADLINE_EXCEEDED, ctx.now
+    )
+    status = _with_history(status, history)
+    return Plan(
+        Action.STOP,
+        status,
+        events=[JobEvent("Warning", "DeadlineExceeded", message)],
+        delete_pods_below_token=lease.fencing_token + 1 if seen.stale else 0,
+    )
+
+
+def _held(
+    ctx: _Ctx, status: LeasedJobStatus, seen: _Seen, holder: str, pod_created_for_holder: bool
+) -> Plan:
+    """The plan while the lease is held: the attempt runs; wait for it.
+
+    The only thing to do is the holder's pod, if the operator claimed the
+    lease for it but never created it (it crashed between the claim and the
+    pod): ``START_POD``. Pods of earlier tokens are stale.
+    """
+    job, lease = ctx.job, seen.lease
+    true = ConditionStatus.TRUE
+    status = _with(
+        ctx,
+        status,
+        Phase.RUNNING,
+        (
+            "LeaseHeld",
+            true,
+            "Claimed",
+            f"{holder} holds the lease under token {lease.fencing_token}.",
+        ),
+        (
+            "Ready",
+            true,
+            "Running",
+            f"Attempt {seen.attempts} of {attempt_limit(job, lease)} is running.",
+        ),
+    )
+    name = str(job.metadata.get("name", ""))
+    if (
+        job.spec.template is not None
+        and not pod_created_for_holder
+        and holder == pod_name(name, lease.fencing_token)
+    ):
         return Plan(
-            Action.NONE,
+            Action.START_POD,
             status,
-            events=[JobEvent("Normal" if reason == "Completed" else "Warning", reason, message)],
+            pod_name=holder,
+            token=lease.fencing_token,
+            delete_pods_below_token=seen.stale,
         )
+    return Plan(Action.NONE, status, delete_pods_below_token=seen.stale)
 
-    if job.spec.cancel:
-        # A completion that landed first stands (above); else the lease is
-        # stopped now, not when the attempt's pod happens to die.
-        message = (
-            f"The job was cancelled (spec.cancel); its lease (token {lease.fencing_token}) was"
-            " stopped: writes under that token are refused from now on."
-        )
-        status = _finished(ctx, status, Outcome.FAILED, CANCELLED, message)
-        history = _end_attempt(list(status.attempt_history or []), AttemptReason.CANCELLED, now)
-        return Plan(
-            Action.STOP,
-            _with_history(status, history),
-            events=[JobEvent("Warning", CANCELLED, message)],
-            delete_pods_below_token=lease.fencing_token + 1 if stale else 0,
-        )
 
-    deadline = job.spec.active_deadline_seconds
-    if deadline is not None and elapsed_seconds >= deadline:
-        message = (
-            f"The job ran longer than activeDeadlineSeconds={deadline}; its lease"
-            f" (token {lease.fencing_token}) was taken back without a completion."
-        )
-        status = _finished(ctx, status, Outcome.FAILED, "DeadlineExceeded", message)
-        history = _end_attempt(
-            list(status.attempt_history or []), AttemptReason.DEADLINE_EXCEEDED, now
-        )
-        status = _with_history(status, history)
-        return Plan(
-            Action.STOP,
-            status,
-            events=[JobEvent("Warning", "DeadlineExceeded", message)],
-            delete_pods_below_token=lease.fencing_token + 1 if stale else 0,
-        )
+def _unheld(ctx: _Ctx, status: LeasedJobStatus, seen: _Seen) -> Plan:
+    """The plan while the lease is unheld and not completed: give up, wait, or claim.
 
-    if job.spec.suspend or lease.suspended:
-        return _suspension(ctx, status, lease, stale)
-
-    if lease.holder_identity is not None:
-        holder = lease.holder_identity
-        status = _with(
-            ctx,
-            status,
-            Phase.RUNNING,
-            (
-                "LeaseHeld",
-                true,
-                "Claimed",
-                f"{holder} holds the lease under token {lease.fencing_token}.",
-            ),
-            (
-                "Ready",
-                true,
-                "Running",
-                f"Attempt {attempts} of {attempt_limit(job, lease)} is running.",
-            ),
-        )
-        if (
-            job.spec.template is not None
-            and not pod_created_for_holder
-            and holder == pod_name(name, lease.fencing_token)
-        ):
-            return Plan(
-                Action.START_POD,
-                status,
-                pod_name=holder,
-                token=lease.fencing_token,
-                delete_pods_below_token=stale,
-            )
-        return Plan(Action.NONE, status, delete_pods_below_token=stale)
-
-    # Unheld and not completed: released, reclaimed, reopened after a failure,
-    # excused, or never claimed.
-    if verdict is not None:
-        ruled = _ruled(ctx, status, verdict, lease.fencing_token, excusable, stale=stale)
+    The lease was released, reclaimed, reopened after a failure, excused,
+    or never claimed. In order: a failure rule (or a disruption) may decide
+    the ended attempt; with the attempts used up the job fails
+    (:func:`_exhausted`); after a reclaim the next attempt may wait for its
+    backoff (:func:`_reclaim_backoff`, not at a resume, which starts the next
+    at once); a pull job waits for a pool's worker; a push job claims the
+    lease for its next pod (:func:`_claim`).
+    """
+    job, lease, stale = ctx.job, seen.lease, seen.stale
+    if seen.verdict is not None:
+        ruled = _ruled(ctx, status, seen.verdict, lease.fencing_token, seen.excusable, stale=stale)
         if ruled is not None:
             return ruled
     limit = attempt_limit(job, lease)
     status.next_attempt_after = None
-    never_started = last_reclaim_reason == STARTUP_DEADLINE_EXCEEDED
+    never_started = seen.last_reclaim_reason == STARTUP_DEADLINE_EXCEEDED
     ended = (
         f"attempt {lease.fencing_token} did not start within startupDeadlineSeconds="
         f"{job.spec.startup_deadline_seconds}"
@@ -698,44 +843,69 @@ def _plan(
         else None
     )
     # Attempts neither retried for a failure, ended by a suspension nor excused:
+    attempts = seen.attempts
     reclaimed = attempts - lease.failures - lease.suspensions - lease.uncounted_attempts
     if attempts >= limit or reclaimed >= job.spec.max_attempts:
-        reason = STARTUP_DEADLINE_EXCEEDED if never_started else "AttemptsExhausted"
-        message = (
-            f"All {reclaimed} attempts were used; the last lease (token"
-            f" {lease.fencing_token}) ended without a completion"
-            + (f": {ended}." if ended else ".")
-        )
-        status = _finished(ctx, status, Outcome.FAILED, reason, message)
-        return Plan(
-            Action.STOP,
-            status,
-            events=[JobEvent("Warning", reason, message)],
-            delete_pods_below_token=stale + 1 if stale else 0,
-        )
+        return _exhausted(ctx, status, seen, reclaimed, ended)
     # Push mode only: a pull pool claims an unheld lease when it likes.
     resuming = suspension.is_suspended(ctx.status())  # a resume starts the next at once
     if stale and reclaimed > 0 and not resuming and failure_policy.ended_as_reclaim(job, lease):
-        waiting = _reclaim_backoff(ctx, status, lease, reclaimed, last_reclaim_reason)
+        waiting = _reclaim_backoff(ctx, status, lease, reclaimed, seen.last_reclaim_reason)
         if waiting is not None:
             return waiting
     if job.spec.template is None:
+        message = "Pull mode: waiting for a worker to claim."
         status = _with(
             ctx,
             status,
             Phase.PENDING,
-            ("LeaseHeld", false, "WaitingForWorker", "Pull mode: waiting for a worker to claim."),
-            ("Ready", true, "WaitingForWorker", "Pull mode: waiting for a worker to claim."),
+            ("LeaseHeld", ConditionStatus.FALSE, "WaitingForWorker", message),
+            ("Ready", ConditionStatus.TRUE, "WaitingForWorker", message),
         )
         return Plan(Action.NONE, status)
-    next_pod = pod_name(name, lease.fencing_token + 1)
+    return _claim(ctx, status, seen, ended)
+
+
+def _exhausted(
+    ctx: _Ctx, status: LeasedJobStatus, seen: _Seen, reclaimed: int, ended: str | None
+) -> Plan:
+    """The plan when no attempt is left: fail the job and stop its lease.
+
+    Either every claim the job may make was made (:func:`attempt_limit`) or
+    ``maxAttempts`` attempts ended without a completion; ``ended`` says how
+    the last one did, when that is known (it never started).
+    """
+    lease, stale = seen.lease, seen.stale
+    reason = STARTUP_DEADLINE_EXCEEDED if ended else "AttemptsExhausted"
+    message = (
+        f"All {reclaimed} attempts were used; the last lease (token"
+        f" {lease.fencing_token}) ended without a completion" + (f": {ended}." if ended else ".")
+    )
+    status = _finished(ctx, status, Outcome.FAILED, reason, message)
+    return Plan(
+        Action.STOP,
+        status,
+        events=[JobEvent("Warning", reason, message)],
+        delete_pods_below_token=stale + 1 if stale else 0,
+    )
+
+
+def _claim(ctx: _Ctx, status: LeasedJobStatus, seen: _Seen, ended: str | None) -> Plan:
+    """The plan of a push job whose unheld lease may be claimed: claim it, then start the pod.
+
+    The next attempt runs under the next token, in the pod named after it;
+    every pod up to the current token is stale. ``ended`` says why the last
+    attempt ended, when that is worth telling (it never started).
+    """
+    lease = seen.lease
+    next_pod = pod_name(str(ctx.job.metadata.get("name", "")), lease.fencing_token + 1)
     status = _with(
         ctx,
         status,
         Phase.PENDING,
         (
             "LeaseHeld",
-            false,
+            ConditionStatus.FALSE,
             "Claiming",
             f"Claiming the lease for {next_pod}" + (f" ({ended})." if ended else "."),
         ),
@@ -745,7 +915,7 @@ def _plan(
         status,
         pod_name=next_pod,
         token=lease.fencing_token + 1,
-        delete_pods_below_token=stale + 1,
+        delete_pods_below_token=seen.stale + 1,
     )
 
 
