@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from kubernetes import client
 
@@ -27,6 +27,24 @@ def wait_for(what: str, check: Callable[[], T | None], timeout: float = 30.0) ->
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(0.05)
+
+
+def no_pods_allowed(api_client: client.ApiClient, namespace: str) -> client.CoreV1Api:
+    """A ResourceQuota of 0 pods in ``namespace``, once the quota controller counts it.
+
+    Returns:
+        The core/v1 API (to lift or read the quota later).
+    """
+    core = client.CoreV1Api(api_client)
+    quota = {"metadata": {"name": "no-pods"}, "spec": {"hard": {"pods": "0"}}}
+    core.create_namespaced_resource_quota(namespace, cast(Any, quota))
+
+    def quota_counted() -> bool:
+        st = core.read_namespaced_resource_quota("no-pods", namespace).status
+        return st is not None and (st.hard or {}).get("pods") == "0"
+
+    wait_for("the quota controller to count pods", quota_counted, 30)
+    return core
 
 
 def create_job(

@@ -8,7 +8,7 @@ leasehold.lease.errors types.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -23,7 +23,7 @@ from leasehold.controller.kube.pods import (
     QuotaExceeded,
 )
 from leasehold.lease.errors import StoreError
-from tests.integration.jobs import wait_for
+from tests.integration.jobs import no_pods_allowed
 
 pytestmark = pytest.mark.cluster
 
@@ -61,15 +61,7 @@ def test_a_pod_create_is_created_taken_or_refused(
 def test_a_pod_refused_by_a_quota_is_told_apart(
     api_client: client.ApiClient, namespace: str
 ) -> None:
-    core = client.CoreV1Api(api_client)
-    quota = {"metadata": {"name": "no-pods"}, "spec": {"hard": {"pods": "0"}}}
-    core.create_namespaced_resource_quota(namespace, cast(Any, quota))
-
-    def quota_counted() -> bool:
-        st = core.read_namespaced_resource_quota("no-pods", namespace).status
-        return st is not None and (st.hard or {}).get("pods") == "0"
-
-    wait_for("the quota controller to count pods", quota_counted, 30)
+    no_pods_allowed(api_client, namespace)
     refused = Pods(api_client, "leasehold-test").create(namespace, _pod("p-1"))
     assert isinstance(refused, QuotaExceeded), refused
     assert "exceeded quota" in refused.message

@@ -11,7 +11,7 @@ import time
 from datetime import datetime
 from email.utils import parsedate_to_datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -29,6 +29,7 @@ from tests.integration.jobs import (
     create_job,
     events,
     get_job,
+    no_pods_allowed,
     patch_spec,
     phase_is,
     run,
@@ -81,15 +82,7 @@ def test_pod_refused_by_a_quota_is_retried_with_a_condition_saying_why(
     api_client: client.ApiClient,
     namespace: str,
 ) -> None:
-    core = client.CoreV1Api(api_client)
-    quota = {"metadata": {"name": "no-pods"}, "spec": {"hard": {"pods": "0"}}}
-    core.create_namespaced_resource_quota(namespace, cast(Any, quota))
-
-    def quota_counted() -> bool:
-        st = core.read_namespaced_resource_quota("no-pods", namespace).status
-        return st is not None and (st.hard or {}).get("pods") == "0"
-
-    wait_for("the quota controller to count pods", quota_counted, 30)
+    core = no_pods_allowed(api_client, namespace)
     create_job(api_client, namespace, "quota", run(0.5), lease_seconds=20)
 
     def refused() -> dict[str, Any] | None:
