@@ -16,6 +16,7 @@ import pytest
 from kubernetes import client
 
 from leasehold import names
+from leasehold.controller.runtime import Actors
 from leasehold.lease.api import LeaseMode
 from leasehold.lease.errors import LeaseNotFoundError
 from leasehold.lease.protocol import Outcome, Rejection
@@ -329,3 +330,40 @@ def test_the_domain_goes_with_its_namespace(
         return False
 
     wait_for("the namespace to go", gone, 90)
+
+
+def test_deleting_a_job_named_like_another_jobs_index_lease_leaves_that_lease_alone(
+    api_client: client.ApiClient, namespace: str, store: LeaseStore
+) -> None:
+    """Issue 27, case 3: a job told its lease name is taken, then deleted as told.
+
+    LeasedJob ``a-0``'s lease name is index 0's of Indexed job ``a``; its
+    reconcile reports LeaseNameTaken. Deleting it must not stop that index's
+    lease: the lease is job ``a``'s domain (``spec.jobName``), not ``a-0``'s.
+    """
+    actors = Actors.connect(api_client)
+    create_job(
+        api_client,
+        namespace,
+        "a",
+        None,
+        lease_seconds=30,
+        completions=2,
+        parallelism=2,
+        completionMode="Indexed",
+    )
+    actors.jobs.reconcile(namespace, "a")  # the index leases a-0, a-1
+    index = store.get(namespace, "a-0")
+    assert index.record.job_name == "a" and index.record.max_fencing_token
+    create_job(api_client, namespace, "a-0", None, lease_seconds=30)
+    actors.jobs.reconcile(namespace, "a-0")
+    assert any(
+        c["reason"] == "LeaseNameTaken" for c in status(api_client, namespace, "a-0")["conditions"]
+    )
+    client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
+        G, V, namespace, "leasedjobs", "a-0"
+    )
+    actors.jobs.reconcile(namespace, "a-0")  # gone: its lease is retired, if it is its own
+    after = store.get(namespace, "a-0")
+    assert after.record.max_fencing_token == index.record.max_fencing_token, "index 0 was stopped"
+    assert after.record.job_name == "a"
