@@ -55,6 +55,11 @@ class InvalidScheduleError(ValueError):
     """The schedule or time zone cannot be used; the message names the field and why."""
 
 
+MAX_SKIPPED_TIMES: Final = 1000
+"""Times of a fall-back's first pass that :meth:`CronSchedule.next_after` skips at most
+(an every-minute schedule repeats 60)."""
+
+
 @dataclass(frozen=True)
 class CronSchedule:
     """A parsed cron schedule in a time zone.
@@ -75,13 +80,23 @@ class CronSchedule:
     def next_after(self, moment: datetime) -> datetime:
         """The first schedule time strictly after ``moment``.
 
+        In the hour a fall-back repeats (DST ends), a time of the first pass
+        (e.g. 01:30 EDT for ``30 1 * * *``) can come next from the local
+        clock's second pass (01:00 EST): it lies in the past and is skipped,
+        so a caller that waits until the next time never waits a negative
+        time (a hot loop of reconciles for up to an hour).
+
         Args:
             moment: an aware datetime.
 
         Returns:
-            An aware UTC datetime.
+            An aware UTC datetime, later than ``moment``.
+
+        Raises:
+            StopIteration: the schedule never fires after ``moment``.
         """
-        return next(self._iterate(moment))
+        times = itertools.islice(self._iterate(moment), MAX_SKIPPED_TIMES)
+        return next(t for t in times if t > moment)
 
     def latest_at_or_before(self, moment: datetime) -> datetime | None:
         """The last schedule time at or before ``moment``, or ``None`` if there is none.

@@ -223,3 +223,21 @@ def test_a_due_time_lies_after_the_last_one_and_not_in_the_future(
 
 def test_a_run_is_named_after_its_schedule_time_in_unix_minutes() -> None:
     assert run_name("nightly", utc(2026, 1, 1, 10, 1)) == "nightly-29454361"
+
+
+@pytest.mark.parametrize("expression", ["30 1 * * *", "45 1 * * *", "0,30 1,2 * * *", "* * * * *"])
+def test_next_time_is_never_in_the_past_in_a_fall_back_hour(expression: str) -> None:
+    """Issue 27, case 5: a fall-back hour gives no next time in the past.
+
+    In New York's repeated hour (2026-11-01, 01:00-02:00 local twice) the next
+    time of a 01:30 schedule was 01:30 EDT, already past; the cron job's
+    requeue went negative and it was reconciled in a loop.
+    """
+    sched = schedule.parse(expression, "America/New_York")
+    start = datetime(2026, 11, 1, 4, 0, tzinfo=UTC)  # 00:00 EDT
+    for minute in range(0, 240):
+        now = start + timedelta(minutes=minute, seconds=7)
+        following = sched.next_after(now)
+        assert following > now, (now, following)
+        decided = schedule.due(sched, now=now, last_schedule_time=now, created=start)
+        assert decided.next_time is not None and decided.next_time > now
