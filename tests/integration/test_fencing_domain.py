@@ -367,3 +367,20 @@ def test_deleting_a_job_named_like_another_jobs_index_lease_leaves_that_lease_al
     after = store.get(namespace, "a-0")
     assert after.record.max_fencing_token == index.record.max_fencing_token, "index 0 was stopped"
     assert after.record.job_name == "a"
+
+
+def test_a_job_name_too_long_for_a_label_value_is_refused_naming_the_field(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    """Issue 27, case 9: a LeasedJob's name is at most 63 characters, as a Job's.
+
+    A name of 64-253 characters was accepted, then its lease's create got 422
+    (the name is the lease's label value) and was retried for ever.
+    """
+    with pytest.raises(client.ApiException) as caught:
+        create_job(api_client, namespace, "j" * 64, None, lease_seconds=30)
+    assert caught.value.status == 422
+    message = str(json.loads(caught.value.body or "{}")["message"])
+    assert "metadata.name must be at most 63 characters" in message
+    create_job(api_client, namespace, "j" * 63, None, lease_seconds=30)  # as a Job's name
+    assert get_job(api_client, namespace, "j" * 63)["metadata"]["name"] == "j" * 63

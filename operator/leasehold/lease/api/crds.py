@@ -164,6 +164,14 @@ def leased_job_crd() -> dict[str, Any]:
         short_names=["ljob", "ljobs"],
         spec_model=leasedjob.LeasedJobSpec,
         status_model=leasedjob.LeasedJobStatus,
+        rules=[
+            {
+                "rule": f"size(self.metadata.name) <= {leasedjob.MAX_JOB_NAME_LENGTH}",
+                "message": f"metadata.name must be at most {leasedjob.MAX_JOB_NAME_LENGTH}"
+                " characters: it is a label value on the job's JobLease and pods"
+                " (leasehold.dev/job), as a batch/v1 Job's name is on its pods",
+            }
+        ],
         description="A job run under an expiring lease with a fencing token: when its worker"
         " stalls, the lease is reclaimed and the job runs again under a higher token, and"
         " the stalled worker's late effects are rejected.",

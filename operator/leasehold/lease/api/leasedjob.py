@@ -33,6 +33,8 @@ from leasehold.lease.api.common import (
 if TYPE_CHECKING:
     from pydantic.config import JsonDict
 
+MAX_JOB_NAME_LENGTH: Final = 63
+"""A LeasedJob's name is a label value on its lease and pods (as batch/v1 Job's, 63)."""
 MAX_BACKOFF_DELAY_SECONDS: Final = 24 * 3600
 MAX_ACTIVE_DEADLINE_SECONDS: Final = 7 * 24 * 3600
 DEFAULT_STARTUP_DEADLINE_SECONDS: Final = 600
