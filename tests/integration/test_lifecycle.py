@@ -61,6 +61,26 @@ def test_timing_fields_of_a_job_cannot_be_edited(
     assert (spec["leaseDurationSeconds"], spec["maxAttempts"]) == (10, 2)
 
 
+def test_a_template_cannot_be_added_or_removed(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    """Issue 27, case 8: push and pull are fixed when the job's lease is made.
+
+    Removing the template left a Push lease no pool may claim (stuck for
+    ever); adding one ran pods with no startup window.
+    """
+    create_job(api_client, namespace, "pushed", "true")
+    create_job(api_client, namespace, "pulled", None)
+    template = {"spec": {"containers": [{"name": "w", "image": "local", "command": ["true"]}]}}
+    for name, change in (("pushed", {"template": None}), ("pulled", {"template": template})):
+        with pytest.raises(ApiException) as refused:
+            patch_spec(api_client, namespace, name, change)
+        assert refused.value.status == 422
+        assert "spec.template cannot be added or removed" in str(refused.value.body)
+    assert "template" in get_job(api_client, namespace, "pushed")["spec"]
+    assert "template" not in get_job(api_client, namespace, "pulled")["spec"]
+
+
 def test_deadline_and_template_of_a_job_may_be_edited(
     api_client: client.ApiClient, namespace: str
 ) -> None:

@@ -190,6 +190,14 @@ _JOB_RULES: Final[list[dict[str, str]]] = [
         "reason": "FieldValueInvalid",
     },
     {
+        "rule": "has(self.template) == has(oldSelf.template)",
+        "message": "spec.template cannot be added or removed: it fixes the JobLease's mode"
+        " (Push: the operator claims for the pods it creates; Pull: a worker pool claims),"
+        " and the startup bound only a pushed pod has (create a new LeasedJob)",
+        "fieldPath": ".template",
+        "reason": "FieldValueForbidden",
+    },
+    {
         "rule": "self.cancel || !oldSelf.cancel",
         "message": "spec.cancel cannot be undone: a cancelled job stays cancelled"
         " (create a new LeasedJob)",
