@@ -17,6 +17,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 DESCRIPTION = """\
 leasehold runs Kubernetes jobs under expiring leases with fencing tokens.
@@ -112,19 +113,8 @@ def _cmd_operator(args: argparse.Namespace) -> int:
     return run_operator(settings)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Build the argument parser.
-
-    Returns:
-        The top-level parser with one sub-parser per command.
-    """
-    parser = argparse.ArgumentParser(
-        prog="leasehold",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
+def _add_crds_parser(sub: Any) -> None:
+    """``leasehold crds``: write (or check) the CRD YAML generated from the models."""
     p_crds = sub.add_parser(
         "crds",
         help="write the CRD YAML generated from the models",
@@ -144,6 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p_crds.set_defaults(func=_cmd_crds)
 
+
+def _add_operator_parser(sub: Any) -> None:
+    """``leasehold operator``: the flags that override the operator's ``LEASEHOLD_*`` settings."""
     p_op = sub.add_parser(
         "operator",
         help="run the operator (reconciles LeasedJobs, reclaims expired leases)",
@@ -201,6 +194,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p_op.set_defaults(func=_cmd_operator)
 
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the argument parser.
+
+    Returns:
+        The top-level parser with one sub-parser per command.
+    """
+    parser = argparse.ArgumentParser(
+        prog="leasehold",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    _add_crds_parser(sub)
+    _add_operator_parser(sub)
     from leasehold.worker.run import add_run_parser
 
     add_run_parser(sub)

@@ -266,18 +266,7 @@ def fence(
         psycopg.Error: the database failed (e.g. the tables are missing:
             call :func:`install`).
     """
-    values: dict[str, Any] = dict(sql_params(token, resource_key, idempotency_key))
-    query = FENCE_SQL + _FENCE_QUERY
-    if effect is not None:
-        if GATE_CTE not in effect:
-            raise ValueError(f"the effect must gate on EXISTS (SELECT 1 FROM {GATE_CTE})")
-        reserved = sorted(name for name in (params or {}) if name.startswith(_PARAM_PREFIX))
-        if reserved:
-            raise ValueError(f"parameter names starting with {_PARAM_PREFIX!r}: {reserved}")
-        values.update(params or {})
-        query = FENCE_SQL + f", leasehold_user_effect AS (\n{effect}\n)\n" + _FENCE_QUERY
-    elif params:
-        raise ValueError("params given without an effect")
+    query, values = _statement(resource_key, token, idempotency_key, effect, params)
     conn = cur_or_conn if isinstance(cur_or_conn, psycopg.Connection) else cur_or_conn.connection
     if (
         effect is None
@@ -295,17 +284,56 @@ def fence(
         assert row is not None  # a SELECT without FROM returns one row
         previous, admitted, recorded = row
         if admitted is None:
-            current = previous
-            if current is None:
-                # The fence row was created after this statement's snapshot by a
-                # concurrent writer; the upsert holds its lock now, so a fresh
-                # read (READ COMMITTED) sees the committed token.
-                cur.execute(_CURRENT_QUERY, (resource_key,))
-                fresh = cur.fetchone()
-                current = fresh[0] if fresh is not None else None
-            if current is None:
-                raise RuntimeError(f"fence row of {resource_key!r} vanished while fencing")
-            raise StaleToken(resource_key, token, int(current))
+            raise StaleToken(resource_key, token, _current(cur, resource_key, previous))
     if idempotency_key is not None and not recorded:
         raise DuplicateEffect(idempotency_key)
     return Admitted(resource_key, token, None if previous is None else int(previous))
+
+
+def _statement(
+    resource_key: str,
+    token: int,
+    idempotency_key: str | None,
+    effect: str | None,
+    params: Mapping[str, Any] | None,
+) -> tuple[str, dict[str, Any]]:
+    """The fence's one statement and its parameters, the effect (if any) as a gated CTE.
+
+    Raises:
+        ValueError: ``token`` is negative, ``effect`` does not gate on
+            ``leasehold_fenced``, ``params`` uses a reserved name or comes
+            without an effect.
+    """
+    values: dict[str, Any] = dict(sql_params(token, resource_key, idempotency_key))
+    if effect is None:
+        if params:
+            raise ValueError("params given without an effect")
+        return FENCE_SQL + _FENCE_QUERY, values
+    if GATE_CTE not in effect:
+        raise ValueError(f"the effect must gate on EXISTS (SELECT 1 FROM {GATE_CTE})")
+    reserved = sorted(name for name in (params or {}) if name.startswith(_PARAM_PREFIX))
+    if reserved:
+        raise ValueError(f"parameter names starting with {_PARAM_PREFIX!r}: {reserved}")
+    values.update(params or {})
+    query = FENCE_SQL + f", leasehold_user_effect AS (\n{effect}\n)\n" + _FENCE_QUERY
+    return query, values
+
+
+def _current(cur: psycopg.Cursor[TupleRow], resource_key: str, previous: Any) -> int:
+    """The token that refused a stale write: the one read, or a fresh read of it.
+
+    When ``previous`` is ``None`` the fence row was created after the
+    statement's snapshot by a concurrent writer; the upsert holds its lock
+    now, so a fresh read (READ COMMITTED) sees the committed token.
+
+    Raises:
+        RuntimeError: the fence row vanished meanwhile.
+    """
+    current = previous
+    if current is None:
+        cur.execute(_CURRENT_QUERY, (resource_key,))
+        fresh = cur.fetchone()
+        current = fresh[0] if fresh is not None else None
+    if current is None:
+        raise RuntimeError(f"fence row of {resource_key!r} vanished while fencing")
+    return int(current)

@@ -469,3 +469,22 @@ def suspend(record: LeaseRecord) -> Decision:
 
 MonotonicClock = Callable[[], float]
 """Seconds from an arbitrary origin that never go backwards (``time.monotonic``)."""
+
+
+def lease_is_final(record: LeaseRecord) -> bool:
+    """Whether no claim can ever take the lease again: completed, or unheld and capped.
+
+    A lease stopped for good (its job gone, its deadline passed, a schedule's
+    earlier run closed and ended) is one; the operator stops only leases
+    that are not.
+
+    Args:
+        record: the lease.
+
+    Returns:
+        ``True`` if no claim can ever take it again.
+    """
+    if record.completion is not None:
+        return True
+    cap = record.max_fencing_token
+    return record.holder_identity is None and cap is not None and cap <= record.fencing_token

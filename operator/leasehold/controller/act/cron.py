@@ -29,6 +29,7 @@ from leasehold.controller.plan import cron as plan
 from leasehold.controller.plan.single import JobEvent
 from leasehold.lease.api import ConcurrencyPolicy, LeasedCronJob, LeasedCronJobStatus
 from leasehold.lease.errors import TransientStoreError, WriteRefusedError, status_error
+from leasehold.lease.protocol import lease_is_final
 from leasehold.lease.store import Accepted, LeaseStore, StoredLease
 
 log = logging.getLogger(__name__)
@@ -151,7 +152,7 @@ class CronActor:
         """Forbid: no earlier run may claim again; return the leases not final, as closed."""
         live: list[StoredLease] = []
         for lease in earlier:
-            if plan.lease_is_final(lease.record):
+            if lease_is_final(lease.record):
                 continue
             if plan.closable(lease.record):
                 result = self._store.close(lease)
@@ -175,7 +176,7 @@ class CronActor:
         stopped: set[str] = set()
         current: list[StoredLease] = []
         for lease in earlier:
-            if plan.lease_is_final(lease.record):
+            if lease_is_final(lease.record):
                 current.append(lease)
                 continue
             result = self._store.stop(lease)

@@ -18,25 +18,10 @@ from leasehold import names
 from leasehold.controller.act.context import Context
 from leasehold.lease.api import LeasedJob, LeaseMode
 from leasehold.lease.errors import StoreError, TransientStoreError
-from leasehold.lease.protocol import LeaseRecord
+from leasehold.lease.protocol import lease_is_final
 from leasehold.lease.store import Accepted, Result, StoredLease, WorkItem
 
 log = logging.getLogger(__name__)
-
-
-def stopped_for_good(record: LeaseRecord) -> bool:
-    """Whether no claim can ever take the lease again (completed, or unheld and capped).
-
-    Args:
-        record: the lease.
-
-    Returns:
-        ``True`` if the lease needs no stop.
-    """
-    cap = record.max_fencing_token
-    return record.completion is not None or (
-        record.holder_identity is None and cap is not None and cap <= record.fencing_token
-    )
 
 
 def stop_for_good(ctx: Context, lease: StoredLease) -> Result | None:
@@ -53,7 +38,7 @@ def stop_for_good(ctx: Context, lease: StoredLease) -> Result | None:
     Raises:
         StoreError: the API server failed or refused.
     """
-    if stopped_for_good(lease.record):
+    if lease_is_final(lease.record):
         return None
     result = ctx.store.stop(lease)
     if isinstance(result, Accepted):

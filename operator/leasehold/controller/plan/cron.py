@@ -37,7 +37,7 @@ from leasehold.lease.api import (
     LeasedCronJobStatus,
     RunReference,
 )
-from leasehold.lease.protocol import LeaseRecord
+from leasehold.lease.protocol import LeaseRecord, lease_is_final
 
 WAIT_POLL_SECONDS: Final = 5.0
 """While ``Forbid`` waits for an earlier run's lease, look again this often (the
@@ -65,21 +65,6 @@ L = TypeVar("L", bound=RunLease)
 
 
 # -- the leases and the history -------------------------------------------------
-
-
-def lease_is_final(record: LeaseRecord) -> bool:
-    """Whether a run's lease can never be held again (completed, or unheld and capped).
-
-    Args:
-        record: the lease.
-
-    Returns:
-        ``True`` if no claim can ever take it again.
-    """
-    if record.completion is not None:
-        return True
-    cap = record.max_fencing_token
-    return record.holder_identity is None and cap is not None and cap <= record.fencing_token
 
 
 def closable(record: LeaseRecord) -> bool:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 from leasehold.controller.engines.locks import JobLocks
 
@@ -13,27 +12,30 @@ def test_one_job_runs_one_at_a_time_and_other_jobs_do_not_wait() -> None:
     inside: list[str] = []
     overlap: list[bool] = []
     entered = threading.Event()
+    release = threading.Event()
 
-    def hold(name: str, seconds: float) -> None:
+    def hold(name: str, wait: threading.Event | None) -> None:
         with locks.hold("ns", name):
             inside.append(name)
             overlap.append(inside.count(name) > 1)
             entered.set()
-            time.sleep(seconds)
+            if wait is not None:
+                assert wait.wait(5)
             inside.remove(name)
 
-    first = threading.Thread(target=hold, args=("a", 0.3))
+    first = threading.Thread(target=hold, args=("a", release))
     first.start()
     assert entered.wait(5)
-    second = threading.Thread(target=hold, args=("a", 0.0))
+    second = threading.Thread(target=hold, args=("a", None))
     second.start()
-    other_started = time.monotonic()
-    with locks.hold("ns", "b"):  # another job: not behind job a
-        assert time.monotonic() - other_started < 0.2
+    with locks.hold("ns", "b"):  # another job: taken while job a is still held
+        assert inside == ["a"]
     assert len(locks) == 1  # a is held (and waited for); b's lock is gone
+    release.set()
     first.join()
     second.join()
     assert overlap == [False, False]
+    assert len(locks) == 0
 
 
 def test_a_lock_is_dropped_once_no_thread_holds_or_waits_for_it() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from leasehold import names
 from leasehold.controller.plan import cron as plan
-from leasehold.controller.plan.cron import history_to_delete, lease_is_final, reserved_floor
+from leasehold.controller.plan.cron import history_to_delete, reserved_floor
 from leasehold.lease import api
 from leasehold.lease.api import ConcurrencyPolicy, LeasedCronJobStatus
 from leasehold.lease.protocol import (
@@ -17,6 +17,7 @@ from leasehold.lease.protocol import (
     HolderIdentity,
     LeaseRecord,
     Outcome,
+    lease_is_final,
 )
 
 
