@@ -15,6 +15,7 @@ import json
 import secrets
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from leasehold.lease.store import LeaseStore, Rejected
 from operatorproc import OperatorProcess
 from podrunner import PodRunner
 from tests.integration.jobs import run, wait_for
+from tests.integration.test_failure_policy import evict
 
 G, V = names.GROUP, names.VERSION
 FAKETIME_LIB = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
@@ -127,6 +129,7 @@ def create_cron(
     *,
     lease_seconds: int = 20,
     max_attempts: int = 3,
+    job_spec: dict[str, Any] | None = None,
     **spec: Any,
 ) -> dict[str, Any]:
     body = {
@@ -141,6 +144,7 @@ def create_cron(
                 "spec": {
                     "leaseDurationSeconds": lease_seconds,
                     "maxAttempts": max_attempts,
+                    **(job_spec or {}),
                     "template": {
                         "spec": {
                             "containers": [
@@ -291,7 +295,16 @@ def test_forbid_waits_for_a_frozen_runs_lease_then_claims_a_higher_token(
     operator_ahead: OperatorProcess,
     local_pod_runner: PodRunner,
 ) -> None:
-    create_cron(api_client, namespace, "nightly", run(600), concurrencyPolicy="Forbid")
+    # The starting deadline is shorter than the wait for the frozen run's lease
+    # (issue 27, case 7): the run was due in time and must still start after it.
+    create_cron(
+        api_client,
+        namespace,
+        "nightly",
+        run(600),
+        concurrencyPolicy="Forbid",
+        startingDeadlineSeconds=10,
+    )
     first = wait_for(
         "the first run", lambda: next(iter(runs(api_client, namespace, "nightly")), None)
     )
@@ -370,6 +383,7 @@ def test_forbid_waits_for_a_frozen_runs_lease_then_claims_a_higher_token(
     )
     assert first_job
     local_pod_runner.resume(namespace, holder)
+    assert "MissSchedule" not in [r for r, _ in cron_events(api_client, namespace, "nightly")]
 
 
 def test_replace_fences_the_replaced_run_at_the_store_and_at_a_target(
@@ -381,7 +395,16 @@ def test_replace_fences_the_replaced_run_at_the_store_and_at_a_target(
     pod_runner: PodRunner | None,
     pg: str,
 ) -> None:
-    create_cron(api_client, namespace, "sync", run(600), concurrencyPolicy="Replace")
+    # The starting deadline is shorter than the replaced worker's lease window
+    # (issue 27, case 7): the run was due in time and must still start after it.
+    create_cron(
+        api_client,
+        namespace,
+        "sync",
+        run(600),
+        concurrencyPolicy="Replace",
+        startingDeadlineSeconds=10,
+    )
     first = wait_for("the first run", lambda: next(iter(runs(api_client, namespace, "sync")), None))
     holder, token, holder_uid = wait_for(
         "the first run's claim", lambda: held_run(store, namespace, first), 30
@@ -432,6 +455,7 @@ def test_replace_fences_the_replaced_run_at_the_store_and_at_a_target(
     # The new run waited out the replaced worker's lease window before it existed.
     reasons = [r for r, _ in cron_events(api_client, namespace, "sync")]
     assert "WaitingForEarlierHolder" in reasons, reasons
+    assert "MissSchedule" not in reasons, reasons
 
 
 def test_history_limits_keep_the_latest_finished_runs(
@@ -559,3 +583,114 @@ def test_allow_overlapping_runs_take_disjoint_token_ranges(
 
     retry_token = wait_for("the first run's retry", retried, 40)
     assert token < retry_token <= cap < token2
+
+
+def test_a_failed_run_with_retries_left_never_claims_again_once_a_later_run_is_due(
+    api_client: client.ApiClient,
+    namespace: str,
+    store: LeaseStore,
+    clock: Clock,
+    operator_ahead: OperatorProcess,
+    pod_runner: PodRunner | None,
+) -> None:
+    # Issue 27, case 1. Each run's worker fails at once; backoffLimit lets it
+    # retry 70 s later, after the next run is due. Forbid and Replace must
+    # close it at the store when the next run is due: its retry is refused.
+    retrying = {"backoffLimit": 2, "backoff": {"initialDelaySeconds": 70, "maxDelaySeconds": 70}}
+    fails = "leasehold run -- sh -c 'exit 3'"
+    for name, policy in (("fb", "Forbid"), ("rp", "Replace")):
+        create_cron(
+            api_client,
+            namespace,
+            name,
+            fails,
+            max_attempts=1,
+            job_spec=retrying,
+            concurrencyPolicy=policy,
+        )
+    first: dict[str, str] = {}
+    tokens: dict[str, int] = {}
+
+    def a_run(cron: str, but: str | None = None) -> str | None:
+        return next((r for r in runs(api_client, namespace, cron) if r != but), None)
+
+    for name in ("fb", "rp"):
+        first[name] = wait_for(f"{name}'s first run", partial(a_run, name))
+
+        def failed(run: str = first[name]) -> int | None:
+            done = store.get(namespace, run).record.completion
+            return done.fencing_token if done and done.outcome == Outcome.FAILED else None
+
+        tokens[name] = wait_for(f"{name}'s first run to fail", failed, 40)
+
+    def first_run_token(name: str) -> tuple[int, bool] | None:
+        try:
+            record = store.get(namespace, first[name]).record
+        except LeaseNotFoundError:
+            return None  # gone with its run: nothing left to claim
+        return record.fencing_token, record.holder_identity is not None
+
+    for name in ("fb", "rp"):
+        wait_for(f"{name}'s second run", partial(a_run, name, first[name]), 75)
+    # Past the failed runs' retry time (70 s after they failed): they never claimed again.
+    until = time.monotonic() + 35
+    while time.monotonic() < until:
+        for name in ("fb", "rp"):
+            seen = first_run_token(name)
+            assert seen is None or seen == (tokens[name], False), (name, seen, tokens[name])
+        time.sleep(0.5)
+    # Closed at the store: the ceiling is the token; nothing may raise it again.
+    forbid = store.get(namespace, first["fb"]).record
+    assert forbid.ceiling_fencing_token == forbid.max_fencing_token == tokens["fb"]
+    # Forbid: the failed run ends Failed without another attempt; Replace deleted it.
+    assert wait_for(
+        "fb's first run to end Failed",
+        lambda: (
+            (runs(api_client, namespace, "fb")[first["fb"]].get("status") or {}).get("phase")
+            == "Failed"
+        ),
+        30,
+    )
+    wait_for(
+        "rp's first run to be deleted",
+        lambda: first["rp"] not in runs(api_client, namespace, "rp"),
+        30,
+    )
+
+
+def test_an_evicted_run_retries_inside_its_range_below_the_next_run(
+    api_client: client.ApiClient,
+    namespace: str,
+    store: LeaseStore,
+    clock: Clock,
+    operator_ahead: OperatorProcess,
+    local_pod_runner: PodRunner,
+) -> None:
+    # Issue 27, case 2. Allow, a budget of one attempt: an eviction (which draws
+    # on no budget) raises the first run's cap after the second run's range was
+    # reserved. The first run's retry must still take a token below the second's.
+    create_cron(api_client, namespace, "ev", run(600), max_attempts=1)
+    first = wait_for("the first run", lambda: next(iter(runs(api_client, namespace, "ev")), None))
+    holder, token, _ = wait_for(
+        "the first run's claim", lambda: held_run(store, namespace, first), 30
+    )
+    second = wait_for(
+        "the second run",
+        lambda: next((n for n in runs(api_client, namespace, "ev") if n != first), None),
+        75,
+    )
+    _, token2, _ = wait_for(
+        "the second run's claim", lambda: held_run(store, namespace, second), 30
+    )
+    evict(api_client, namespace, holder)
+
+    def retried() -> int | None:
+        held = held_run(store, namespace, first)
+        return held[1] if held and held[1] > token else None
+
+    retry_token = wait_for("the evicted run's next attempt", retried, 40)
+    assert token < retry_token < token2, (token, retry_token, token2)
+    record = store.get(namespace, first).record
+    assert record.uncounted_attempts == 1
+    ceiling = record.ceiling_fencing_token
+    assert ceiling is not None and ceiling < token2

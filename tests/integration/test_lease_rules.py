@@ -44,6 +44,8 @@ def _rejection(call: Any) -> str:
 
 
 HELD_7 = {"holderIdentity": "pod-a", "fencingToken": 7}
+CLOSED_7 = {"fencingToken": 7, "maxFencingToken": 7, "ceilingFencingToken": 7}
+"""A schedule's run closed at token 7 (``LeaseStore.close``)."""
 
 
 @pytest.mark.parametrize(
@@ -148,6 +150,36 @@ HELD_7 = {"holderIdentity": "pod-a", "fencingToken": 7}
             "a completed lease is unheld",
             id="completion-left-held",
         ),
+        pytest.param(
+            CLOSED_7,
+            {"ceilingFencingToken": 9},
+            "spec.ceilingFencingToken can only be lowered, never raised or removed",
+            id="ceiling-raised",
+        ),
+        pytest.param(
+            CLOSED_7,
+            {"ceilingFencingToken": None},
+            "spec.ceilingFencingToken can only be lowered, never raised or removed",
+            id="ceiling-removed",
+        ),
+        pytest.param(
+            CLOSED_7,
+            {"uncountedAttempts": 1, "lastUncountedToken": 7, "maxFencingToken": 8},
+            "spec.maxFencingToken cannot pass spec.ceilingFencingToken",
+            id="excuse-of-a-closed-lease",
+        ),
+        pytest.param(
+            {**CLOSED_7, "jobUID": "aaaa-1"},
+            {"jobUID": "bbbb-2", "baseFencingToken": 7, "maxFencingToken": 10},
+            "spec.maxFencingToken cannot pass spec.ceilingFencingToken",
+            id="take-over-of-a-closed-lease",
+        ),
+        pytest.param(
+            {**CLOSED_7, "jobUID": "aaaa-1"},
+            {"jobUID": "bbbb-2", "baseFencingToken": 7, "ceilingFencingToken": 10},
+            "spec.ceilingFencingToken can only be lowered, never raised or removed",
+            id="take-over-raising-the-ceiling",
+        ),
     ],
 )
 def test_api_server_rejects_invariant_breaking_writes(
@@ -175,6 +207,16 @@ def test_api_server_rejects_invariant_breaking_writes(
         pytest.param(HELD_7, {"holderIdentity": None}, id="release"),
         pytest.param(
             {"fencingToken": 7}, {"holderIdentity": "pod-b", "fencingToken": 8}, id="claim"
+        ),
+        pytest.param(
+            {"fencingToken": 7, "maxFencingToken": 7, "ceilingFencingToken": 9},
+            {"uncountedAttempts": 1, "lastUncountedToken": 7, "maxFencingToken": 8},
+            id="excuse-below-the-ceiling",
+        ),
+        pytest.param(
+            {**HELD_7, "maxFencingToken": 9, "ceilingFencingToken": 12},
+            {"maxFencingToken": 7, "ceilingFencingToken": 7},
+            id="close",
         ),
         pytest.param(
             HELD_7,

@@ -178,6 +178,7 @@ def stored_from_body(body: dict[str, Any]) -> StoredLease:
         suspensions=int(spec.get("suspensions", 0)),
         uncounted_attempts=int(spec.get("uncountedAttempts", 0)),
         last_uncounted_token=_token(spec.get("lastUncountedToken")),
+        ceiling_fencing_token=_token(spec.get("ceilingFencingToken")),
     )
     return StoredLease(
         namespace=str(meta.get("namespace", "")),

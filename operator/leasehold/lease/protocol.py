@@ -18,10 +18,12 @@ release     holder AND token match                          unheld, token kept
 reclaim     no change observed for the duration + margin    unheld, token kept
 reopen      the completion is Failed (operator, to retry)   completion moved to last
                                                             failure, failures + 1
-excuse      unheld, token not excused yet (operator)        uncounted + 1, cap + 1
+excuse      unheld, token not excused yet, cap below the    uncounted + 1, cap + 1
+            ceiling (operator)
 suspend     not completed (operator: the job's suspend)     unheld, token kept, no claim
                                                             until resumed; if it was held,
-                                                            suspensions + 1, cap + 1
+                                                            suspensions + 1, cap + 1 (below
+                                                            the ceiling)
 ==========  ==============================================  =============================
 
 Every decision takes the lease ``record`` as read from the store and, where
@@ -110,6 +112,9 @@ class LeaseRecord:
         uncounted_attempts: attempts excused from every budget (a disruption,
             a failure a rule ignores); each raised the cap by one.
         last_uncounted_token: the token of the last one excused.
+        ceiling_fencing_token: no write may raise the cap past this (a
+            schedule's run: the top of its reserved range, lowered to the
+            token when the run is closed); ``None`` for no ceiling.
     """
 
     job_name: str
@@ -129,6 +134,7 @@ class LeaseRecord:
     suspensions: int = 0
     uncounted_attempts: int = 0
     last_uncounted_token: FencingToken | None = None
+    ceiling_fencing_token: FencingToken | None = None
 
     @property
     def held(self) -> bool:
@@ -419,7 +425,8 @@ def excuse(record: LeaseRecord) -> Decision:
     rule ignores: ``uncounted_attempts`` goes up by one and the cap by one, so
     one more claim is possible; once per token (``last_uncounted_token``).
     Denied with ``NOT_EXPIRED`` for a held lease, one without a cap, or a token
-    already excused; ``COMPLETED`` for a completed one.
+    already excused; ``COMPLETED`` for a completed one; ``EXHAUSTED`` when
+    the cap is at the ceiling (:func:`cap_may_rise`: the attempt counts).
     """
     if record.completion is not None:
         return Denied(Rejection.COMPLETED, record)
@@ -427,6 +434,8 @@ def excuse(record: LeaseRecord) -> Decision:
     last = record.last_uncounted_token
     if record.held or cap is None or (last is not None and last >= record.fencing_token):
         return Denied(Rejection.NOT_EXPIRED, record)
+    if not cap_may_rise(record):
+        return Denied(Rejection.EXHAUSTED, record)
     return Allowed(
         dataclasses.replace(
             record,
@@ -444,13 +453,15 @@ def suspend(record: LeaseRecord) -> Decision:
     writes are then refused, and its token never comes back); a held lease
     counts one suspension and its cap rises by one, so the attempt it ended
     uses no budget, and its token becomes ``last_uncounted_token`` (so no
-    :func:`excuse` raises the cap for the same attempt a second time). Denied
+    :func:`excuse` raises the cap for the same attempt a second time). A cap
+    at the ceiling stays (:func:`cap_may_rise`): that attempt counts. Denied
     with ``COMPLETED``: a completion that landed first stands.
     """
     if record.completion is not None:
         return Denied(Rejection.COMPLETED, record)
     held = record.held
     cap = record.max_fencing_token
+    rises = held and cap is not None and cap_may_rise(record)
     return Allowed(
         dataclasses.replace(
             record,
@@ -458,13 +469,49 @@ def suspend(record: LeaseRecord) -> Decision:
             holder_uid=None,
             suspended=True,
             suspensions=record.suspensions + (1 if held else 0),
-            max_fencing_token=(
-                FencingToken(cap + 1) if held and cap is not None else record.max_fencing_token
-            ),
+            max_fencing_token=FencingToken(cap + 1) if rises and cap is not None else cap,
             # The ended attempt is now uncounted: no excuse may raise the cap for it again.
             last_uncounted_token=record.fencing_token if held else record.last_uncounted_token,
         )
     )
+
+
+def cap_may_rise(record: LeaseRecord) -> bool:
+    """Whether an excuse or a suspension may raise the lease's cap by one.
+
+    Only a capped lease has a budget to spare, and never past its ceiling
+    (``spec.ceilingFencingToken``: the CRD refuses it), so a schedule's
+    closed run can never claim again and a run's tokens stay in its range.
+
+    Args:
+        record: the lease.
+
+    Returns:
+        ``True`` if ``max_fencing_token + 1`` is allowed.
+    """
+    cap = record.max_fencing_token
+    if cap is None:
+        return False
+    ceiling = record.ceiling_fencing_token
+    return ceiling is None or cap < ceiling
+
+
+def lease_is_closed(record: LeaseRecord) -> bool:
+    """Whether the store refuses every claim on the lease for ever: its ceiling is at its token.
+
+    Unlike a cap at the token (which an excuse, a suspension or a new
+    incarnation may raise), a ceiling never rises: the CRD refuses it. A
+    schedule's ``Forbid`` or ``Replace`` closes an earlier run so (the holder,
+    if any, may still finish its attempt under its token).
+
+    Args:
+        record: the lease.
+
+    Returns:
+        ``True`` if no claim can ever take it again, whoever writes.
+    """
+    ceiling = record.ceiling_fencing_token
+    return ceiling is not None and ceiling <= record.fencing_token
 
 
 MonotonicClock = Callable[[], float]

@@ -210,6 +210,7 @@ def due(
     last_schedule_time: datetime | None,
     created: datetime,
     starting_deadline_seconds: int | None = None,
+    waiting_time: datetime | None = None,
 ) -> Due:
     """Decide which schedule time, if any, is due at ``now`` (CronJob's rules).
 
@@ -217,7 +218,10 @@ def due(
     ``now - starting_deadline_seconds`` when that is later; the most recent
     schedule time in ``(start, now]`` is due, unless it is more than
     ``starting_deadline_seconds`` old. Older missed times are never started:
-    one run catches up for all of them.
+    one run catches up for all of them. A schedule time whose run was due in
+    time and waits for an earlier run (``waiting_time``: leasehold's
+    ``Forbid`` and ``Replace`` wait where CronJob's skip or delete) is not
+    judged against the deadline again while it is still the most recent.
 
     Args:
         schedule: the parsed schedule.
@@ -226,6 +230,8 @@ def due(
             started for.
         created: the cron job's ``metadata.creationTimestamp``.
         starting_deadline_seconds: ``spec.startingDeadlineSeconds``, or ``None``.
+        waiting_time: ``status.waitingScheduleTime``: the schedule time whose
+            run waits for an earlier one, or ``None``.
 
     Returns:
         The decision.
@@ -235,8 +241,10 @@ def due(
     latest = schedule.latest_at_or_before(now)
     if latest is None or latest <= base:
         return Due(None, 0, False, None, next_time)
-    if starting_deadline_seconds is not None and (
-        now - latest > timedelta(seconds=starting_deadline_seconds)
+    if (
+        starting_deadline_seconds is not None
+        and latest != waiting_time
+        and now - latest > timedelta(seconds=starting_deadline_seconds)
     ):
         return Due(None, 0, False, latest, next_time)
     start = base

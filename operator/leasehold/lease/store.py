@@ -217,6 +217,7 @@ class LeaseStore(LeaseWriter):
         job_name: str,
         lease_duration_seconds: int,
         max_fencing_token: int | None = None,
+        ceiling_fencing_token: int | None = None,
         initial_fencing_token: int = 0,
         owner_references: list[dict[str, Any]] | None = None,
         labels: dict[str, str] | None = None,
@@ -230,6 +231,8 @@ class LeaseStore(LeaseWriter):
         """Create an unheld lease of the LeasedJob ``job_name``.
 
         ``max_fencing_token`` is the attempt limit (no claim past it);
+        ``ceiling_fencing_token`` the limit no write may raise it past (a
+        schedule's run: the top of its reserved range);
         ``initial_fencing_token`` is above 0 only when a lost lease is recreated, so
         tokens never go back (it is the incarnation's base token too). The
         operator sets no ``owner_references``: the lease is the name's fencing
@@ -258,6 +261,7 @@ class LeaseStore(LeaseWriter):
                 mode=mode,
                 lease_duration_seconds=lease_duration_seconds,
                 max_fencing_token=max_fencing_token,
+                ceiling_fencing_token=ceiling_fencing_token,
                 fencing_token=initial_fencing_token,
                 startup_deadline_seconds=startup_deadline_seconds,
                 base_fencing_token=initial_fencing_token,
@@ -353,27 +357,43 @@ class LeaseStore(LeaseWriter):
             ops += [{"op": "remove", "path": "/spec/holderIdentity"}, UNBIND]
         return self._conditional(judged, ops, "stop")
 
-    def close(self, judged: StoredLease) -> Result:
-        """No claim past the current token, the holder kept: its attempt may still finish.
+    def close(self, judged: StoredLease, *, release: bool = False) -> Result:
+        """Close a lease for good: no claim past its current token, ever.
 
-        A LeasedCronJob's ``Forbid`` closes an earlier run's lease before a new
-        run may start (docs/schedules.md): the holder can
-        renew, complete or release under its token, but once the lease is
-        unheld it can never be held again, so "unheld" is final. Conditioned
-        on ``judged.resource_version``.
+        A LeasedCronJob closes an earlier run's lease before a new run may
+        start (docs/schedules.md): one conditional write lowers both
+        ``spec.maxFencingToken`` and ``spec.ceilingFencingToken`` to the
+        current token. The ceiling never rises again (the CRD refuses it),
+        so neither an excuse, a suspension, a reopen nor a take-over can make
+        the lease claimable: whatever the run's own reconciles do next, the
+        store refuses its claims. ``Forbid`` keeps the holder (``release``
+        false): its attempt may finish (renew, complete, release under its
+        token), and once the lease is unheld it is over. ``Replace`` releases
+        it in the same write: the holder's next write is refused. A recorded
+        completion is kept either way (a Failed one may still be reopened,
+        but never claimed again). Conditioned on ``judged.resource_version``.
+
+        Args:
+            judged: the lease as read.
+            release: also take the lease from its holder (``Replace``).
 
         Returns:
             :class:`Accepted`, or :class:`Rejected` with ``NOT_EXPIRED`` (it
-            changed since: re-read and decide again).
+            changed since: re-read and decide again) or ``COMPLETED`` (it
+            changed since, and has a completion now).
         """
+        token = judged.record.fencing_token
         ops: list[dict[str, Any]] = [
             {
                 "op": "replace",
                 "path": "/metadata/resourceVersion",
                 "value": judged.resource_version,
             },
-            {"op": "add", "path": "/spec/maxFencingToken", "value": judged.record.fencing_token},
+            {"op": "add", "path": "/spec/maxFencingToken", "value": token},
+            {"op": "add", "path": "/spec/ceilingFencingToken", "value": token},
         ]
+        if release and judged.record.holder_identity is not None:
+            ops += [{"op": "remove", "path": "/spec/holderIdentity"}, UNBIND]
         return self._conditional(judged, ops, "close")
 
     def reopen(self, judged: StoredLease, *, counted: bool = True) -> Result:
@@ -529,7 +549,9 @@ class LeaseStore(LeaseWriter):
         The lease is the fencing domain of its namespace/name: a LeasedJob deleted
         and created again under the same name gets the same lease, with the old
         incarnation's holder removed, its completion and failures dropped, ``baseFencingToken``
-        set to the current token and the cap to ``token + max_attempts``. Its
+        set to the current token and the cap to ``token + max_attempts`` (never
+        past ``spec.ceilingFencingToken``, which a take-over cannot raise: a
+        schedule's run closed before its LeasedJob took it over stays closed). Its
         first claim takes the next token, so tokens (and with them pod names and
         idempotency keys) never repeat and never go down. Its timing
         (``lease_duration_seconds``, ``startup_deadline_seconds``: ``None`` in
@@ -544,6 +566,10 @@ class LeaseStore(LeaseWriter):
             lease changed since it was judged: re-read and decide again).
         """
         token = judged.record.fencing_token
+        cap = token + max_attempts
+        ceiling = judged.record.ceiling_fencing_token
+        if ceiling is not None:
+            cap = min(cap, ceiling)
         ops: list[dict[str, Any]] = [
             {
                 "op": "replace",
@@ -553,7 +579,7 @@ class LeaseStore(LeaseWriter):
             {"op": "add", "path": "/spec/jobUID", "value": job_uid},
             {"op": "add", "path": "/spec/mode", "value": str(mode)},
             {"op": "add", "path": "/spec/baseFencingToken", "value": token},
-            {"op": "add", "path": "/spec/maxFencingToken", "value": token + max_attempts},
+            {"op": "add", "path": "/spec/maxFencingToken", "value": cap},
             {"op": "add", "path": "/spec/leaseDurationSeconds", "value": lease_duration_seconds},
             {
                 "op": "add",

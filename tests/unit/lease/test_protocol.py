@@ -32,6 +32,7 @@ from leasehold.lease.protocol import (
     complete,
     excuse,
     hold_may_outlive,
+    lease_is_closed,
     reclaim,
     release,
     renew,
@@ -385,6 +386,25 @@ def test_excuse_raises_the_cap_once_per_token_and_only_unheld(start: int, extra:
     ignored = accepted(reopen(done, counted=False))
     assert (ignored.completion, ignored.failures, ignored.uncounted_attempts) == (None, 0, 1)
     assert ignored.last_failure == done.completion
+
+
+@given(start=st.integers(0, 50), room=st.integers(0, 3))
+def test_no_excuse_or_suspension_raises_the_cap_past_the_ceiling(start: int, room: int) -> None:
+    # A schedule's run: its cap may rise by `room` (its reserved range), never past it.
+    lease = dataclasses.replace(
+        fresh(start, limit=start + 1), ceiling_fencing_token=FencingToken(start + 1 + room)
+    )
+    for _ in range(room):
+        held = accepted(claim(lease, A, T0))
+        lease = accepted(excuse(accepted(release(held, A, held.fencing_token))))
+    held = accepted(claim(lease, A, T0))
+    ended = accepted(release(held, A, held.fencing_token))
+    assert ended.max_fencing_token == ended.ceiling_fencing_token == ended.fencing_token
+    refused(excuse(ended), ended, Rejection.EXHAUSTED)  # the attempt counts
+    suspended = accepted(suspend(held))
+    assert suspended.max_fencing_token == held.max_fencing_token  # no raise past the ceiling
+    refused(claim(ended, B, T0), ended, Rejection.EXHAUSTED)
+    assert lease_is_closed(ended) and not lease_is_closed(lease)
 
 
 def test_a_pod_never_binds_a_lease_by_its_own_writes() -> None:

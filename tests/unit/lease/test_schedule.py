@@ -131,6 +131,32 @@ def test_a_starting_deadline_skips_a_time_too_old_to_start() -> None:
     assert late.next_time == utc(2026, 1, 1, 12, 0)
 
 
+def test_a_time_that_waits_for_an_earlier_run_is_not_skipped_by_the_deadline() -> None:
+    # Issue 27, case 7: due in time, then waiting (Forbid, Replace) past the deadline.
+    last = utc(2026, 1, 1, 10, 0)
+    hourly = parse("@hourly")
+    waiting = due(
+        hourly,
+        now=utc(2026, 1, 1, 11, 1, 1),
+        last_schedule_time=last,
+        created=CREATED,
+        starting_deadline_seconds=60,
+        waiting_time=utc(2026, 1, 1, 11, 0),
+    )
+    assert (waiting.scheduled_time, waiting.missed_deadline) == (utc(2026, 1, 1, 11, 0), None)
+    # A later time is due: the waiting one is not the latest any more; the deadline applies.
+    superseded = due(
+        hourly,
+        now=utc(2026, 1, 1, 12, 1, 1),
+        last_schedule_time=last,
+        created=CREATED,
+        starting_deadline_seconds=60,
+        waiting_time=utc(2026, 1, 1, 11, 0),
+    )
+    assert superseded.scheduled_time is None
+    assert superseded.missed_deadline == utc(2026, 1, 1, 12, 0)
+
+
 def test_a_starting_deadline_bounds_the_missed_count() -> None:
     # Hours of missed minutes, only the four within the deadline (12:57..13:00) count: no report.
     d = due(

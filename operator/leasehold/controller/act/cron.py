@@ -29,7 +29,6 @@ from leasehold.controller.plan import cron as plan
 from leasehold.controller.plan.single import JobEvent
 from leasehold.lease.api import ConcurrencyPolicy, LeasedCronJob, LeasedCronJobStatus
 from leasehold.lease.errors import TransientStoreError, WriteRefusedError, status_error
-from leasehold.lease.protocol import lease_is_final
 from leasehold.lease.store import Accepted, LeaseStore, StoredLease
 
 log = logging.getLogger(__name__)
@@ -149,43 +148,56 @@ class CronActor:
     # -- the concurrency policy, at the leases ---------------------------------------
 
     def _close_earlier(self, earlier: list[StoredLease]) -> list[StoredLease]:
-        """Forbid: no earlier run may claim again; return the leases not final, as closed."""
+        """Forbid: close every earlier run that is not over; return those, as closed.
+
+        A closed lease's holder may finish its attempt, but the store refuses
+        every later claim (:meth:`LeaseStore.close`), whatever the run's own
+        reconciles do: a Failed run with retries left, an excuse, a suspension
+        or a take-over cannot bring it back (:func:`plan.run_is_over`).
+        """
         live: list[StoredLease] = []
         for lease in earlier:
-            if lease_is_final(lease.record):
+            if plan.run_is_over(lease.record):
+                if lease.record.holder_identity is not None:
+                    live.append(lease)
                 continue
-            if plan.closable(lease.record):
-                result = self._store.close(lease)
-                if not isinstance(result, Accepted):
-                    raise TransientStoreError(f"close lease {lease.name}: it moved, retrying")
-                lease = result.lease
-            live.append(lease)
+            result = self._store.close(lease)
+            if not isinstance(result, Accepted):
+                raise TransientStoreError(f"close lease {lease.name}: it moved, retrying")
+            log.info(
+                "closed %s/%s at fencing token %s: a later run is due (Forbid)",
+                lease.namespace,
+                lease.name,
+                lease.record.fencing_token,
+            )
+            live.append(result.lease)
         return live
 
     def _replace_earlier(
         self, body: Body, earlier: list[StoredLease], runs: list[Body]
     ) -> list[StoredLease]:
-        """Replace: take every earlier run's lease back now, then delete its LeasedJob.
+        """Replace: close and take back every earlier run that is not over, then delete it.
 
-        Only runs whose lease this call stopped are deleted: a run that completed
-        first keeps its LeasedJob (its status may not say so yet).
+        One write per lease (:meth:`LeaseStore.close` with ``release``): the
+        holder's next write is refused and no claim can take the lease again.
+        Only runs whose lease this call closed are deleted: a run that
+        succeeded first keeps its LeasedJob (its status may not say so yet).
 
         Returns:
-            The earlier runs' leases as they are now (stopped, or as they were).
+            The earlier runs' leases as they are now (closed, or as they were).
         """
         stopped: set[str] = set()
         current: list[StoredLease] = []
         for lease in earlier:
-            if lease_is_final(lease.record):
+            if plan.run_is_over(lease.record) and lease.record.holder_identity is None:
                 current.append(lease)
                 continue
-            result = self._store.stop(lease)
+            result = self._store.close(lease, release=True)
+            if not isinstance(result, Accepted):
+                raise TransientStoreError(f"close lease {lease.name}: it moved, retrying")
             current.append(result.lease)
-            if not isinstance(result, Accepted) and result.lease.record.completion is None:
-                raise TransientStoreError(f"stop lease {lease.name}: it moved, retrying")
-            if isinstance(result, Accepted):
-                stopped.add(lease.name)
-                self._record(body, [plan.replaced_event(lease.name, lease.record.fencing_token)])
+            stopped.add(lease.name)
+            self._record(body, [plan.replaced_event(lease.name, lease.record.fencing_token)])
         for run in runs:
             meta = run["metadata"]
             if meta["name"] in stopped:
@@ -219,10 +231,14 @@ class CronActor:
                 start.run,
                 job_name=start.run,
                 lease_duration_seconds=start.lease_duration_seconds,
-                # Closed until the run's LeasedJob takes it over (LeaseStore.rearm):
-                # no pool can claim it before, and the take-over raises the cap
-                # to base + maxAttempts + backoffLimit, the range reserved.
+                # Capped at its base until the run's LeasedJob takes it over
+                # (LeaseStore.rearm): no pool can claim it before, and the
+                # take-over raises the cap to base + maxAttempts + backoffLimit.
+                # The ceiling, the range's top, bounds every later raise (an
+                # excuse, a suspension); a Forbid or Replace lowers it to close
+                # the run for good, taken over or not.
                 max_fencing_token=start.base,
+                ceiling_fencing_token=start.reserved,
                 initial_fencing_token=start.base,
                 labels=start.labels,
                 mode=start.mode,

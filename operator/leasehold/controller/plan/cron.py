@@ -32,12 +32,13 @@ from leasehold.controller.plan.single import JobEvent
 from leasehold.lease import api, schedule
 from leasehold.lease.api import (
     MAX_CRON_NAME_LENGTH,
+    RUN_UNCOUNTED_ROOM,
     ConcurrencyPolicy,
     LeasedCronJob,
     LeasedCronJobStatus,
     RunReference,
 )
-from leasehold.lease.protocol import LeaseRecord, lease_is_final
+from leasehold.lease.protocol import LeaseRecord, Outcome, lease_is_closed, lease_is_final
 
 WAIT_POLL_SECONDS: Final = 5.0
 """While ``Forbid`` waits for an earlier run's lease, look again this often (the
@@ -67,17 +68,26 @@ L = TypeVar("L", bound=RunLease)
 # -- the leases and the history -------------------------------------------------
 
 
-def closable(record: LeaseRecord) -> bool:
-    """``Forbid``: whether a (not final) run's lease still needs a ``close`` (its cap is open).
+def run_is_over(record: LeaseRecord) -> bool:
+    """``Forbid``/``Replace``: whether an earlier run's lease needs no close: no claim can take it.
+
+    Only what the store enforces counts: a Succeeded completion (the CRD
+    refuses to reopen it) or a lease closed (its ceiling at its token, which
+    nothing may raise). A Failed completion with retries left is not over (a
+    reopen and a claim would follow), nor is a lease stopped at its cap
+    alone (an excuse, a suspension or a take-over may raise a cap), nor a
+    lease its run has not taken over yet.
 
     Args:
-        record: the lease.
+        record: the earlier run's lease.
 
     Returns:
-        ``True`` while another claim could still raise its token.
+        ``True`` if it is over for good (a ``Forbid`` still waits while it is held).
     """
-    cap = record.max_fencing_token
-    return cap is None or cap > record.fencing_token
+    done = record.completion
+    if done is not None and done.outcome == Outcome.SUCCEEDED:
+        return True
+    return lease_is_closed(record)
 
 
 def reserved_floor(records: Sequence[LeaseRecord]) -> int:
@@ -87,10 +97,13 @@ def reserved_floor(records: Sequence[LeaseRecord]) -> int:
         records: every run's lease (they outlive their runs: the domain finalizer).
 
     Returns:
-        The largest cap or token, ``0`` with no leases.
+        The largest ceiling, cap or token, ``0`` with no leases.
     """
     return max(
-        (max(r.fencing_token, r.max_fencing_token or 0) for r in records),
+        (
+            max(r.fencing_token, r.max_fencing_token or 0, r.ceiling_fencing_token or 0)
+            for r in records
+        ),
         default=0,
     )
 
@@ -310,6 +323,7 @@ def decide(
         last_schedule_time=status.last_schedule_time,
         created=_time(cron.metadata["creationTimestamp"]),
         starting_deadline_seconds=cron.spec.starting_deadline_seconds,
+        waiting_time=status.waiting_schedule_time,
     )
     until_next = (d.next_time - now).total_seconds() if d.next_time else None
     events, reported = _schedule_events(cron, d, reported)
@@ -435,6 +449,7 @@ def forbid_wait(plan: CronPlan, live: Sequence[RunLease], now: datetime) -> Wait
         + " is still held; it starts once released, reclaimed or completed."
     )
     status = _condition(plan.status, "Waiting", "True", "EarlierRunHoldsLease", message, now)
+    status.waiting_schedule_time = plan.scheduled_time
     reported, events = plan.reported, []
     if reported.waiting != plan.scheduled_time:
         reported = replace(reported, waiting=plan.scheduled_time)
@@ -465,6 +480,7 @@ def replace_wait(plan: CronPlan, wait: float, now: datetime) -> Wait | None:
         " worker may still run until its lease window ends."
     )
     status = _condition(plan.status, "Waiting", "True", "ReplacedRunMayStillRun", message, now)
+    status.waiting_schedule_time = plan.scheduled_time
     until_next = plan.requeue_after_seconds
     return Wait(status, plan.reported, [], min(wait, until_next or wait))
 
@@ -479,9 +495,12 @@ class Start:
     Attributes:
         run: the run's name (its LeasedJob's and its JobLease's).
         scheduled_time: the schedule time it is for.
-        base: its lease is created closed at this token; its tokens are above it.
-        reserved: the range's top (``status.reservedFencingToken``):
-            ``base + maxAttempts + backoffLimit``.
+        base: its lease is created at this token, its cap there until its
+            LeasedJob takes it over; its tokens are above it.
+        budget: ``maxAttempts + backoffLimit`` (the template's): the take-over's cap
+            is ``base + budget``.
+        reserved: the range's top (``status.reservedFencingToken``, its lease's
+            ``spec.ceilingFencingToken``): ``base + budget + RUN_UNCOUNTED_ROOM``.
         lease_duration_seconds: its lease's duration.
         mode: its lease's mode (push with a pod template, else pull).
         labels: its lease's labels.
@@ -491,6 +510,7 @@ class Start:
     run: str
     scheduled_time: datetime
     base: int
+    budget: int
     reserved: int
     lease_duration_seconds: int
     mode: api.LeaseMode
@@ -537,7 +557,8 @@ def plan_start(
     status = _not_waiting(plan.status, now)
     spec = cron.spec.job_template.spec
     base = max(status.reserved_fencing_token or 0, reserved_floor(records))
-    reserved = base + spec.max_attempts + spec.backoff_limit
+    budget = spec.max_attempts + spec.backoff_limit
+    reserved = base + budget + RUN_UNCOUNTED_ROOM
     status.reserved_fencing_token = reserved
     status.last_schedule_time = plan.scheduled_time
     status.active = [
@@ -548,6 +569,7 @@ def plan_start(
         run=plan.run,
         scheduled_time=plan.scheduled_time,
         base=base,
+        budget=budget,
         reserved=reserved,
         lease_duration_seconds=spec.lease_duration_seconds,
         mode=api.LeaseMode.PUSH if spec.template is not None else api.LeaseMode.PULL,
@@ -635,9 +657,11 @@ def status_patch(body: Body, status: LeasedCronJobStatus) -> Body | None:
 
 
 def _not_waiting(status: LeasedCronJobStatus, now: datetime) -> LeasedCronJobStatus:
+    """A copy of ``status`` with no run waiting (``Waiting=False``, no waiting schedule time)."""
+    out = status.model_copy(deep=True, update={"waiting_schedule_time": None})
     if any(c.type == "Waiting" and c.status == "True" for c in status.conditions or []):
-        return _condition(status, "Waiting", "False", "NotWaiting", "No run waits.", now)
-    return status.model_copy(deep=True)
+        return _condition(out, "Waiting", "False", "NotWaiting", "No run waits.", now)
+    return out
 
 
 def _condition(

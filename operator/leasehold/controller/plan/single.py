@@ -22,7 +22,7 @@ from leasehold.controller.plan import failure_policy, retention, suspension
 from leasehold.controller.plan.conditions import set_condition
 from leasehold.controller.plan.failure_policy import POD_FAILURE_POLICY, PodFacts, Verdict
 from leasehold.controller.plan.pod import lease_name, pod_name
-from leasehold.lease import api
+from leasehold.lease import api, protocol
 from leasehold.lease.api import (
     AttemptReason,
     AttemptRecord,
@@ -659,6 +659,9 @@ def _observe(
         verdict is not None
         and verdict.action == FailureAction.IGNORE
         and lease.uncounted_attempts < api.MAX_UNCOUNTED_ATTEMPTS
+        # A cap at the lease's ceiling (a schedule's run used its room, or
+        # was closed) cannot rise: the attempt counts.
+        and protocol.cap_may_rise(lease)
     )
     failed_now = lease.completion is not None and lease.completion.outcome == Outcome.FAILED
     failed_now = failed_now and not excusable

@@ -55,6 +55,7 @@ from leasehold.lease.api.joblease import (
 from leasehold.lease.api.leasedcronjob import (
     MAX_CRON_NAME_LENGTH,
     MAX_HISTORY_LIMIT,
+    RUN_UNCOUNTED_ROOM,
     ConcurrencyPolicy,
     LeasedCronJob,
     LeasedCronJobSpec,
@@ -120,6 +121,7 @@ __all__ = [
     "MAX_TTL_SECONDS_AFTER_FINISHED",
     "MAX_UNCOUNTED_ATTEMPTS",
     "REARM",
+    "RUN_UNCOUNTED_ROOM",
     "UID_PATTERN",
     "ApiModel",
     "AttemptReason",

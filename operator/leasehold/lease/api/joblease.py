@@ -142,6 +142,15 @@ _LEASE_RULES: Final[list[dict[str, str]]] = [
         "reason": "FieldValueForbidden",
     },
     {
+        "rule": "!has(oldSelf.ceilingFencingToken) || (has(self.ceilingFencingToken)"
+        " && self.ceilingFencingToken <= oldSelf.ceilingFencingToken)",
+        "message": "spec.ceilingFencingToken can only be lowered, never raised or removed"
+        " (not even by a new incarnation): the tokens of a schedule's run stay inside the"
+        " range reserved for it, and a closed run can never claim again",
+        "fieldPath": ".ceilingFencingToken",
+        "reason": "FieldValueForbidden",
+    },
+    {
         "rule": "self.fencingToken == oldSelf.fencingToken"
         " || self.fencingToken == oldSelf.fencingToken + 1",
         "message": "spec.fencingToken may only stay the same or go up by exactly one (a claim)",
@@ -280,6 +289,15 @@ _LEASE_CREATE_RULES: Final[list[dict[str, str]]] = [
         "reason": "FieldValueForbidden",
     },
     {
+        "rule": "!has(self.ceilingFencingToken) || (has(self.maxFencingToken)"
+        " && self.maxFencingToken <= self.ceilingFencingToken)",
+        "message": "spec.maxFencingToken cannot pass spec.ceilingFencingToken (and must be"
+        " set under one): no excuse, suspension or new incarnation raises the attempt"
+        " limit past the ceiling",
+        "fieldPath": ".maxFencingToken",
+        "reason": "FieldValueForbidden",
+    },
+    {
         "rule": "self.baseFencingToken <= self.fencingToken",
         "message": "spec.baseFencingToken cannot exceed spec.fencingToken",
         "fieldPath": ".baseFencingToken",
@@ -377,6 +395,16 @@ class JobLeaseSpec(ApiModel):
         ge=0,
         description="No claim may take spec.fencingToken past this: the job's attempt limit."
         " The operator lowers it to the current token to stop a job (deadline, failure).",
+    )
+    ceiling_fencing_token: int | None = Field(
+        default=None,
+        ge=0,
+        description="No write may take spec.maxFencingToken (and so any claim) past this;"
+        " it may only be lowered, never raised or removed, not even by a new incarnation."
+        " A LeasedCronJob sets it on each run's lease to the top of the token range"
+        " reserved for the run, and lowers it to the current token to close a run for"
+        " good (concurrencyPolicy Forbid or Replace): excuses and suspensions raise the"
+        " cap only below it.",
     )
     failures: int = Field(
         default=0,

@@ -33,6 +33,12 @@ MAX_CRON_NAME_LENGTH: Final = 52
 """As CronJob's: a run's name adds ``-`` and up to ten digits (``<cron>-<unix minutes>``)
 and must stay a valid label value (63 characters)."""
 
+RUN_UNCOUNTED_ROOM: Final = 10
+"""Tokens each run reserves beyond its budget (``maxAttempts + backoffLimit``) for
+attempts that draw on no budget (evictions, failures a rule ignores, suspensions):
+its lease's ``spec.ceilingFencingToken`` is ``base + budget + RUN_UNCOUNTED_ROOM``.
+Past that, such an attempt counts like any other (docs/schedules.md)."""
+
 _SCHEDULE_SHAPE: Final = (
     r"^\\s*(@(" + "|".join(m[1:] for m in MACROS) + r")|\\S+(\\s+\\S+){4})\\s*$"
 )
@@ -192,11 +198,19 @@ class LeasedCronJobStatus(ApiModel):
     last_successful_time: datetime | None = Field(
         default=None, description="When the last run that succeeded completed."
     )
+    waiting_schedule_time: datetime | None = Field(
+        default=None,
+        description="The schedule time whose run was due in time and waits for an earlier"
+        " run (concurrencyPolicy Forbid: its lease is still held; Replace: the replaced"
+        " worker's lease window): spec.startingDeadlineSeconds does not skip it while it"
+        " waits. Cleared when its run starts or a later schedule time is due.",
+    )
     reserved_fencing_token: int | None = Field(
         default=None,
         ge=0,
         description="The fencing domain: every run takes its tokens above this (and raises"
-        " it by its attempt cap), so each run's tokens are above every earlier run's.",
+        " it by its attempt budget plus room for uncounted attempts, its lease's"
+        " spec.ceilingFencingToken), so each run's tokens are above every earlier run's.",
     )
 
 

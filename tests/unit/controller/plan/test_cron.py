@@ -22,7 +22,13 @@ from leasehold.lease.protocol import (
 
 
 def record(
-    token: int, cap: int | None, holder: str | None = None, done: bool = False
+    token: int,
+    cap: int | None,
+    holder: str | None = None,
+    done: bool = False,
+    *,
+    ceiling: int | None = None,
+    outcome: Outcome = Outcome.SUCCEEDED,
 ) -> LeaseRecord:
     return LeaseRecord(
         job_name="run",
@@ -30,8 +36,9 @@ def record(
         fencing_token=FencingToken(token),
         lease_duration_seconds=30,
         max_fencing_token=None if cap is None else FencingToken(cap),
+        ceiling_fencing_token=None if ceiling is None else FencingToken(ceiling),
         completion=Completion(
-            FencingToken(token), HolderIdentity("run-1"), Outcome.SUCCEEDED, datetime.now(UTC)
+            FencingToken(token), HolderIdentity("run-1"), outcome, datetime.now(UTC)
         )
         if done
         else None,
@@ -252,10 +259,43 @@ def test_forbid_polls_no_later_than_the_next_schedule_time() -> None:
     assert wait is not None and wait.requeue_after_seconds == 2.0
 
 
-def test_forbid_closes_only_leases_that_could_still_claim() -> None:
-    assert plan.closable(record(3, 6, holder="pod-3"))
-    assert plan.closable(record(3, None))
-    assert not plan.closable(record(3, 3, holder="pod-3"))  # closed already, still held
+def test_a_run_is_over_only_when_the_store_refuses_its_claims_for_good() -> None:
+    assert plan.run_is_over(record(3, 6, done=True))  # Succeeded: the CRD refuses a reopen
+    assert plan.run_is_over(record(3, 3, holder="pod-3", ceiling=3))  # closed, still held
+    assert plan.run_is_over(record(3, 3, ceiling=3))
+    # Not over: whatever the store would still let claim again.
+    assert not plan.run_is_over(record(3, 6, holder="pod-3", ceiling=16))
+    assert not plan.run_is_over(record(3, None))
+    # Failed with retries left: a reopen and a claim would follow (issue 27, case 1).
+    assert not plan.run_is_over(record(3, 6, done=True, outcome=Outcome.FAILED, ceiling=16))
+    # Stopped at its cap, not closed: an excuse or a suspension may raise the cap.
+    assert not plan.run_is_over(record(3, 3, ceiling=16))
+    # Not taken over yet (capped at its base): the take-over raises the cap.
+    assert not plan.run_is_over(record(9, 9, ceiling=19))
+
+
+def test_a_waiting_run_keeps_its_schedule_time_past_the_starting_deadline() -> None:
+    # Issue 27, case 7: the earlier run is closed or stopped, then the wait
+    # outlasts startingDeadlineSeconds; the waiting run must still start.
+    for policy in ("Forbid", "Replace"):
+        body = cron_body(concurrencyPolicy=policy, startingDeadlineSeconds=10)
+        due = decide(body, T10 + timedelta(seconds=5))
+        assert due.run is not None
+        if policy == "Forbid":
+            wait = plan.forbid_wait(due, [Lease("nightly-1", record(4, 4, holder="p"))], T10)
+        else:
+            wait = plan.replace_wait(due, 25.0, T10)
+        assert wait is not None and wait.status.waiting_schedule_time == T10
+        status = wait.status.model_dump(mode="json", by_alias=True, exclude_none=True)
+        later = decide(
+            cron_body(concurrencyPolicy=policy, startingDeadlineSeconds=10, status=status),
+            T10 + timedelta(seconds=30),
+        )
+        assert (later.run, later.scheduled_time) == (due.run, T10), policy
+        start = plan.plan_start(later, parsed(body).cron, [], T10 + timedelta(seconds=30))
+        assert start.status.waiting_schedule_time is None
+        # Without the waiting time, the same moment is past the deadline: skipped.
+        assert decide(body, T10 + timedelta(seconds=30)).run is None
 
 
 def test_replace_waits_for_the_replaced_workers_window_without_an_event() -> None:
@@ -277,9 +317,13 @@ def test_a_run_starts_above_every_reservation_and_every_lease() -> None:
     due = decide(body, T10 + timedelta(minutes=1))
     p = parsed(body)
     start = plan.plan_start(due, p.cron, [record(2, 4), record(9, 9)], T10)
-    assert (start.base, start.reserved) == (9, 9 + 3 + 2)  # maxAttempts + backoffLimit
+    # maxAttempts + backoffLimit, then room for attempts that draw on no budget
+    assert (start.base, start.budget) == (9, 3 + 2)
+    assert start.reserved == 9 + 5 + api.RUN_UNCOUNTED_ROOM
     assert plan.plan_start(due, p.cron, [record(2, 4)], T10).base == 7
-    assert start.status.reserved_fencing_token == 14
+    # An earlier run's ceiling counts even where its cap and token are below it.
+    assert plan.plan_start(due, p.cron, [record(2, 4, ceiling=30)], T10).base == 30
+    assert start.status.reserved_fencing_token == start.reserved
     assert start.status.last_schedule_time == T10
     assert [r.name for r in start.status.active or []] == [due.run]
     assert condition(start.status, "Waiting") == ("False", "NotWaiting")
@@ -287,7 +331,7 @@ def test_a_run_starts_above_every_reservation_and_every_lease() -> None:
     assert start.labels == {names.LABEL_JOB: due.run, names.LABEL_CRON_JOB: "nightly"}
     assert plan.reserve_patch(body, start) == {
         "metadata": {"resourceVersion": "100"},
-        "status": {"reservedFencingToken": 14},
+        "status": {"reservedFencingToken": start.reserved},
     }
     assert "its fencing tokens start above 9" in start.created_event().message
 
