@@ -141,8 +141,6 @@ class Runtime:
         phases: LeasedJobs by phase, for the metrics.
         tasks: background tasks started at startup (cancelled at cleanup).
         watches: the plain watches started at startup (stopped at cleanup).
-        deferred: jobs (namespace, name) whose leases changed while the gate
-            was closed; reconciled when it opens.
     """
 
     settings: OperatorSettings
@@ -154,7 +152,6 @@ class Runtime:
     phases: metrics.JobPhases = field(default_factory=metrics.JobPhases)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     watches: list[ListWatch] = field(default_factory=list)
-    deferred: set[tuple[str, str]] = field(default_factory=set)
 
     def on_lease_event(self, event: WatchEvent) -> None:
         """A JobLease changed: feed the expiry clock; reconcile its job on a real change.
@@ -194,17 +191,8 @@ class Runtime:
         ):
             return  # this operator's own reclaim/stop: already acted on
         job_name = body.get("spec", {}).get("jobName") or meta["name"]
-        if not self.gate.is_open:
-            # A peer works now; if this replica takes over, it looks at this job.
-            self.deferred.add((meta["namespace"], job_name))
-            return
+        # While a peer works, the queue parks it; if this replica takes over, it runs then.
         self.queue.trigger(meta["namespace"], job_name)
-
-    def reconcile_deferred(self) -> None:
-        """The gate opened: reconcile the jobs whose leases changed while it was closed."""
-        pending, self.deferred = self.deferred, set()
-        for namespace, name in sorted(pending):
-            self.queue.trigger(namespace, name)
 
     async def start(self) -> None:
         """Start the watches, the expiry timers and the peering gate, in this loop.
@@ -269,10 +257,13 @@ def build_runtime(
         plan = actors.jobs.reconcile(namespace, name)
         return plan.requeue_after_seconds if plan is not None else None
 
-    queue = WorkQueue(reconcile, settings.retry_delay_seconds)
     gate = ActivityGate(
         identity, settings.priority, settings.peering_name, standalone=settings.standalone
     )
+    # Every reconcile (a job's event, a lease's change, a backoff, deadline, TTL
+    # or quota timer) waits while a peer is the active replica: parked, then run
+    # when this one takes over.
+    queue = WorkQueue(reconcile, settings.retry_delay_seconds, may_work=lambda: gate.is_open)
 
     # Reclaims get threads of their own: in a burst of expiries they must not
     # wait behind the reconciles that the same burst triggers.
@@ -299,7 +290,7 @@ def build_runtime(
     actors.ctx.lease_clock = clock  # a take-over or resume waits out an earlier hold on it
     expiry = ExpiryWatch(clock, on_expired, gate=gate)
     runtime = Runtime(settings, actors, queue, expiry, gate, new_api_client)
-    gate.on_open(runtime.reconcile_deferred)
+    gate.on_open(queue.resume_parked)
     return runtime
 
 

@@ -9,6 +9,7 @@ from typing import Any, cast
 from leasehold.controller.engines.caches import ObjectCache
 from leasehold.controller.engines.expiry import ExpiryClock, ExpiryWatch
 from leasehold.controller.engines.peering import ActivityGate
+from leasehold.controller.engines.queue import WorkQueue
 from leasehold.controller.engines.watching import EventType, WatchEvent
 from leasehold.controller.engines.writes import OwnWrites
 from leasehold.controller.runtime import Actors, Runtime
@@ -47,11 +48,11 @@ def body(holder: str | None, token: int, rv: str, generation: int = 1) -> dict[s
     }
 
 
-def runtime(gate: ActivityGate) -> tuple[Runtime, Queue, Service]:
+def runtime(gate: ActivityGate, queue: Any = None) -> tuple[Runtime, Queue, Service]:
     async def never(*_: Any) -> None:
         raise AssertionError("no reclaim expected")
 
-    queue, service = Queue(), Service()
+    queue, service = queue or Queue(), Service()
     expiry = ExpiryWatch(ExpiryClock(1.0, time.monotonic), never, gate=gate)
     rt = Runtime(
         OperatorSettings(),
@@ -61,7 +62,6 @@ def runtime(gate: ActivityGate) -> tuple[Runtime, Queue, Service]:
         gate,
         lambda: cast(Any, None),
     )
-    gate.on_open(rt.reconcile_deferred)
     return rt, queue, service
 
 
@@ -114,13 +114,24 @@ def test_changes_while_a_peer_works_are_reconciled_when_this_replica_takes_over(
     async def scenario() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
         gate = ActivityGate("me", 1, "leasehold", standalone=False)
         gate.expect("ns")  # closed
-        rt, queue, _ = runtime(gate)
+        reconciled: list[tuple[str, str]] = []
+
+        def work(namespace: str, name: str) -> None:
+            reconciled.append((namespace, name))
+
+        queue = WorkQueue(work, 0.1, may_work=lambda: gate.is_open)
+        gate.on_open(queue.resume_parked)
+        rt, _, _ = runtime(gate, queue)
         rt.on_lease_event(WatchEvent(EventType.ADDED, body("w", 1, "10")))
         rt.on_lease_event(WatchEvent(EventType.MODIFIED, body(None, 1, "11", 2)))
-        while_closed = list(queue.triggered)
+        await asyncio.sleep(0.05)
+        while_closed = list(reconciled)
+        assert queue.parked == {("ns", "job")}
         peering = {"metadata": {"name": "leasehold", "namespace": "ns"}, "status": {}}
         gate.observe(WatchEvent(EventType.ADDED, peering))  # nobody outranks: open
-        return while_closed, queue.triggered
+        while not reconciled:
+            await asyncio.sleep(0.01)
+        return while_closed, reconciled
 
     while_closed, after = asyncio.run(scenario())
     assert while_closed == []

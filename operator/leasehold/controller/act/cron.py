@@ -317,17 +317,14 @@ def build_queue(actor: CronActor, gate: ActivityGate, retry_delay_seconds: float
 
     Args:
         actor: the cron actor.
-        gate: open while this replica may work (Kopf's peering rule); a paused
-            replica's timers fire but reconcile nothing.
+        gate: open while this replica may work (Kopf's peering rule); while it
+            is closed, a due reconcile (a schedule time's included) is parked
+            and runs when it opens, so a fail-over never drops a schedule.
         retry_delay_seconds: delay before retrying after a transient error.
 
     Returns:
         A queue whose reconciles re-arm themselves at the next schedule time.
     """
-
-    def work(namespace: str, name: str) -> float | None:
-        if not gate.is_open:
-            return None
-        return actor.reconcile(namespace, name)
-
-    return WorkQueue(work, retry_delay_seconds)
+    queue = WorkQueue(actor.reconcile, retry_delay_seconds, may_work=lambda: gate.is_open)
+    gate.on_open(queue.resume_parked)
+    return queue

@@ -21,24 +21,46 @@ class WorkQueue:
     """Run at most one reconcile per job at a time, coalescing triggers.
 
     A trigger while the job's reconcile runs marks it dirty: it runs once
-    more afterwards. Transient failures are retried after a delay.
+    more afterwards. Transient failures are retried after a delay. While
+    ``may_work()`` says no (a peer replica is the active one), a due
+    reconcile (an event's, a timer's: a backoff, a deadline, a TTL, a
+    schedule time) is parked, not dropped: :meth:`resume_parked` runs every
+    parked one when this replica may work again.
 
     Args:
         work: the blocking function to run in a thread: ``work(namespace, name)``;
             it returns ``None``, or seconds after which the job needs another
             reconcile (a deadline, a backoff).
         retry_delay_seconds: delay before retrying after a transient error.
+        may_work: whether this replica may reconcile now (``None``: always).
     """
 
     def __init__(
-        self, work: Callable[[str, str], float | None], retry_delay_seconds: float
+        self,
+        work: Callable[[str, str], float | None],
+        retry_delay_seconds: float,
+        *,
+        may_work: Callable[[], bool] | None = None,
     ) -> None:
         self._work = work
         self._delay = retry_delay_seconds
+        self._may_work = may_work
         self._running: set[tuple[str, str]] = set()
         self._dirty: set[tuple[str, str]] = set()
+        self._parked: set[tuple[str, str]] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
+
+    @property
+    def parked(self) -> frozenset[tuple[str, str]]:
+        """The (namespace, name) keys waiting for this replica to be allowed to work."""
+        return frozenset(self._parked)
+
+    def resume_parked(self) -> None:
+        """Run every parked reconcile (call on the event loop when the replica may work)."""
+        parked, self._parked = self._parked, set()
+        for key in sorted(parked):
+            self.trigger(*key)
 
     def trigger_after(self, namespace: str, name: str, delay_seconds: float) -> None:
         """Queue a reconcile of ``namespace/name`` in ``delay_seconds`` (one timer per job).
@@ -77,6 +99,10 @@ class WorkQueue:
         try:
             while True:
                 self._dirty.discard(key)
+                if self._may_work is not None and not self._may_work():
+                    # A peer works now; if this replica takes over, it runs this then.
+                    self._parked.add(key)
+                    return
                 try:
                     again = await asyncio.to_thread(self._work, *key)
                     if again is not None:
