@@ -273,3 +273,80 @@ def test_a_lost_lease_is_a_reclaim_and_the_next_attempt_backs_off(
         f"Attempt 1 ended without a completion (released or reclaimed); retrying in {delay}s"
         " (reclaim 1 of maxAttempts=2)."
     ]
+
+
+@pytest.mark.parametrize("per_index", [None, 3], ids=["no-per-index-budget", "per-index-budget"])
+def test_a_fail_job_rule_on_one_index_fails_the_whole_indexed_job(
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    namespace: str,
+    per_index: int | None,
+) -> None:
+    # Issue 27, case 6. batch/v1: a FailJob rule fails the whole Job, reason
+    # PodFailurePolicy, whether or not backoffLimitPerIndex is set. Index 1
+    # exits 42 at once; index 0 would run for a minute.
+    script = '[ "$JOB_COMPLETION_INDEX" = 1 ] && exit 42; sleep 60'
+    extra = {} if per_index is None else {"backoffLimitPerIndex": per_index}
+    create_job(
+        api_client,
+        namespace,
+        "shards",
+        f"exec leasehold run -- sh -c '{script}'",
+        lease_seconds=10,
+        completions=2,
+        parallelism=2,
+        completionMode="Indexed",
+        backoffLimit=3,
+        podFailurePolicy=rules(exit_codes("FailJob", "In", 42)),
+        **extra,
+    )
+    wait_for("Failed", phase_is(api_client, namespace, "shards", "Failed"), 60)
+    failed = condition(status(api_client, namespace, "shards"), "Failed")
+    assert failed["reason"] == "PodFailurePolicy", failed
+    assert failed["message"].startswith("Index 1: "), failed["message"]
+    assert "matching the FailJob rule at index 0" in failed["message"]
+
+
+def test_a_fail_index_rule_fails_only_its_index(
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    namespace: str,
+) -> None:
+    script = '[ "$JOB_COMPLETION_INDEX" = 1 ] && exit 42; exit 0'
+    create_job(
+        api_client,
+        namespace,
+        "shards",
+        f"exec leasehold run -- sh -c '{script}'",
+        lease_seconds=10,
+        completions=3,
+        parallelism=3,
+        completionMode="Indexed",
+        backoffLimitPerIndex=3,
+        podFailurePolicy=rules(exit_codes("FailIndex", "In", 42)),
+    )
+    wait_for("Failed", phase_is(api_client, namespace, "shards", "Failed"), 60)
+    st = status(api_client, namespace, "shards")
+    assert (st["completedIndexes"], st["failedIndexes"]) == ("0,2", "1")
+    assert condition(st, "Failed")["reason"] == "FailedIndexes"
+    assert st["attempts"] == 3  # index 1's budget of 3 retries left unused
+    assert "FailIndex" in [r for r, _ in events(api_client, namespace, "shards")]
+
+
+def test_the_crd_refuses_fail_index_without_a_per_index_budget(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    with pytest.raises(ApiException) as refused:
+        create_job(
+            api_client,
+            namespace,
+            "bad",
+            "true",
+            completions=2,
+            completionMode="Indexed",
+            podFailurePolicy=rules(exit_codes("FailIndex", "In", 42)),
+        )
+    assert refused.value.status == 422
+    assert "the FailIndex action needs spec.backoffLimitPerIndex" in str(refused.value.body)

@@ -39,6 +39,8 @@ EXIT_LEASE_LOST: Final = 75
 """``leasehold run``'s exit code when its lease was lost (not the command's outcome)."""
 SUSPENDED: Final = AttemptReason.SUSPENDED
 POD_FAILURE_POLICY: Final = "PodFailurePolicy"
+FAIL_INDEX: Final = "FailIndex"
+"""The reason an index failed by a ``FailIndex`` rule (batch/v1 Job's)."""
 """The job's Failed reason when a FailJob rule matched (batch/v1 Job's)."""
 
 
@@ -102,7 +104,7 @@ class Verdict(NamedTuple):
     """What to do with an ended attempt.
 
     Attributes:
-        action: FailJob, Ignore or Count.
+        action: FailJob, FailIndex, Ignore or Count.
         rule: the index of the matching rule, or ``None`` for the default.
         disrupted: the pod had ``DisruptionTarget=True``.
         message: why, for people (names the rule, the container, the code).

@@ -28,6 +28,7 @@ from datetime import datetime
 from leasehold.controller.plan import single as reconcile
 from leasehold.controller.plan import suspension
 from leasehold.controller.plan.conditions import set_condition
+from leasehold.controller.plan.failure_policy import POD_FAILURE_POLICY
 from leasehold.controller.plan.single import Action, JobEvent, Plan, PodFacts
 from leasehold.lease import indexes as index_sets
 from leasehold.lease.api import CompletionMode, ConditionStatus, LeasedJob, LeasedJobStatus, Phase
@@ -314,7 +315,7 @@ def plan_indexed(
     events = _index_events(survey, known_failed, backoffs)
 
     _count(job, status, survey)
-    end = _end(job, survey.done, survey.failed, survey.failures, completions(job), elapsed_seconds)
+    end = _end(job, survey, completions(job), elapsed_seconds)
     if end is not None:
         return _stop_unfinished(job, leases, status, survey, end, events, now=now, generation=gen)
     steps, requeue = _steps(job, leases, survey, status)
@@ -343,6 +344,8 @@ class _Survey:
         done: the indexes that succeeded.
         failed: the indexes that failed for good.
         active: the indexes whose lease is held for this job.
+        fail_job: per index, the message of a ``FailJob`` rule that matched its
+            last attempt: the whole job fails (batch/v1's ``PodFailurePolicy``).
     """
 
     plans: dict[int, Plan]
@@ -352,6 +355,7 @@ class _Survey:
     done: set[int]
     failed: set[int]
     active: set[int]
+    fail_job: dict[int, str] = field(default_factory=dict)
 
 
 def _survey(
@@ -404,7 +408,21 @@ def _survey(
         done={i for i, s in states.items() if s is IndexState.SUCCEEDED},
         failed={i for i, s in states.items() if s is IndexState.FAILED},
         active={i for i, s in states.items() if s is IndexState.ACTIVE},
+        fail_job={
+            i: message
+            for i, p in plans.items()
+            if states[i] is IndexState.FAILED
+            and (message := _failed_by(p, POD_FAILURE_POLICY)) is not None
+        },
     )
+
+
+def _failed_by(plan: Plan, reason: str) -> str | None:
+    """The message of an index plan's ``Failed=True`` condition with ``reason``, else ``None``."""
+    for c in plan.status.conditions or []:
+        if c.type == "Failed" and c.status == ConditionStatus.TRUE and c.reason == reason:
+            return c.message
+    return None
 
 
 def _count(job: LeasedJob, status: LeasedJobStatus, survey: _Survey) -> None:
@@ -662,15 +680,16 @@ def _backoff_events(plan: Plan) -> list[JobEvent]:
 
 
 def _end(
-    job: LeasedJob,
-    done: set[int],
-    failed: set[int],
-    failures: int,
-    total: int,
-    elapsed_seconds: float,
+    job: LeasedJob, survey: _Survey, total: int, elapsed_seconds: float
 ) -> tuple[Outcome, str, str] | None:
-    """Whether the job is over: ``(outcome, reason, message)``, else ``None``."""
+    """Whether the job is over: ``(outcome, reason, message)``, else ``None``.
+
+    In batch/v1's order: a cancel, the active deadline, a ``FailJob`` rule on
+    any index (the whole job fails at once, reason ``PodFailurePolicy``), then
+    the failure budgets over the indexes, then every index ran.
+    """
     spec = job.spec
+    done, failed, failures = survey.done, survey.failed, survey.failures
     if spec.cancel:
         return (
             Outcome.FAILED,
@@ -689,6 +708,13 @@ def _end(
                 f"The job ran longer than activeDeadlineSeconds={deadline}; the leases of its"
                 " unfinished indexes were taken back without a completion."
             ),
+        )
+    if survey.fail_job:
+        index, why = min(survey.fail_job.items())
+        return (
+            Outcome.FAILED,
+            POD_FAILURE_POLICY,
+            f"Index {index}: {why} The job failed; the unfinished indexes were stopped.",
         )
     ranges = index_sets.compress(failed)
     if spec.backoff_limit_per_index is not None:

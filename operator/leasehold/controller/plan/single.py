@@ -20,7 +20,12 @@ from typing import Final, NamedTuple
 
 from leasehold.controller.plan import failure_policy, retention, suspension
 from leasehold.controller.plan.conditions import set_condition
-from leasehold.controller.plan.failure_policy import POD_FAILURE_POLICY, PodFacts, Verdict
+from leasehold.controller.plan.failure_policy import (
+    FAIL_INDEX,
+    POD_FAILURE_POLICY,
+    PodFacts,
+    Verdict,
+)
 from leasehold.controller.plan.pod import lease_name, pod_name
 from leasehold.lease import api, protocol
 from leasehold.lease.api import (
@@ -965,20 +970,22 @@ def _ruled(
     """The plan when a failure rule (or a disruption) decides the ended attempt, else ``None``.
 
     FailJob fails the job at once (a lease not ``completed`` is stopped;
-    ``stale``: its pods' token for a push job, else 0); Ignore excuses the
-    attempt from every budget and the next one starts at once.
+    ``stale``: its pods' token for a push job, else 0); FailIndex likewise
+    fails an index (the indexed planner tells them apart by the reason);
+    Ignore excuses the attempt from every budget and the next one starts at once.
     """
-    if verdict.action == FailureAction.FAIL_JOB:
+    if verdict.action in (FailureAction.FAIL_JOB, FailureAction.FAIL_INDEX):
+        reason = POD_FAILURE_POLICY if verdict.action == FailureAction.FAIL_JOB else FAIL_INDEX
         message = f"Attempt {token} ended: {verdict.message}."
         history = list(status.attempt_history or [])
         if history and history[-1].fencing_token == token and history[-1].reason is not None:
             history[-1] = history[-1].model_copy(update={"reason": AttemptReason.FAILED})
         status = _with_history(status, history)
-        status = _finished(ctx, status, Outcome.FAILED, POD_FAILURE_POLICY, message)
+        status = _finished(ctx, status, Outcome.FAILED, reason, message)
         return Plan(
             Action.NONE if completed else Action.STOP,
             status,
-            events=[JobEvent("Warning", POD_FAILURE_POLICY, message)],
+            events=[JobEvent("Warning", reason, message)],
             delete_pods_below_token=token + 1 if stale else 0,
         )
     if excusable:

@@ -182,6 +182,14 @@ _JOB_RULES: Final[list[dict[str, str]]] = [
         "reason": "FieldValueForbidden",
     },
     {
+        "rule": "!has(self.podFailurePolicy) || has(self.backoffLimitPerIndex)"
+        " || self.podFailurePolicy.rules.all(r, r.action != 'FailIndex')",
+        "message": "spec.podFailurePolicy.rules: the FailIndex action needs"
+        " spec.backoffLimitPerIndex (an Indexed job whose indexes fail one by one)",
+        "fieldPath": ".podFailurePolicy.rules",
+        "reason": "FieldValueForbidden",
+    },
+    {
         "rule": "!has(self.maxFailedIndexes) || (has(self.backoffLimitPerIndex)"
         " && has(self.completions) && self.maxFailedIndexes <= self.completions)",
         "message": "spec.maxFailedIndexes needs spec.backoffLimitPerIndex and cannot exceed"
@@ -282,7 +290,11 @@ class FailureAction(enum.StrEnum):
     """What a ``podFailurePolicy`` rule does with an attempt it matches (batch/v1 Job's)."""
 
     FAIL_JOB = "FailJob"
-    """The job fails at once, whatever budget is left (reason ``PodFailurePolicy``)."""
+    """The job fails at once, whatever budget is left (reason ``PodFailurePolicy``); in an
+    Indexed job, the whole job, as batch/v1's."""
+    FAIL_INDEX = "FailIndex"
+    """Indexed jobs with ``backoffLimitPerIndex`` only: the attempt's index fails at once,
+    whatever its budget (it counts towards ``maxFailedIndexes``), as batch/v1's."""
     IGNORE = "Ignore"
     """The attempt draws on no budget (not ``backoffLimit``, not ``maxAttempts``)."""
     COUNT = "Count"

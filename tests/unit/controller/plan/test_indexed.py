@@ -464,3 +464,57 @@ def test_pod_memory_keeps_each_indexs_tokens_apart() -> None:
     assert memory.recall("ns", "big") == {}
     memory.forget("ns", "big")
     assert memory.recall("ns", "big", 0) == {}
+
+
+# -- failure rules on indexes (batch/v1: FailJob fails the job, FailIndex the index) ---
+
+
+EXIT_42 = PodFacts(uid="p", node_name="n", exit_code=42, exit_codes=(("w", 42),))
+
+
+def rules(action: str) -> dict[str, Any]:
+    return {"rules": [{"action": action, "onExitCodes": {"operator": "In", "values": [42]}}]}
+
+
+@pytest.mark.parametrize("per_index", [None, 2])
+def test_a_fail_job_rule_on_one_index_fails_the_whole_job_at_once(per_index: int | None) -> None:
+    # Issue 27, case 6: with backoffLimitPerIndex only that index failed; without
+    # it the reason was IndexFailed. batch/v1 fails the Job, reason PodFailurePolicy.
+    spec: dict[str, Any] = {"completions": 3, "parallelism": 3, "backoffLimit": 5}
+    spec["podFailurePolicy"] = rules("FailJob")
+    if per_index is not None:
+        spec["backoffLimitPerIndex"] = per_index
+    leases = {
+        0: lease(0, 1, "big-0-1", max_fencing_token=8),
+        1: done(1, 1, Outcome.FAILED, max_fencing_token=8),
+        2: done(2, 1, max_fencing_token=8),
+    }
+    decided = indexed.plan_indexed(job(**spec), leases, now=NOW, pods={1: {1: EXIT_42}})
+    assert decided.status.phase == Phase.FAILED
+    failed = next(c for c in decided.status.conditions or [] if c.type == "Failed")
+    assert failed.reason == "PodFailurePolicy"
+    assert failed.message.startswith("Index 1: Attempt 1 ended:"), failed.message
+    assert "FailJob rule" in failed.message
+    # The running index is stopped with the job.
+    assert any(s.index == 0 and s.plan.action is Action.STOP for s in decided.steps)
+
+
+def test_a_fail_index_rule_fails_only_that_index() -> None:
+    spec: dict[str, Any] = {"completions": 2, "parallelism": 2, "backoffLimitPerIndex": 3}
+    spec["podFailurePolicy"] = rules("FailIndex")
+    leases = {
+        0: lease(0, 1, "big-0-1", max_fencing_token=5),
+        1: done(1, 1, Outcome.FAILED, max_fencing_token=5),
+    }
+    decided = indexed.plan_indexed(job(**spec), leases, now=NOW, pods={1: {1: EXIT_42}})
+    assert decided.status.phase == Phase.RUNNING
+    assert decided.status.failed_indexes == "1"  # at once: its budget of 3 is not used
+    assert [e.reason for e in decided.events] == ["FailIndex"]
+    # The next match of the same exit code under Count would back off instead.
+    counted = indexed.plan_indexed(
+        job(**{**spec, "podFailurePolicy": rules("Count")}),
+        leases,
+        now=NOW,
+        pods={1: {1: EXIT_42}},
+    )
+    assert counted.status.failed_indexes is None
