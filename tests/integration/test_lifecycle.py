@@ -103,7 +103,18 @@ def test_pod_refused_by_a_quota_is_retried_with_a_condition_saying_why(
     namespace: str,
 ) -> None:
     core = no_pods_allowed(api_client, namespace)
-    create_job(api_client, namespace, "quota", run(0.5), lease_seconds=20)
+    # One attempt, a startup bound of 3 s: the quota outlasts it (issue 27,
+    # case 10). As batch/v1 Job, the job waits for the quota; no attempt is
+    # used, none reclaimed as StartupDeadlineExceeded.
+    create_job(
+        api_client,
+        namespace,
+        "quota",
+        run(0.5),
+        lease_seconds=20,
+        max_attempts=1,
+        startupDeadlineSeconds=3,
+    )
 
     def refused() -> dict[str, Any] | None:
         conds = status(api_client, namespace, "quota").get("conditions", [])
@@ -113,9 +124,10 @@ def test_pod_refused_by_a_quota_is_retried_with_a_condition_saying_why(
     cond = wait_for("PodCreated=False/QuotaExceeded", refused, 30)
     assert cond["status"] == "False"
     assert "exceeded quota" in cond["message"]
-    time.sleep(2.0)  # a few retries while the quota still refuses
+    time.sleep(10.0)  # retries while the quota still refuses, past the startup bound
     st = status(api_client, namespace, "quota")
     assert st["phase"] == "Pending", st
+    assert st.get("fencingToken") == 1 and st.get("attempts") == 1, st
     assert "QuotaExceeded" in [r for r, _ in events(api_client, namespace, "quota")]
     core.delete_namespaced_resource_quota("no-pods", namespace)
     wait_for("Succeeded", phase_is(api_client, namespace, "quota", "Succeeded"), 90)

@@ -117,7 +117,9 @@ class Attempts:
         if isinstance(created, PodNameTaken):
             return self._name_taken(body, plan, status, lease, token, created.pod)
         if isinstance(created, QuotaExceeded):
+            ctx.quota_held.add((namespace, plan.pod_name))
             return self._held_by_quota(body, plan, status, created.message)
+        ctx.quota_held.discard((namespace, plan.pod_name))
         if isinstance(created, PodRefused):
             return self._refused(body, plan, lease, created.message)
         # Known at once, not only when the pod watch delivers it: a stop planned
@@ -228,9 +230,12 @@ class Attempts:
     ) -> Plan:
         """A ResourceQuota refused the pod: transient. Keep the claim, say why, retry later.
 
-        The lease stays held by the pod's name: its expiry clock has not
-        started (no renewal yet), only the startup bound runs. Each refusal
-        in a row doubles the delay (:data:`QUOTA_BACKOFF_SECONDS`).
+        The lease stays held by the pod's name, unbound: no pod exists, so no
+        worker can write under its token. Its expiry clock has not started
+        (no renewal yet), and the startup bound does not reclaim it while the
+        quota refuses (``Context.quota_held``, :mod:`.reclaim`): as batch/v1
+        Job, the job waits for the quota without using its attempts. Each
+        refusal in a row doubles the delay (:data:`QUOTA_BACKOFF_SECONDS`).
         """
         namespace, name = ns_name(body)
         key = f"{namespace}/{name}"

@@ -26,6 +26,7 @@ from leasehold.lease.errors import (
     StoreError,
     TransientStoreError,
 )
+from leasehold.lease.protocol import LeaseRecord
 from leasehold.lease.store import Accepted, StoredLease, to_stored
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ class ReclaimOutcome:
         token: the lease's token when judged.
         holder: the holder it was taken from (or ``None``).
         reason: a short word for logs: ``Reclaimed``, ``Renewed``, ``Unheld``,
-            ``Completed``, ``Missing``, ``Recreated``.
+            ``Completed``, ``Missing``, ``Recreated``, ``QuotaWait``.
     """
 
     reclaimed: bool
@@ -92,6 +93,30 @@ class Reclaimer:
         with self._ctx.locks.hold(namespace, job_name):
             return self._reclaim(namespace, lease_name, judged_generation, observed, reason)
 
+    def _waits_for_quota(self, namespace: str, record: LeaseRecord, reason: ExpiryReason) -> bool:
+        """Whether an attempt past its startup bound is only waiting for a ResourceQuota.
+
+        Its pod was refused by a quota and not created since, and the lease
+        was never bound to a pod: nothing ran under its token, so it is not
+        reclaimed (a reclaim would count an attempt that never started; batch
+        Job waits for the quota). The pod create is retried by the job's
+        reconciles (``Attempts``); once the pod exists and is bound, the lease
+        changes and its clocks start again.
+        """
+        holder = record.holder_identity
+        if reason is not ExpiryReason.STARTUP_DEADLINE_EXCEEDED or holder is None:
+            return False
+        if record.holder_uid is not None or (namespace, holder) not in self._ctx.quota_held:
+            return False
+        log.info(
+            "not reclaiming %s/%s (token %d): pod %s is refused by a ResourceQuota, nothing ran",
+            namespace,
+            record.job_name,
+            record.fencing_token,
+            holder,
+        )
+        return True
+
     def _reclaim(
         self,
         namespace: str,
@@ -124,6 +149,10 @@ class Reclaimer:
                 )
             if record.holder_identity is None:
                 return ReclaimOutcome(False, record.fencing_token, None, "Unheld")
+            if self._waits_for_quota(namespace, record, reason):
+                return ReclaimOutcome(
+                    False, record.fencing_token, record.holder_identity, "QuotaWait"
+                )
             result = self._ctx.store.reclaim(lease)
             if isinstance(result, Accepted):
                 self._ctx.wrote_lease(result.lease)
