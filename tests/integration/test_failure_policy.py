@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, cast
 
 import pytest
 from kubernetes import client
@@ -350,3 +351,62 @@ def test_the_crd_refuses_fail_index_without_a_per_index_budget(
         )
     assert refused.value.status == 422
     assert "the FailIndex action needs spec.backoffLimitPerIndex" in str(refused.value.body)
+
+
+def test_a_pod_the_job_does_not_control_tells_nothing_of_its_attempts(
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    store: LeaseStore,
+    namespace: str,
+) -> None:
+    # Issue 27, case 13: pod facts came from any pod with the job's labels. A
+    # pod someone else made, labelled like attempt 1 and marked disrupted, made
+    # attempt 1's failure an uncounted eviction: the job retried past its budget.
+    core = client.CoreV1Api(api_client)
+    fake: dict[str, Any] = {
+        "metadata": {
+            "name": "z-not-the-jobs",
+            "labels": {"leasehold.dev/job": "strict", "leasehold.dev/fencing-token": "1"},
+        },
+        "spec": {
+            "schedulingGates": [{"name": "tests.leasehold.dev/never"}],  # never scheduled, run
+            "containers": [{"name": "worker", "image": "local", "command": ["true"]}],
+        },
+    }
+    core.create_namespaced_pod(namespace, cast(Any, fake))
+    core.patch_namespaced_pod_status(
+        "z-not-the-jobs",
+        namespace,
+        {
+            "status": {
+                "conditions": [
+                    {
+                        "type": "DisruptionTarget",
+                        "status": "True",
+                        "reason": "EvictionByEvictionAPI",
+                        # Without it, the disruption controller takes the condition
+                        # for stale (not followed by a deletion) and clears it.
+                        "lastTransitionTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    }
+                ]
+            }
+        },
+    )
+    pod_status = core.read_namespaced_pod_status("z-not-the-jobs", namespace).status
+    conditions = [(c.type, c.status) for c in (pod_status.conditions if pod_status else None) or []]
+    assert ("DisruptionTarget", "True") in conditions, conditions
+    create_job(
+        api_client,
+        namespace,
+        "strict",
+        "exec leasehold run -- sh -c 'exit 3'",
+        max_attempts=1,
+    )
+    wait_for("Failed", phase_is(api_client, namespace, "strict", "Failed"), 60)
+    time.sleep(2.0)  # a wrongly excused attempt would be claimed again at once
+    record = store.get(namespace, "strict").record
+    assert (record.fencing_token, record.uncounted_attempts) == (1, 0), record
+    assert "Evicted" not in [r for r, _ in events(api_client, namespace, "strict")]
+    # Nor is that pod the operator's to delete as a fenced-off attempt pod.
+    core.read_namespaced_pod("z-not-the-jobs", namespace)

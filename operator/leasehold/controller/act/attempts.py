@@ -278,9 +278,20 @@ class Attempts:
     # -- reading and cleaning up ------------------------------------------------
 
     def pod_facts(
-        self, namespace: str, name: str, index: int | None = None, *, listed: bool = True
+        self,
+        namespace: str,
+        name: str,
+        index: int | None = None,
+        *,
+        owner_uid: str,
+        listed: bool = True,
     ) -> dict[int, PodFacts]:
-        """The attempt pods of a job (or of one index) by token, with those already gone.
+        """The attempt pods of a job incarnation (or of one index) by token, with those gone.
+
+        Only pods that ``owner_uid`` (the LeasedJob incarnation) controls: a
+        pod someone else made with the job's labels, or one of an earlier
+        incarnation, tells nothing of this incarnation's attempts (it could
+        otherwise excuse an attempt with a ``DisruptionTarget`` it never had).
 
         A pod the list no longer returns (deleted right after its containers
         stopped, as after an eviction) is told by its last state the pod
@@ -294,15 +305,15 @@ class Attempts:
         """
         memory = self._ctx.pod_memory
         if index is None and not listed and memory.fed:
-            return memory.recall(namespace, name)
+            return memory.recall(namespace, name, owner_uid=owner_uid)
         selector = f"{names.LABEL_JOB}={name}"
         if index is not None:
             selector += f",{names.LABEL_COMPLETION_INDEX}={index}"
         found = self._ctx.pods.list(namespace, selector)
-        facts = memory.recall(namespace, name, index)
+        facts = memory.recall(namespace, name, index, owner_uid=owner_uid)
         for pod in found:
             parsed = pod_facts(pod)
-            if parsed is not None:
+            if parsed is not None and parsed[1].owner_uid == owner_uid:
                 facts[parsed[0]] = parsed[1]
         return facts
 

@@ -108,7 +108,7 @@ class IndexedActor:
             if end is not None:
                 retry_after[index] = end
         pods = {
-            i: self._attempts.pod_facts(namespace, name, i)
+            i: self._attempts.pod_facts(namespace, name, i, owner_uid=str(meta.get("uid", "")))
             for i, lease in leases.items()
             if lease.record.job_uid == meta.get("uid")
             and indexed.wants_pod_facts(job, lease.record)

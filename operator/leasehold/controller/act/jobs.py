@@ -242,7 +242,8 @@ class JobActor:
         pods = None
         if planner.wants_pod_facts(job, record):
             listed = record is not None and planner.pod_facts_judge_an_end(record)
-            pods = self._attempts.pod_facts(namespace, name, listed=listed)
+            uid = str(job.metadata.get("uid", ""))
+            pods = self._attempts.pod_facts(namespace, name, owner_uid=uid, listed=listed)
         return planner.plan(
             job,
             record,

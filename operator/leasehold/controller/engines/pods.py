@@ -63,19 +63,28 @@ class PodMemory:
                 del known[old]
                 self._evicted.add((str(meta.get("namespace", "")), str(job)))
 
-    def recall(self, namespace: str, job: str, index: int | None = None) -> dict[int, PodFacts]:
+    def recall(
+        self, namespace: str, job: str, index: int | None = None, *, owner_uid: str | None = None
+    ) -> dict[int, PodFacts]:
         """The remembered pods of one job (of one completion index), by token.
 
         Args:
             namespace: the job's namespace.
             job: the job's name.
             index: the completion index, for a job with several completions.
+            owner_uid: only the pods this LeasedJob incarnation controls
+                (``None``: every pod with the job's labels).
 
         Returns:
             A copy: token to facts.
         """
         with self._lock:
-            return dict(self._pods.get((namespace, job, index), {}))
+            known = self._pods.get((namespace, job, index), {})
+            return {
+                token: facts
+                for token, facts in known.items()
+                if owner_uid is None or facts.owner_uid == owner_uid
+            }
 
     def may_have_below(self, namespace: str, job: str, token: int) -> bool:
         """Whether a pod of the job under a token below ``token`` may exist.

@@ -55,6 +55,9 @@ class PodFacts(NamedTuple):
     """``(container name, exit code)`` of every terminated container (init ones too)."""
     conditions: tuple[tuple[str, str], ...] = ()
     """``(type, status)`` of the pod's conditions."""
+    owner_uid: str | None = None
+    """The UID of the LeasedJob incarnation that controls the pod (its controller
+    ownerReference), if any: only its own pods tell how its attempts ended."""
 
     @property
     def disrupted(self) -> bool:

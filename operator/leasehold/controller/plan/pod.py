@@ -195,6 +195,7 @@ def pod_facts(pod: Mapping[str, Any]) -> tuple[int, PodFacts] | None:
 
     Returns:
         ``(fencing token, facts)``, or ``None`` for a pod without a token label.
+        The facts name the LeasedJob UID that controls the pod (``owner_uid``).
     """
     meta = pod.get("metadata") or {}
     token = str((meta.get("labels") or {}).get(names.LABEL_TOKEN, ""))
@@ -215,10 +216,19 @@ def pod_facts(pod: Mapping[str, Any]) -> tuple[int, PodFacts] | None:
     conditions = tuple(
         (str(c.get("type", "")), str(c.get("status", ""))) for c in status.get("conditions") or []
     )
+    owner = next(
+        (
+            str(ref["uid"])
+            for ref in meta.get("ownerReferences") or []
+            if ref.get("controller") and ref.get("kind") == "LeasedJob" and ref.get("uid")
+        ),
+        None,
+    )
     return int(token), PodFacts(
         uid=meta.get("uid"),
         node_name=(pod.get("spec") or {}).get("nodeName"),
         exit_code=first,
         exit_codes=tuple(codes),
         conditions=conditions,
+        owner_uid=owner,
     )

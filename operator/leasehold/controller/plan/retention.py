@@ -101,7 +101,8 @@ def stale_pods(
     Returns:
         Pod names, in list order: those below the token, not being deleted,
         neither spared nor another incarnation's. A pod without a readable
-        token label is never chosen.
+        token label, or that no LeasedJob controls (someone else's pod with
+        the job's labels), is never chosen.
     """
     out: list[str] = []
     for pod in pods:
@@ -109,6 +110,8 @@ def stale_pods(
         if not _live(pod, deletion.keep_ended):
             continue
         refs = meta.get("ownerReferences") or []
+        if not _attempt_pod(pod):
+            continue  # someone else's pod with the job's labels: not ours to delete
         if owner_uid is not None and not any(ref.get("uid") == owner_uid for ref in refs):
             continue  # another incarnation's pod
         try:
@@ -119,6 +122,12 @@ def stale_pods(
             continue
         out.append(str(meta["name"]))
     return out
+
+
+def _attempt_pod(pod: Mapping[str, Any]) -> bool:
+    """Whether a LeasedJob controls the pod (an attempt pod the operator made)."""
+    refs = (pod.get("metadata") or {}).get("ownerReferences") or []
+    return any(ref.get("kind") == "LeasedJob" and ref.get("controller") for ref in refs)
 
 
 def index_pods_to_delete(
@@ -137,12 +146,12 @@ def index_pods_to_delete(
         keep: spare the pods of these ``(index, token)`` attempts.
 
     Returns:
-        Pod names, in list order.
+        Pod names, in list order; never a pod no LeasedJob controls.
     """
     kept = {(str(i), str(t)) for i, t in keep}
     out: list[str] = []
     for pod in pods:
-        if not _live(pod, keep_ended):
+        if not _live(pod, keep_ended) or not _attempt_pod(pod):
             continue
         meta = pod.get("metadata") or {}
         labels = meta.get("labels") or {}

@@ -48,7 +48,7 @@ def _pod(
     *,
     phase: str = "Running",
     index: str | None = None,
-    owner: str = "u-1",
+    owner: str | None = "u-1",
     deleting: bool = False,
 ) -> dict[str, object]:
     labels = {"leasehold.dev/job": "hello"}
@@ -56,11 +56,9 @@ def _pod(
         labels["leasehold.dev/fencing-token"] = token
     if index is not None:
         labels["leasehold.dev/completion-index"] = index
-    meta: dict[str, object] = {
-        "name": name,
-        "labels": labels,
-        "ownerReferences": [{"uid": owner, "controller": True}],
-    }
+    meta: dict[str, object] = {"name": name, "labels": labels}
+    if owner is not None:
+        meta["ownerReferences"] = [{"kind": "LeasedJob", "uid": owner, "controller": True}]
     if deleting:
         meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     return {"metadata": meta, "status": {"phase": phase}}
@@ -76,6 +74,7 @@ def test_stale_pods_are_those_below_the_token_but_the_kept_and_the_going() -> No
         _pod("hello-0", None),  # no token label: counts as 0
         _pod("hello-5", "1", deleting=True),
         _pod("other-1", "1", owner="u-2"),
+        _pod("foreign-1", "1", owner=None),  # labelled like an attempt, no LeasedJob's: never
     ]
     assert stale_pods(pods, PodDeletion(4)) == [
         "hello-1",
@@ -101,6 +100,7 @@ def test_index_pods_to_delete_spare_the_kept_attempts_and_unreadable_tokens() ->
         _pod("a-0-2", "2", index="0", phase="Failed"),
         _pod("a-1-1", "1", index="1"),
         _pod("a-1-x", "x", index="1"),
+        _pod("z-0-1", "1", index="0", owner=None),  # no LeasedJob's pod: never
     ]
     every = index_pods_to_delete(pods, below_token=None)
     assert every == ["a-0-1", "a-0-2", "a-1-1", "a-1-x"]
