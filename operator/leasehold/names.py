@@ -44,6 +44,9 @@ BATCH_ANNOTATION_COMPLETION_INDEX: Final = "batch.kubernetes.io/job-completion-i
 """batch/v1 Job's pod annotation for the index, set too (tools that read it keep working)."""
 ANNOTATION_TOKEN: Final = f"{GROUP}/fencing-token"
 """The fencing token: on an attempt's pod (for the downward API) and on fenced objects."""
+ANNOTATION_FENCING_DOMAIN: Final = f"{GROUP}/fencing-domain"
+"""On an object fenced by the admission policy: the fencing domain (the JobLease name)
+whose tokens it compares. One object, one domain: each index of an Indexed job is its own."""
 ANNOTATION_HOLDER: Final = f"{GROUP}/holder"
 ANNOTATION_LEASE: Final = f"{GROUP}/lease"
 FINALIZER_DOMAIN: Final = f"{GROUP}/fencing-domain"

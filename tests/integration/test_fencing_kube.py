@@ -287,3 +287,32 @@ def test_custom_resources_are_fenced_too(
         ),
     )
     assert stored["spec"]["activeDeadlineSeconds"] == 20 and token_of(stored) == 6
+
+
+def test_tokens_of_another_fencing_domain_are_refused_not_compared(
+    fencing_policy: str, api_client: client.ApiClient, namespace: str
+) -> None:
+    # Issue 27, case 13: two indexes of an Indexed job are two fencing domains
+    # (two JobLeases); index 1's token 2 said nothing about index 0's token 5,
+    # yet was compared with it (and a higher one would have fenced index 0 off).
+    core = _core(api_client)
+    body = annotate(_config_map("shared", {"v": "0"}), 5, domain="etl.0")
+    core.create_namespaced_config_map(namespace, cast(Any, body))
+    for token in (2, 9):
+        with pytest.raises(ApiException) as other:
+            _patch(
+                api_client, namespace, "shared", fenced_patch(token, {"data": {"v": "i1"}}, "etl.1")
+            )
+        message = _denial(other.value)
+        assert "fencing domain mismatch" in message and "etl.0" in message, message
+    # Its own domain: compared as before; a patch that names no domain keeps the stored one.
+    _patch(api_client, namespace, "shared", fenced_patch(5, {"data": {"v": "i0"}}, "etl.0"))
+    _patch(api_client, namespace, "shared", fenced_patch(6, {"data": {"v": "i0 again"}}))
+    with pytest.raises(ApiException) as stale:
+        _patch(api_client, namespace, "shared", fenced_patch(4, {"data": {"v": "late"}}, "etl.0"))
+    assert "is lower than the stored token 6" in _denial(stale.value)
+    # An object written before domains existed takes the first domain named.
+    core.create_namespaced_config_map(namespace, cast(Any, _config_map("old", {}, token=3)))
+    _patch(api_client, namespace, "old", fenced_patch(3, {"data": {"v": "x"}}, "etl.0"))
+    stored = core.read_namespaced_config_map("old", namespace).to_dict()
+    assert stored["metadata"]["annotations"]["leasehold.dev/fencing-domain"] == "etl.0"

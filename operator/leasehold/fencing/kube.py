@@ -24,7 +24,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from leasehold.names import ANNOTATION_TOKEN, LABEL_FENCED
+from leasehold.names import ANNOTATION_FENCING_DOMAIN, ANNOTATION_TOKEN, LABEL_FENCED
 
 
 def _checked(token: int) -> int:
@@ -43,27 +43,39 @@ def _metadata_map(body: dict[str, Any], field: str) -> dict[str, Any]:
     return values
 
 
-def annotate(body: dict[str, Any], token: int) -> dict[str, Any]:
-    """Put the fencing token on an object body or patch, in place.
+def annotate(body: dict[str, Any], token: int, domain: str | None = None) -> dict[str, Any]:
+    """Put the fencing token (and its domain) on an object body or patch, in place.
 
     Fencing tokens: Kleppmann, "How to do distributed locking" (2016).
 
     Args:
         body: an object (or a merge / strategic-merge patch) as a dict.
         token: the writer's fencing token.
+        domain: the token's fencing domain: the JobLease's name (env
+            ``LEASEHOLD_LEASE``). Tokens of two domains (two jobs, two indexes
+            of an Indexed job) are not comparable: the policy refuses a write
+            whose domain is not the one the object already carries.
 
     Returns:
         ``body``, with ``metadata.annotations["leasehold.dev/fencing-token"]``
-        set to the token as a decimal string.
+        set to the token as a decimal string (and ``leasehold.dev/fencing-domain``
+        to ``domain``, when given).
 
     Raises:
-        ValueError: the token is negative or not an int.
+        ValueError: the token is negative or not an int, or the domain is empty.
     """
-    _metadata_map(body, "annotations")[ANNOTATION_TOKEN] = str(_checked(token))
+    annotations = _metadata_map(body, "annotations")
+    annotations[ANNOTATION_TOKEN] = str(_checked(token))
+    if domain is not None:
+        if not domain:
+            raise ValueError("a fencing domain is a JobLease name, got an empty string")
+        annotations[ANNOTATION_FENCING_DOMAIN] = domain
     return body
 
 
-def fenced_patch(token: int, patch: dict[str, Any] | None = None) -> dict[str, Any]:
+def fenced_patch(
+    token: int, patch: dict[str, Any] | None = None, domain: str | None = None
+) -> dict[str, Any]:
     """A merge (or strategic-merge) patch that carries the fencing token.
 
     Send it without ``resourceVersion``: the policy decides by token, and a
@@ -73,9 +85,10 @@ def fenced_patch(token: int, patch: dict[str, Any] | None = None) -> dict[str, A
     Args:
         token: the writer's fencing token.
         patch: the change, e.g. ``{"data": {"result": "42"}}``; not modified.
+        domain: the token's fencing domain (the JobLease name), see :func:`annotate`.
 
     Returns:
-        A copy of ``patch`` with the token annotation added.
+        A copy of ``patch`` with the token (and domain) annotations added.
 
     Raises:
         ValueError: the token is negative or not an int.
@@ -83,7 +96,7 @@ def fenced_patch(token: int, patch: dict[str, Any] | None = None) -> dict[str, A
     Example:
         ``core.patch_namespaced_config_map(name, ns, fenced_patch(8, {"data": d}))``
     """
-    return annotate(copy.deepcopy(patch) if patch else {}, token)
+    return annotate(copy.deepcopy(patch) if patch else {}, token, domain)
 
 
 def opt_in(body: dict[str, Any]) -> dict[str, Any]:
