@@ -8,9 +8,9 @@ step through the same store writes and pod handling as a single-lease job
 take-over, suspend, resume, excuse) and writes the job's status. Each index lease is a fencing
 domain of its own, with the same guarantees as a job's lease: no
 ownerReference, a finalizer, its ``jobUID`` and ``baseFencingToken``
-(docs/indexed.md). An index lease that an earlier version named
-``<job>-<index>`` is carried over when the index's lease is created: the
-new lease starts at its token and the old one is stopped for good.
+(docs/indexed.md). An index lease that an earlier build named
+``<job>-<index>`` is stopped for good, and the index's lease is created at
+its token.
 
 Called by :meth:`~leasehold.controller.act.jobs.JobActor.reconcile` under the job's lock;
 blocking calls.
