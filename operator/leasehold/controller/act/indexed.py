@@ -56,7 +56,7 @@ def index_of(lease: StoredLease) -> int | None:
 
 
 @dataclass(frozen=True)
-class IndexLeases:
+class _IndexLeases:
     """A job's index leases, by index, as one list found them.
 
     Attributes:
@@ -102,11 +102,11 @@ class IndexedActor:
         """(namespace, lease, token) -> when that failure's backoff ends (memory only)."""
         self._guard = threading.Lock()
 
-    def _leases(self, namespace: str, name: str) -> IndexLeases:
+    def _leases(self, namespace: str, name: str) -> _IndexLeases:
         """The job's index leases (one LIST), under today's names and the legacy ones."""
         selector = f"{names.LABEL_JOB}={name},{names.LABEL_COMPLETION_INDEX}"
         found = self._ctx.store.list_leases(namespace, label_selector=selector)
-        leases = IndexLeases({}, {})
+        leases = _IndexLeases({}, {})
         for lease in found:
             index = index_of(lease)
             if index is None or lease.record.job_name != name:
