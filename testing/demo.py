@@ -22,6 +22,7 @@ Ends with ``kubectl get leasedjobs,jobleases`` and tears everything down
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import subprocess
 import sys
@@ -33,6 +34,7 @@ from typing import Any
 import yaml
 from kubernetes import client, config, watch
 
+from leasehold.lease.indexes import index_lease_name
 from localcluster import LocalCluster, StateError, tools_bin_dir
 from operatorproc import OperatorProcess
 from podrunner import PodRunner
@@ -285,8 +287,9 @@ def indexed_run(kubeconfig: Path, api: client.ApiClient, runner: PodRunner) -> N
     runner.pause(NAMESPACE, frozen)
     paused = time.monotonic()
     say("demo", f"SIGSTOP {frozen} (index 2): paused longer than its {duration}s lease")
-    wait_for("index 2 taken back", lambda: holder_token(api, f"{name}-2")[1] == 2, duration + 60)
-    others = ", ".join(f"{index}: {holder_token(api, f'{name}-{index}')}" for index in (0, 1, 3))
+    lease = functools.partial(index_lease_name, name)
+    wait_for("index 2 taken back", lambda: holder_token(api, lease(2))[1] == 2, duration + 60)
+    others = ", ".join(f"{index}: {holder_token(api, lease(index))}" for index in (0, 1, 3))
     say(
         "operator",
         f"index 2 reclaimed and claimed for {name}-2-2 under its token 2,"

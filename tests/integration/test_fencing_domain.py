@@ -337,24 +337,22 @@ def test_deleting_a_job_named_like_another_jobs_index_lease_leaves_that_lease_al
 ) -> None:
     """Issue 27, case 3: a job told its lease name is taken, then deleted as told.
 
-    LeasedJob ``a-0``'s lease name is index 0's of Indexed job ``a``; its
+    Index leases are ``<job>.<index>`` now, but an earlier version named
+    index 0 of Indexed job ``a`` ``a-0``: LeasedJob ``a-0``'s lease name. Its
     reconcile reports LeaseNameTaken. Deleting it must not stop that index's
     lease: the lease is job ``a``'s domain (``spec.jobName``), not ``a-0``'s.
     """
     actors = Actors.connect(api_client)
-    create_job(
-        api_client,
+    store.create(  # as an earlier version made index 0's lease
         namespace,
-        "a",
-        None,
-        lease_seconds=30,
-        completions=2,
-        parallelism=2,
-        completionMode="Indexed",
+        "a-0",
+        job_name="a",
+        lease_duration_seconds=30,
+        max_fencing_token=3,
+        labels={names.LABEL_JOB: "a", names.LABEL_COMPLETION_INDEX: "0"},
+        finalizers=[names.FINALIZER_DOMAIN],
     )
-    actors.jobs.reconcile(namespace, "a")  # the index leases a-0, a-1
     index = store.get(namespace, "a-0")
-    assert index.record.job_name == "a" and index.record.max_fencing_token
     create_job(api_client, namespace, "a-0", None, lease_seconds=30)
     actors.jobs.reconcile(namespace, "a-0")
     assert any(

@@ -121,7 +121,7 @@ def test_indexed_job_runs_each_index_under_its_own_lease(
         G, V, namespace, names.PLURAL_LEASED_JOBS, "idx"
     )
     time.sleep(1.0)
-    assert store.get(namespace, "idx-0").record.fencing_token == 1
+    assert store.get(namespace, "idx.0").record.fencing_token == 1
 
 
 def test_per_index_budgets_fail_only_their_indexes(
@@ -152,11 +152,11 @@ def test_per_index_budgets_fail_only_their_indexes(
     assert (st["succeeded"], st["failed"], st["completionProgress"]) == (3, 6, "3/6")
     assert failed_reason(api_client, namespace, "budget") == "FailedIndexes"
     for index in (1, 3, 4):
-        record = store.get(namespace, f"budget-{index}").record
+        record = store.get(namespace, f"budget.{index}").record
         assert record.failures == 1  # retried once, then failed for good
         assert record.completion is not None and record.completion.fencing_token == 2
     for index in (0, 2, 5):
-        assert store.get(namespace, f"budget-{index}").record.fencing_token == 1
+        assert store.get(namespace, f"budget.{index}").record.fencing_token == 1
 
 
 def test_max_failed_indexes_fails_the_job_and_starts_no_more_indexes(
@@ -184,7 +184,7 @@ def test_max_failed_indexes_fails_the_job_and_starts_no_more_indexes(
     assert (st["completedIndexes"], st["failedIndexes"]) == ("0", "1")
     assert failed_reason(api_client, namespace, "maxf") == "MaxFailedIndexesExceeded"
     leases = store.list_leases(namespace, label_selector=f"{names.LABEL_JOB}=maxf")
-    assert sorted(lease.name for lease in leases) == ["maxf-0", "maxf-1"]
+    assert sorted(lease.name for lease in leases) == ["maxf.0", "maxf.1"]
 
 
 def test_the_crd_refuses_inconsistent_index_specs(
@@ -453,13 +453,13 @@ def test_a_frozen_index_is_replaced_while_the_others_run_on_and_its_zombie_is_re
     local_pod_runner.pause(namespace, "fz-1-1")  # SIGSTOP: the wrapper and its child
 
     def replaced() -> bool:
-        record = store.get(namespace, "fz-1").record
+        record = store.get(namespace, "fz.1").record
         return record.fencing_token == 2 and record.holder_identity == "fz-1-2"
 
     wait_for("index 1 taken back and claimed for fz-1-2", replaced, duration * 4 + 30)
     # Only index 1 was taken back: the others still hold their first token.
     for index in (0, 2):
-        record = store.get(namespace, f"fz-{index}").record
+        record = store.get(namespace, f"fz.{index}").record
         assert (record.holder_identity, record.fencing_token) == (f"fz-{index}-1", 1)
     st = status(api_client, namespace, "fz")
     assert st["phase"] == "Running"
@@ -472,7 +472,7 @@ def test_a_frozen_index_is_replaced_while_the_others_run_on_and_its_zombie_is_re
         60,
     )
     # The zombie (index 1, token 1) completes late: the store refuses it.
-    late = store.complete(namespace, "fz-1", "fz-1-1", 1, Outcome.SUCCEEDED)
+    late = store.complete(namespace, "fz.1", "fz-1-1", 1, Outcome.SUCCEEDED)
     assert isinstance(late, Rejected) and late.rejection is Rejection.STALE_TOKEN
     # Index 1's new attempt writes under token 2 and completes.
     local_pod_runner.wait_for_pid(namespace, "fz-1-2", timeout=60)
@@ -482,7 +482,7 @@ def test_a_frozen_index_is_replaced_while_the_others_run_on_and_its_zombie_is_re
     assert (st["completedIndexes"], st["completionProgress"]) == ("0-2", "3/3")
     # The zombie's fenced write (its own index, its old token) is refused by the target.
     zombie = LeaseHolder(
-        store, namespace, "fz-1", "fz-1-1", 1, duration, job_name="fz", completion_index=1
+        store, namespace, "fz.1", "fz-1-1", 1, duration, job_name="fz", completion_index=1
     )
     late_write = "INSERT INTO writes SELECT 1, 1 WHERE EXISTS (SELECT 1 FROM leasehold_fenced)"
     with psycopg.connect(pg, autocommit=True) as conn, pytest.raises(StaleToken) as stale:
@@ -512,28 +512,32 @@ def test_a_frozen_index_is_replaced_while_the_others_run_on_and_its_zombie_is_re
         assert conn.execute("SELECT count(*) FROM writes").fetchone() == (3,)
 
 
-def test_a_job_named_like_an_index_lease_does_not_take_it_over(
+def test_a_job_named_like_an_index_has_a_lease_of_its_own(
     operator: OperatorProcess,
     api_client: client.ApiClient,
     store: LeaseStore,
     namespace: str,
 ) -> None:
+    """Job ``clash-0`` and index 0 of job ``clash``: two leases, neither in the other's way.
+
+    Index leases were ``<job>-<index>``, and ``clash-0`` was told LeaseNameTaken
+    (issue 27, cases 3 and 4); they are ``<job>.<index>`` now.
+    """
     create_job(api_client, namespace, "clash", None, completions=2, parallelism=2)
-    wait_for("index lease clash-0", lambda: store.list_leases(namespace), 30)
+    wait_for("index lease clash.0", lambda: store.list_leases(namespace), 30)
     uid = get_uid(api_client, namespace, "clash")
     create_job(api_client, namespace, "clash-0", None)
+    leases = f"{names.LABEL_JOB} in (clash,clash-0)"
 
-    def refused() -> bool:
-        ready = [
-            c
-            for c in status(api_client, namespace, "clash-0").get("conditions", [])
-            if c["type"] == "Ready"
-        ]
-        return bool(ready) and ready[0]["reason"] == "LeaseNameTaken"
+    def both() -> dict[str, str]:
+        found = store.list_leases(namespace, label_selector=leases)
+        return {le.name: le.record.job_name for le in found if le.name in ("clash-0", "clash.0")}
 
-    wait_for("LeaseNameTaken", refused, 30)
-    record = store.get(namespace, "clash-0").record
-    assert (record.job_name, record.job_uid) == ("clash", uid)
+    wait_for("leases clash-0 and clash.0", lambda: len(both()) == 2, 30)
+    assert both() == {"clash-0": "clash-0", "clash.0": "clash"}
+    assert store.get(namespace, "clash.0").record.job_uid == uid
+    conditions = status(api_client, namespace, "clash-0").get("conditions", [])
+    assert all(c["reason"] != "LeaseNameTaken" for c in conditions)
     # NonIndexed with completions: per-slot leases, no index ranges in the status.
     st = status(api_client, namespace, "clash")
     assert "completedIndexes" not in st
@@ -594,18 +598,18 @@ def test_deleting_an_indexed_job_stops_its_held_index_leases_for_good(
         lambda: len(store.list_leases(namespace, label_selector=selector)) == 2,
         30,
     )
-    claimed = store.claim(namespace, "gone-0", "w-0")
+    claimed = store.claim(namespace, "gone.0", "w-0")
     assert isinstance(claimed, Accepted) and claimed.token == 1
     client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
         G, V, namespace, names.PLURAL_LEASED_JOBS, "gone"
     )
 
     def stopped() -> bool:
-        record = store.get(namespace, "gone-0").record
+        record = store.get(namespace, "gone.0").record
         return record.holder_identity is None and record.max_fencing_token == 1
 
     wait_for("index 0's lease stopped", stopped, 30)
-    late = store.complete(namespace, "gone-0", "w-0", 1, Outcome.SUCCEEDED)
+    late = store.complete(namespace, "gone.0", "w-0", 1, Outcome.SUCCEEDED)
     assert isinstance(late, Rejected)
-    assert isinstance(store.claim(namespace, "gone-1", "w-1"), Rejected)  # capped at 0
-    assert names.FINALIZER_DOMAIN in store.get(namespace, "gone-1").body["metadata"]["finalizers"]
+    assert isinstance(store.claim(namespace, "gone.1", "w-1"), Rejected)  # capped at 0
+    assert names.FINALIZER_DOMAIN in store.get(namespace, "gone.1").body["metadata"]["finalizers"]

@@ -69,7 +69,7 @@ def test_suspending_an_indexed_job_suspends_every_index_and_resume_runs_them_on(
     )
 
     def both_bound() -> bool:
-        records = [store.get(namespace, f"sus-{i}").record for i in (0, 1)]
+        records = [store.get(namespace, f"sus.{i}").record for i in (0, 1)]
         return all(r.holder_uid is not None for r in records)
 
     wait_for("indexes 0 and 1 held by their pods", lambda: _try(both_bound), 60)
@@ -82,16 +82,16 @@ def test_suspending_an_indexed_job_suspends_every_index_and_resume_runs_them_on(
         # in its own step of the reconcile (status `active` counts it till then).
         wait_for(
             f"index {index}'s lease suspended",
-            functools.partial(_lease_suspended, store, namespace, f"sus-{index}"),
+            functools.partial(_lease_suspended, store, namespace, f"sus.{index}"),
             30,
         )
-        record = store.get(namespace, f"sus-{index}").record
+        record = store.get(namespace, f"sus.{index}").record
         assert record.suspended and record.holder_identity is None
         assert (record.fencing_token, record.suspensions, record.max_fencing_token) == (1, 1, 2)
         gone = functools.partial(pod_gone_or_going, api_client, namespace, f"sus-{index}-1")
         wait_for(f"pod sus-{index}-1 deleted", gone, 30)
         # The suspended attempt is fenced: its late completion is refused.
-        late = store.complete(namespace, f"sus-{index}", f"sus-{index}-1", 1, Outcome.SUCCEEDED)
+        late = store.complete(namespace, f"sus.{index}", f"sus-{index}-1", 1, Outcome.SUCCEEDED)
         assert isinstance(late, Rejected)
     # `active` drops to 0 in the status write of the reconcile after the last
     # index's suspend write (the suspend writes' own watch events bring it).
@@ -104,8 +104,8 @@ def test_suspending_an_indexed_job_suspends_every_index_and_resume_runs_them_on(
     selector = f"{names.LABEL_JOB}=sus"
     time.sleep(2.0)  # nothing starts while suspended: no claim, no new index
     assert sorted(le.name for le in store.list_leases(namespace, label_selector=selector)) == [
-        "sus-0",
-        "sus-1",
+        "sus.0",
+        "sus.1",
     ]
     assert all(
         le.record.fencing_token == 1 for le in store.list_leases(namespace, label_selector=selector)
@@ -118,7 +118,7 @@ def test_suspending_an_indexed_job_suspends_every_index_and_resume_runs_them_on(
         "False",
         "JobResumed",
     )
-    tokens = {i: store.get(namespace, f"sus-{i}").record.fencing_token for i in range(3)}
+    tokens = {i: store.get(namespace, f"sus.{i}").record.fencing_token for i in range(3)}
     assert tokens == {0: 2, 1: 2, 2: 1}  # resumed under the next token; index 2 never suspended
     reasons = [r for r, _ in events(api_client, namespace, "sus")]
     assert (reasons.count("Suspended"), reasons.count("Resumed")) == (1, 1)
@@ -185,7 +185,7 @@ def test_each_index_lease_carries_params_and_priority_and_a_suspended_job_has_no
     for n in range(5):
         holder = worker.claim_any(namespace, f"pool-{n}", names.LABEL_JOB, store=store)
         assert holder is not None
-        job_name = holder.lease_name.rsplit("-", 1)[0]
+        job_name = holder.lease_name.rsplit(".", 1)[0]
         assert holder.completion_index is not None  # which part of the params is its own
         order.append((job_name, holder.completion_index))
         if job_name == "high":
@@ -203,7 +203,7 @@ def test_each_index_lease_carries_params_and_priority_and_a_suspended_job_has_no
         30,
     )
     resumed = worker.claim_any(namespace, "pool-y", names.LABEL_JOB, store=store)
-    assert resumed is not None and resumed.lease_name.startswith("held-")
+    assert resumed is not None and resumed.lease_name.startswith("held.")
     resumed.close()
 
 
@@ -233,7 +233,7 @@ def test_an_evicted_index_is_not_counted_against_its_budget(
         backoffLimitPerIndex=0,
     )
     local_pod_runner.wait_for_pid(namespace, "ev-1-1", timeout=60)
-    wait_for("ev-1 bound to its pod", lambda: store.get(namespace, "ev-1").record.holder_uid, 30)
+    wait_for("ev.1 bound to its pod", lambda: store.get(namespace, "ev.1").record.holder_uid, 30)
     evict(api_client, namespace, "ev-1-1")
     wait_for("Succeeded", phase_is(api_client, namespace, "ev", "Succeeded"), 90)
     st = status(api_client, namespace, "ev")
@@ -242,7 +242,7 @@ def test_an_evicted_index_is_not_counted_against_its_budget(
         None,
         0,
     )
-    record = store.get(namespace, "ev-1").record
+    record = store.get(namespace, "ev.1").record
     assert (record.fencing_token, record.failures, record.uncounted_attempts) == (2, 0, 1)
     assert record.max_fencing_token == 2  # the excuse raised the cap by one
     assert record.completion is not None and record.completion.outcome == Outcome.SUCCEEDED
@@ -250,5 +250,5 @@ def test_an_evicted_index_is_not_counted_against_its_budget(
     assert len(messages) == 1 and messages[0].startswith("Index 1: "), messages
     assert "DisruptionTarget=True" in messages[0]
     # The evicted attempt is fenced: its token is stale.
-    late = store.complete(namespace, "ev-1", "ev-1-1", 1, Outcome.SUCCEEDED)
+    late = store.complete(namespace, "ev.1", "ev-1-1", 1, Outcome.SUCCEEDED)
     assert isinstance(late, Rejected)

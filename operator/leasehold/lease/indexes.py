@@ -5,6 +5,12 @@ its own fencing domain; the operator names them, a pull-mode worker finds
 them, and the job's status lists indexes the way batch/v1 Job does
 (``completedIndexes: "1,3-5,7"``). Spelled once here so the operator, the
 SDK and the tests cannot disagree. No Kubernetes import.
+
+An index lease is ``<job>.<index>``: a LeasedJob's name may not contain a
+dot (a CEL rule on the CRD), so no job's own lease (named like the job) can
+ever take an index lease's name. The index's pods keep batch Job's hostname
+form, ``<job>-<index>-<token>``; so did the index leases of earlier
+versions, which the operator carries over (docs/indexed.md, "Lease names").
 """
 
 from __future__ import annotations
@@ -16,6 +22,13 @@ MAX_NAME: Final = 253
 """The longest object name (a DNS subdomain)."""
 
 
+INDEX_SEPARATOR: Final = "."
+"""Between a job's name and an index in its index leases' names; never in a job's name."""
+
+_TOKEN_ROOM: Final = 8
+"""Characters kept free for a pod's ``-<token>`` after an index's hostname."""
+
+
 def index_lease_name(job_name: str, index: int) -> str:
     """The JobLease (and the index's fencing domain) of one index of an Indexed job.
 
@@ -24,16 +37,57 @@ def index_lease_name(job_name: str, index: int) -> str:
         index: the completion index (>= 0).
 
     Returns:
-        ``<job>-<index>`` (batch Job's hostname form), the job part cut so
-        the name stays a valid object name. Its pods are ``<job>-<index>-<token>``.
+        ``<job>.<index>``, the job part cut so the name stays a valid object
+        name (at most 253 characters). No LeasedJob's own lease has a dot,
+        so it never collides with a job's lease.
 
     Raises:
         ValueError: a negative index.
     """
+    return _with_index(job_name, INDEX_SEPARATOR, index)
+
+
+def index_hostname(job_name: str, index: int) -> str:
+    """The name an index's pods start with: batch Job's hostname form.
+
+    Args:
+        job_name: the LeasedJob's name.
+        index: the completion index (>= 0).
+
+    Returns:
+        ``<job>-<index>``, the job part cut so that ``-<token>`` still fits in
+        an object name; its pods are ``<job>-<index>-<token>``.
+
+    Raises:
+        ValueError: a negative index.
+    """
+    return _with_index(job_name, "-", index)
+
+
+def legacy_index_lease_name(job_name: str, index: int) -> str:
+    """The name earlier versions gave an index's lease (:func:`index_hostname`'s form).
+
+    Only read: the operator carries a lease of that name over to
+    :func:`index_lease_name` (its token, then the old lease stopped).
+
+    Args:
+        job_name: the LeasedJob's name.
+        index: the completion index (>= 0).
+
+    Returns:
+        ``<job>-<index>``.
+
+    Raises:
+        ValueError: a negative index.
+    """
+    return index_hostname(job_name, index)
+
+
+def _with_index(job_name: str, separator: str, index: int) -> str:
     if index < 0:
         raise ValueError(f"a completion index is >= 0, got {index}")
-    suffix = f"-{index}"
-    return job_name[: MAX_NAME - len(suffix) - 8] + suffix
+    suffix = f"{separator}{index}"
+    return job_name[: MAX_NAME - len(suffix) - _TOKEN_ROOM] + suffix
 
 
 def compress(indexes: Iterable[int]) -> str:

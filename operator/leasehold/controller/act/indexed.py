@@ -8,7 +8,9 @@ step through the same store writes and pod handling as a single-lease job
 take-over, suspend, resume, excuse) and writes the job's status. Each index lease is a fencing
 domain of its own, with the same guarantees as a job's lease: no
 ownerReference, a finalizer, its ``jobUID`` and ``baseFencingToken``
-(docs/indexed.md).
+(docs/indexed.md). An index lease that an earlier build named
+``<job>-<index>`` is stopped for good, and the index's lease is created at
+its token.
 
 Called by :meth:`~leasehold.controller.act.jobs.JobActor.reconcile` under the job's lock;
 blocking calls.
@@ -27,18 +29,24 @@ from leasehold.controller.act import domain
 from leasehold.controller.act.attempts import Attempts
 from leasehold.controller.act.context import Context
 from leasehold.controller.act.holds import HoldWaits, last_reclaim_reason
-from leasehold.controller.act.status import write_status
+from leasehold.controller.act.status import report_index_lease_names_taken, write_status
 from leasehold.controller.plan import indexed
 from leasehold.controller.plan.indexed import IndexStep
 from leasehold.controller.plan.single import Action, Plan, PodFacts
 from leasehold.lease.api import LeasedJob, PodRetention
 from leasehold.lease.errors import LeaseNotFoundError, WriteRefusedError
+from leasehold.lease.indexes import INDEX_SEPARATOR, index_lease_name, legacy_index_lease_name
+from leasehold.lease.protocol import lease_is_final
 from leasehold.lease.store import Accepted, StoredLease
 
 log = logging.getLogger(__name__)
 
 MAX_REPLANS = 4
 """Steps one index may take in one reconcile (create, claim, start; or reopen, claim, start)."""
+
+NAME_TAKEN_RECHECK_SECONDS = 60.0
+"""How soon to try again an index whose lease name another lease holds: that
+lease is not this job's, so its deletion brings no event for this job."""
 
 
 def index_of(lease: StoredLease) -> int | None:
@@ -48,10 +56,33 @@ def index_of(lease: StoredLease) -> int | None:
 
 
 @dataclass(frozen=True)
+class _IndexLeases:
+    """A job's index leases, by index, as one list found them.
+
+    Attributes:
+        current: the leases named ``<job>.<index>``: the ones planned on.
+        legacy: the leases an earlier version named ``<job>-<index>`` for
+            this job's indexes (carried over when ``current`` has none).
+    """
+
+    current: dict[int, StoredLease]
+    legacy: dict[int, StoredLease]
+
+    def all(self) -> list[StoredLease]:
+        """Every lease of the job's indexes, current and legacy."""
+        return [*self.current.values(), *self.legacy.values()]
+
+
+@dataclass(frozen=True)
 class _Done:
-    """An index's step is over for this reconcile; look again after this many seconds."""
+    """An index's step is over for this reconcile; look again after this many seconds.
+
+    ``name_taken_by``: the index's lease name is held by this lease, which is
+    not that index's (reported on the job).
+    """
 
     requeue_after_seconds: float | None
+    name_taken_by: StoredLease | None = None
 
 
 class IndexedActor:
@@ -71,15 +102,20 @@ class IndexedActor:
         """(namespace, lease, token) -> when that failure's backoff ends (memory only)."""
         self._guard = threading.Lock()
 
-    def _leases(self, namespace: str, name: str) -> dict[int, StoredLease]:
+    def _leases(self, namespace: str, name: str) -> _IndexLeases:
+        """The job's index leases (one LIST), under today's names and the legacy ones."""
         selector = f"{names.LABEL_JOB}={name},{names.LABEL_COMPLETION_INDEX}"
         found = self._ctx.store.list_leases(namespace, label_selector=selector)
-        out: dict[int, StoredLease] = {}
+        leases = _IndexLeases({}, {})
         for lease in found:
             index = index_of(lease)
-            if index is not None and lease.record.job_name == name:
-                out[index] = lease
-        return out
+            if index is None or lease.record.job_name != name:
+                continue
+            if lease.name == index_lease_name(name, index):
+                leases.current[index] = lease
+            elif lease.name == legacy_index_lease_name(name, index):
+                leases.legacy[index] = lease
+        return leases
 
     def _backoff_end(self, lease: StoredLease) -> datetime | None:
         key = (lease.namespace, lease.name, lease.record.fencing_token)
@@ -99,9 +135,12 @@ class IndexedActor:
         """
         meta = body["metadata"]
         namespace, name = str(meta["namespace"]), str(meta["name"])
-        leases = self._leases(namespace, name)
-        for lease in leases.values():
+        found = self._leases(namespace, name)
+        for lease in found.all():
             domain.release_if_namespace_goes(self._ctx, lease)
+        leases = found.current
+        # Legacy-named leases are stopped at once, so no pool claims them any more.
+        legacies = {i: self._stop_legacy(lease) for i, lease in found.legacy.items()}
         retry_after: dict[int, datetime] = {}
         for index, lease in leases.items():
             end = self._backoff_end(lease)
@@ -123,8 +162,13 @@ class IndexedActor:
             pods=pods,
         )
         requeue = decided.requeue_after_seconds
+        taken: dict[int, StoredLease] = {}
         for step in decided.steps:
-            after = self._step(job, body, step, leases.get(step.index), pods.get(step.index))
+            legacy = legacies.get(step.index)
+            done = self._step(job, body, step, leases.get(step.index), legacy, pods.get(step.index))
+            if done.name_taken_by is not None:
+                taken[step.index] = done.name_taken_by
+            after = done.requeue_after_seconds
             if after is not None:
                 requeue = after if requeue is None else min(requeue, after)
         if decided.delete_pods:
@@ -147,8 +191,11 @@ class IndexedActor:
             )
         for event in decided.events:
             self._ctx.events.record(body, event.type, event.reason, event.message)
-        write_status(self._ctx, namespace, name, body, decided.status)
-        return Plan(Action.NONE, decided.status, requeue_after_seconds=requeue)
+        status = decided.status
+        if taken:  # never silent: the job cannot finish while an index cannot start
+            status = report_index_lease_names_taken(self._ctx, job, body, status, taken)
+        write_status(self._ctx, namespace, name, body, status)
+        return Plan(Action.NONE, status, requeue_after_seconds=requeue)
 
     def _step(
         self,
@@ -156,21 +203,32 @@ class IndexedActor:
         body: dict[str, Any],
         step: IndexStep,
         lease: StoredLease | None,
+        legacy: StoredLease | None,
         pods: dict[int, PodFacts] | None,
-    ) -> float | None:
+    ) -> _Done:
         """Carry out one index's step; plan that index again after a write that needs it.
 
+        Args:
+            job: the LeasedJob.
+            body: its raw body.
+            step: the index's step.
+            lease: the index's lease, if it exists.
+            legacy: the index's lease under its legacy name, if one exists
+                (carried over if the index's lease is created).
+            pods: the index's attempt pods by token, where read.
+
         Returns:
-            When to reconcile again for this index (a backoff, a quota), if at all.
+            When to reconcile again for this index (a backoff, a quota), if at
+            all, and the lease that holds the index's name if it is not the index's.
         """
         plan = step.plan
         for _ in range(MAX_REPLANS):
-            acted = self._act(job, body, step, plan, lease)
+            acted = self._act(job, body, step, plan, lease, legacy)
             if isinstance(acted, _Done):
-                return acted.requeue_after_seconds
+                return acted
             lease = acted
             if lease is None:
-                return None
+                return _Done(None)
             plan = indexed.plan_index(
                 job,
                 step.index,
@@ -187,8 +245,8 @@ class IndexedActor:
                 Action.SUSPEND,  # a failure retried while the job is suspended
                 Action.NONE,
             ):
-                return None
-        return None
+                return _Done(None)
+        return _Done(None)
 
     def _act(
         self,
@@ -197,6 +255,7 @@ class IndexedActor:
         step: IndexStep,
         plan: Plan,
         lease: StoredLease | None,
+        legacy: StoredLease | None = None,
     ) -> StoredLease | _Done | None:
         """One write of an index's step.
 
@@ -206,7 +265,7 @@ class IndexedActor:
         """
         action = plan.action
         if action is Action.CREATE_LEASE:
-            return self._create(job, body, step)
+            return self._create(job, body, step, legacy)
         if lease is None:
             return _Done(plan.requeue_after_seconds)
         store = self._ctx.store
@@ -304,18 +363,40 @@ class IndexedActor:
         with self._guard:
             self._retry_after.setdefault(key, after)
 
-    def _create(self, job: LeasedJob, body: dict[str, Any], step: IndexStep) -> StoredLease | None:
-        """Create an index's lease (unheld, token 0): its own fencing domain."""
+    def _create(
+        self,
+        job: LeasedJob,
+        body: dict[str, Any],
+        step: IndexStep,
+        legacy: StoredLease | None,
+    ) -> StoredLease | _Done | None:
+        """Create an index's lease (unheld): its own fencing domain.
+
+        It starts at token 0, or at the final token of the index's lease under
+        its legacy name (stopped by :meth:`_stop_legacy`), so the index's
+        tokens never go back.
+
+        Returns:
+            The index's lease (created, or found to be this index's already);
+            ``None`` to look again on the next event; :class:`_Done` with the
+            lease that holds the name when that lease is not this index's.
+        """
         meta = body["metadata"]
         namespace, name = str(meta["namespace"]), str(meta["name"])
+        start = 0
+        if legacy is not None:
+            if not lease_is_final(legacy.record):
+                return None  # still claimable (it moved): its watch event brings a reconcile
+            start = legacy.record.fencing_token
         try:
             # No ownerReference: like a job's lease, it outlives the job.
-            return self._ctx.store.create(
+            created = self._ctx.store.create(
                 namespace,
                 step.lease_name,
                 job_name=name,
                 lease_duration_seconds=job.spec.lease_duration_seconds,
-                max_fencing_token=indexed.index_max_fencing_token_span(job),
+                max_fencing_token=start + indexed.index_max_fencing_token_span(job),
+                initial_fencing_token=start,
                 labels={
                     names.LABEL_JOB: name,
                     names.LABEL_COMPLETION_INDEX: str(step.index),
@@ -336,15 +417,52 @@ class IndexedActor:
             except LeaseNotFoundError:
                 return None
             if existing.record.job_name != name or index_of(existing) != step.index:
-                log.warning(
-                    "%s/%s: lease name %s is taken by another job's lease; index %d waits",
-                    namespace,
-                    name,
-                    step.lease_name,
-                    step.index,
-                )
-                return None
+                return _Done(NAME_TAKEN_RECHECK_SECONDS, name_taken_by=existing)
             return existing
+        if legacy is not None:
+            self._ctx.events.record(
+                body,
+                "Normal",
+                "LeaseRenamed",
+                f"Index {step.index}: JobLease {legacy.name} (its name before index leases"
+                f" were named <job>.<index>) is stopped for good; {step.lease_name} carries"
+                f" on from fencing token {start}, so the index's tokens never go back.",
+            )
+        return created
+
+    def _stop_legacy(self, legacy: StoredLease) -> StoredLease:
+        """Stop an index's legacy-named lease for good (one write, unless it is already).
+
+        It is stopped before the index's lease is created at its token, so no
+        pool or pod can claim it after its token was read: the successor's
+        first claim is above every token it issued. A completion that landed
+        first ends it as well. A running attempt under it is fenced off, and
+        runs again under the index's new lease.
+
+        Args:
+            legacy: the index's lease under its legacy name, as read.
+
+        Returns:
+            The lease as written or read last; not final only if it kept
+            changing (claims, renewals): its watch events bring a reconcile.
+
+        Raises:
+            StoreError: the API server failed or refused.
+        """
+        for _ in range(MAX_REPLANS):
+            if lease_is_final(legacy.record):
+                return legacy
+            stopped = self._ctx.store.stop(legacy)
+            if isinstance(stopped, Accepted):
+                self._ctx.wrote_lease(stopped.lease)
+                log.info(
+                    "%s/%s: legacy index lease stopped at fencing token %d",
+                    legacy.namespace,
+                    legacy.name,
+                    stopped.lease.record.fencing_token,
+                )
+            legacy = stopped.lease
+        return legacy
 
     def _claim_and_start(
         self,
@@ -393,10 +511,10 @@ class IndexedActor:
             namespace: the job's namespace.
             name: the job's name.
         """
-        for lease in self._leases(namespace, name).values():
+        for lease in self._leases(namespace, name).all():
             domain.release_if_namespace_goes(self._ctx, lease)
             domain.stop_for_good(self._ctx, lease)
-        prefix = (namespace, f"{name}-")
+        prefix = (namespace, f"{name}{INDEX_SEPARATOR}")
         with self._guard:  # the backoffs of its indexes end with it
             for key in [k for k in self._retry_after if (k[0], k[1][: len(prefix[1])]) == prefix]:
                 del self._retry_after[key]

@@ -450,8 +450,9 @@ class JobActor:
         """Take a gone job's lease back for good (:func:`.domain.retire`).
 
         Only a lease of this job's name (``spec.jobName``): a job named like
-        another job's index lease (``<job>-<index>``) was told the name is
-        taken and never had that lease; deleting it leaves the index alone.
+        another job's index lease (``<job>-<index>``, as earlier builds named
+        them) was told the name is taken and never had that lease; deleting
+        it leaves the index alone.
         """
         lease = self._cached_lease(namespace, name) or self._confirmed_lease(namespace, name)
         if lease is not None and lease.record.job_name == name:

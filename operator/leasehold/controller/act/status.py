@@ -12,10 +12,12 @@ never by a crash.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
 
+from leasehold import names
 from leasehold.controller.act.attempts import ns_name
 from leasehold.controller.act.context import Context
 from leasehold.controller.kube.objects import Refused
@@ -106,6 +108,9 @@ def report_lease_name_taken(
     """The job's lease name is another job's lease (an index of an Indexed job): wait.
 
     Taking it over would take that index's fencing domain from a live job.
+    Index leases are named ``<job>.<index>`` and job names have no dot, so
+    only an index lease an earlier version named ``<job>-<index>`` (or a
+    JobLease made by hand) can hold a job's lease name.
 
     Args:
         ctx: the shared edges and state.
@@ -118,8 +123,8 @@ def report_lease_name_taken(
     """
     namespace, name = ns_name(body)
     message = (
-        f"JobLease {name} belongs to job {lease.record.job_name} (one of its indexes);"
-        " this job cannot run under that name: rename it."
+        f"JobLease {name} belongs to {_owner(lease)}; this job cannot run under that name:"
+        " rename it."
     )
     log.warning("%s/%s: %s", namespace, name, message)
     status = with_conditions(
@@ -131,3 +136,62 @@ def report_lease_name_taken(
     if status != job.status:
         ctx.events.record(body, "Warning", "LeaseNameTaken", message)
     write_status(ctx, namespace, name, body, status)
+
+
+def report_index_lease_names_taken(
+    ctx: Context,
+    job: LeasedJob,
+    body: dict[str, Any],
+    status: LeasedJobStatus,
+    taken: Mapping[int, StoredLease],
+) -> LeasedJobStatus:
+    """Indexes whose lease name another lease holds: ``Ready=False`` and a Warning Event.
+
+    Index leases are ``<job>.<index>`` and no job's name has a dot, so only
+    a JobLease made by hand can hold such a name; the index cannot start
+    while it exists, and the job cannot finish: it must not wait silently.
+    ``Ready`` is set over the condition the job had, so its
+    ``lastTransitionTime`` holds while the name stays taken, and the Event
+    is recorded when the message is new.
+
+    Args:
+        ctx: the shared edges and state.
+        job: the job (validated ``body``), with the status it had.
+        body: its raw body.
+        status: the status planned for this reconcile.
+        taken: the lease that holds each such index's name, by index (not empty).
+
+    Returns:
+        ``status`` with ``Ready=False`` (``LeaseNameTaken``) naming the lowest such index.
+    """
+    namespace, name = ns_name(body)
+    index = min(taken)
+    lease = taken[index]
+    others = f" ({len(taken) - 1} more indexes wait the same way)" if len(taken) > 1 else ""
+    message = (
+        f"Index {index}: JobLease {lease.name} belongs to {_owner(lease)}, not to this"
+        f" index; the index cannot start while it exists: delete that JobLease.{others}"
+    )
+    log.warning("%s/%s: %s", namespace, name, message)
+    had = [c for c in (job.status.conditions if job.status else None) or [] if c.type == "Ready"]
+    if not had or (had[0].reason, had[0].message) != ("LeaseNameTaken", message):
+        ctx.events.record(body, "Warning", "LeaseNameTaken", message)
+    generation = job.metadata.get("generation")
+    ready = set_condition(
+        had,
+        "Ready",
+        api.ConditionStatus.FALSE,
+        "LeaseNameTaken",
+        message,
+        now=ctx.now(),
+        generation=int(generation) if generation is not None else None,
+    )
+    kept = [c for c in status.conditions or [] if c.type != "Ready"]
+    return status.model_copy(update={"conditions": sorted([*kept, *ready], key=lambda c: c.type)})
+
+
+def _owner(lease: StoredLease) -> str:
+    """Whose a JobLease is, for a message: ``job a`` or ``job a (its index 3)``."""
+    labels = (lease.body.get("metadata") or {}).get("labels") or {}
+    index = labels.get(names.LABEL_COMPLETION_INDEX)
+    return f"job {lease.record.job_name}" + (f" (its index {index})" if index is not None else "")

@@ -2,10 +2,10 @@
 
 Why this module exists: an Indexed job (``spec.completionMode: Indexed``, or
 ``spec.completions`` above 1) runs each index under a JobLease of its own
-(``<job>-<index>``), its own fencing domain with its own attempts, failures
+(``<job>.<index>``), its own fencing domain with its own attempts, failures
 and take-overs. Each index is planned by the single-lease planner
 (:func:`leasehold.controller.plan.single.plan`) as a *sub-job*: the job's spec
-with the index's failure budget, named after the index's lease, its status
+with the index's failure budget, named after the index's hostname, its status
 made from the lease alone (so nothing per index needs to be stored on the
 job); ``spec.suspend`` reaches every index that way (each index's lease is
 suspended and resumed as a single job's). This module adds what is the
@@ -32,7 +32,7 @@ from leasehold.controller.plan.failure_policy import POD_FAILURE_POLICY
 from leasehold.controller.plan.single import Action, JobEvent, Plan, PodFacts
 from leasehold.lease import indexes as index_sets
 from leasehold.lease.api import CompletionMode, ConditionStatus, LeasedJob, LeasedJobStatus, Phase
-from leasehold.lease.indexes import index_lease_name
+from leasehold.lease.indexes import index_hostname, index_lease_name
 from leasehold.lease.protocol import LeaseRecord, Outcome
 
 
@@ -128,7 +128,7 @@ def sub_job(
 ) -> LeasedJob:
     """The single-lease job that stands for one index, for :func:`reconcile.plan`.
 
-    Named after the index's lease (so its pods are ``<job>-<index>-<token>``),
+    Named after the index's hostname (so its pods are ``<job>-<index>-<token>``),
     with the index's failure budget; the job's deadline and cancel are
     judged here, for all indexes at once. Its status is made from the lease:
     the pod was created when the lease is bound to a pod, the failures are
@@ -172,7 +172,7 @@ def sub_job(
             status.pod_name = lease.holder_identity
     return LeasedJob(
         metadata={
-            "name": index_lease_name(str(meta.get("name", "")), index),
+            "name": index_hostname(str(meta.get("name", "")), index),
             "namespace": meta.get("namespace"),
             "uid": meta.get("uid"),
             "generation": meta.get("generation"),

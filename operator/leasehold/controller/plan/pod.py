@@ -81,7 +81,7 @@ def build_pod(
         lease_duration_seconds: the JobLease's duration (never the job's spec:
             the lease's duration is the one the operator judges expiry by).
         index: for a job with several completions, the completion index the
-            attempt serves: its lease is that index's (``<job>-<index>``), and the
+            attempt serves: its lease is that index's (``<job>.<index>``), and the
             index is injected (``JOB_COMPLETION_INDEX``,
             ``LEASEHOLD_COMPLETION_INDEX``, a label and annotations).
 

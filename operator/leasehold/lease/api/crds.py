@@ -24,6 +24,7 @@ from pydantic import BaseModel
 
 from leasehold import names
 from leasehold.lease.api import joblease, leasedcronjob, leasedjob
+from leasehold.lease.indexes import INDEX_SEPARATOR
 
 _DROP_KEYS: Final = frozenset({"title"})
 
@@ -85,7 +86,7 @@ def _crd(
     status_model: type[BaseModel],
     description: str,
     columns: list[dict[str, Any]],
-    rules: list[dict[str, str]] | None = None,
+    rules: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     spec_schema = structural_schema(spec_model)
     spec_schema["description"] = spec_model.__doc__.strip() if spec_model.__doc__ else ""
@@ -152,6 +153,26 @@ def _col(name: str, type_: str, path: str, description: str, priority: int = 0) 
 _AGE: Final = _col("Age", "date", ".metadata.creationTimestamp", "Time since creation.")
 
 
+def _name_without_separator(why: str) -> dict[str, Any]:
+    """The rule that refuses a name with the index separator, at create only.
+
+    ``optionalOldSelf`` makes the rule run on create too, where ``oldSelf``
+    has no value; on an update it has one and the rule passes, so an object
+    created before the rule is never refused a status or spec write.
+
+    Args:
+        why: the end of the message, after ``metadata.name must not contain '.':``.
+
+    Returns:
+        One ``x-kubernetes-validations`` entry (at the schema's root).
+    """
+    return {
+        "rule": f"oldSelf.hasValue() || !self.metadata.name.contains('{INDEX_SEPARATOR}')",
+        "optionalOldSelf": True,
+        "message": f"metadata.name must not contain '{INDEX_SEPARATOR}': {why}",
+    }
+
+
 def leased_job_crd() -> dict[str, Any]:
     """The ``LeasedJob`` CRD.
 
@@ -170,7 +191,12 @@ def leased_job_crd() -> dict[str, Any]:
                 "message": f"metadata.name must be at most {leasedjob.MAX_JOB_NAME_LENGTH}"
                 " characters: it is a label value on the job's JobLease and pods"
                 " (leasehold.dev/job), as a batch/v1 Job's name is on its pods",
-            }
+            },
+            _name_without_separator(
+                "an Indexed job's index leases are named <job>.<index>, and a job's own"
+                " lease is named like the job, so a dot could make one job's lease name"
+                " another job's index lease"
+            ),
         ],
         description="A job run under an expiring lease with a fencing token: when its worker"
         " stalls, the lease is reclaimed and the job runs again under a higher token, and"
@@ -251,7 +277,11 @@ def leased_cron_job_crd() -> dict[str, Any]:
                 "message": f"metadata.name must be at most {leasedcronjob.MAX_CRON_NAME_LENGTH}"
                 " characters: each run is named <name>-<unix minutes> (11 more), and that"
                 " name must stay a valid label value (63)",
-            }
+            },
+            _name_without_separator(
+                "each run is a LeasedJob named <name>-<unix minutes>, and a LeasedJob's name"
+                " has no dot (an Indexed job's index leases are named <job>.<index>)"
+            ),
         ],
         columns=[
             _col("Schedule", "string", ".spec.schedule", "The cron schedule."),

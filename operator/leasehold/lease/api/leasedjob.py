@@ -548,7 +548,7 @@ class LeasedJobSpec(ApiModel):
         ge=1,
         le=MAX_COMPLETIONS,
         description="How many completions the job needs (batch/v1 Job's). Unset or 1: one"
-        " lease, as always. More: one JobLease per completion (named <job>-<index>), each"
+        " lease, as always. More: one JobLease per completion (named <job>.<index>), each"
         " its own fencing domain with its own attempts. Immutable.",
     )
     parallelism: int | None = Field(

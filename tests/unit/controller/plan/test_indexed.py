@@ -93,12 +93,39 @@ def test_parse_refuses_malformed_ranges(bad: str) -> None:
         indexes.parse(bad)
 
 
-def test_index_lease_name_fits_and_keeps_room_for_the_token() -> None:
-    assert indexes.index_lease_name("big", 3) == "big-3"
+def test_index_lease_name_is_job_dot_index() -> None:
+    assert indexes.index_lease_name("big", 3) == "big.3"
+    assert indexes.index_lease_name("etl", 1) == "etl.1"
+    assert indexes.index_lease_name("a-1", 0) == "a-1.0"
+    with pytest.raises(ValueError, match="completion index"):
+        indexes.index_lease_name("big", -1)
+
+
+def test_an_index_lease_name_is_never_a_job_lease_name() -> None:
+    """Issue 27, case 4: a single job ``etl-1``'s lease (named like the job) took index 1's."""
+    assert indexes.index_lease_name("etl", 1) != "etl-1"
+    assert indexes.INDEX_SEPARATOR in indexes.index_lease_name("etl", 1)
+    # The legacy form (read only, to carry such a lease over) is the old collision.
+    assert indexes.legacy_index_lease_name("etl", 1) == "etl-1"
+
+
+@given(
+    st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=63),
+    st.integers(min_value=0, max_value=10_000),
+)
+def test_no_job_name_is_an_index_lease_name(job: str, index: int) -> None:
+    # A job's lease is named like the job, and the CRD refuses a job name with a dot.
+    assert "." in indexes.index_lease_name(job, index)
+
+
+def test_index_lease_name_fits_and_pods_keep_the_hostname_form() -> None:
     long = indexes.index_lease_name("a" * 253, 12345)
-    assert long.endswith("-12345")
-    assert len(pod_name(long, 9_999_999)) <= 253
-    assert pod_name(long, 9_999_999).startswith(long)
+    assert long.endswith(".12345") and len(long) <= indexes.MAX_NAME
+    assert indexes.index_hostname("big", 3) == "big-3"
+    host = indexes.index_hostname("a" * 253, 12345)
+    assert host.endswith("-12345")
+    assert len(pod_name(host, 9_999_999)) <= 253
+    assert pod_name(host, 9_999_999).startswith(host)
 
 
 # -- the planner ---------------------------------------------------------------
@@ -110,7 +137,7 @@ def test_a_new_job_starts_parallelism_indexes_lowest_first() -> None:
         (0, Action.CREATE_LEASE),
         (1, Action.CREATE_LEASE),
     ]
-    assert decided.steps[0].lease_name == "big-0"
+    assert decided.steps[0].lease_name == "big.0"
     assert decided.status.completion_progress == "0/5"
 
 
@@ -277,13 +304,14 @@ def test_an_index_pod_carries_its_index_and_its_own_lease() -> None:
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
     assert env["JOB_COMPLETION_INDEX"] == "2"
     assert env[names.ENV_COMPLETION_INDEX] == "2"
-    assert env[names.ENV_LEASE] == "big-2"
+    assert env[names.ENV_LEASE] == "big.2"
     assert env[names.ENV_JOB] == "big"
     meta = pod["metadata"]
     assert meta["labels"][names.LABEL_COMPLETION_INDEX] == "2"
     assert meta["labels"][names.LABEL_JOB] == "big"
     assert meta["annotations"]["batch.kubernetes.io/job-completion-index"] == "2"
-    assert meta["annotations"][names.ANNOTATION_LEASE] == "big-2"
+    assert meta["annotations"][names.ANNOTATION_LEASE] == "big.2"
+    assert meta["name"] == "big-2-5"  # pods keep batch Job's hostname form
     assert meta["ownerReferences"][0]["name"] == "big"
 
 
@@ -302,7 +330,7 @@ def test_fencing_keys_are_per_index() -> None:
 def test_the_sdk_reads_the_index_from_the_pod_contract() -> None:
     env = {
         names.ENV_NAMESPACE: "ns",
-        names.ENV_LEASE: "big-3",
+        names.ENV_LEASE: "big.3",
         names.ENV_HOLDER: "big-3-2",
         names.ENV_FENCING_TOKEN: "2",
         names.ENV_LEASE_DURATION: "10",
