@@ -36,7 +36,7 @@ import pytest
 import yaml
 from kubernetes import client, config
 
-from leasehold import names
+from leasehold import names, worker
 from leasehold.lease.errors import StoreError
 from leasehold.lease.protocol import Outcome
 from leasehold.lease.store import Accepted, LeaseStore
@@ -882,3 +882,30 @@ def test_a_holder_may_not_remove_or_rewrite_its_acquire_time(
         assert result.returncode != 0, f"acquireTime={acquired} was accepted"
         assert "spec.acquireTime" in result.stderr, result.stderr
     assert admin.get(namespace, "attempt").record.acquire_time is not None
+
+
+def test_a_pool_pod_lists_and_claims_the_next_free_lease(
+    install: Callable[..., Release],
+    kubectl: Kubectl,
+    kubeconfig: Path,
+    namespace: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The pull-mode flow of a pool pod: one LIST, then a claim bound to its pod.
+    release = install("replicas=0")
+    create_leases(kubectl, namespace, {"attempt": "Push", "free": "Pull"})
+    pod = bound_pod(kubectl, kubeconfig, namespace, release.pool_account, "pool-1", tmp_path)
+    monkeypatch.setenv(names.ENV_POD_UID, pod.uid)
+    holder = worker.claim_any(namespace, pod.name, store=pod.store)
+    assert holder is not None
+    try:
+        assert holder.lease_name == "free"
+        done = holder.complete(Outcome.SUCCEEDED)
+    finally:
+        holder.close()
+    assert isinstance(done, Accepted), done
+    lease = LeaseStore(config.new_client_from_config(config_file=str(kubeconfig))).get(
+        namespace, "free"
+    )
+    assert lease.record.completion is not None and lease.record.holder_uid is None
