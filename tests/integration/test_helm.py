@@ -10,8 +10,11 @@
   a missing permission fails the test; a LeasedJob applied with kubectl runs
   as the chart's worker service account and completes; ``helm uninstall``
   removes every object of the release;
-- a worker token (bound to a pod) is confined by RBAC and by the chart's
-  ValidatingAdmissionPolicy: ``kubectl auth can-i --as`` and real requests.
+- a pool's token (bound to a pod) is confined by RBAC and by the chart's
+  ValidatingAdmissionPolicy to the lease it holds or claims as itself; a push
+  attempt pod's token (the worker ServiceAccount) claims nothing, lists
+  nothing and keeps only the lease the operator claimed for it; no holder
+  touches ``spec.acquireTime``: ``kubectl auth can-i --as`` and real requests.
 """
 
 from __future__ import annotations
@@ -33,8 +36,9 @@ import pytest
 import yaml
 from kubernetes import client, config
 
-from leasehold import names
+from leasehold import names, worker
 from leasehold.lease.errors import StoreError
+from leasehold.lease.protocol import Outcome
 from leasehold.lease.store import Accepted, LeaseStore
 from localcluster.binaries import tools_bin_dir
 from localcluster.kubectl import Kubectl
@@ -115,6 +119,8 @@ OPERATOR_RULES = {
     ("", "pods", ("create", "delete", "get", "list", "watch"), ()),
     ("", "events", ("create", "patch"), ()),
 }
+POOL_VERBS = ("claim", "get", "list", "patch", "watch")
+"""A pull pool's verbs on jobleases (sorted); ``claim`` is the worker lease policy's."""
 CRD_RULE = ("apiextensions.k8s.io", "customresourcedefinitions", ("get", "list", "watch"), ())
 
 
@@ -201,24 +207,22 @@ def test_rendered_chart_is_accepted_by_the_api_server(
     args = ["-f", str(CI_VALUES), "--set", f"watchNamespaces={{{namespace},default}}"] if ha else []
     docs = helm.template(release, namespace, *args)
     kinds = sorted(d["kind"] for d in docs)
+    # The operator's ClusterRole, binding, Deployment and ServiceAccount; the
+    # worker and pool ClusterRoles, and per worker namespace a ServiceAccount
+    # and RoleBinding of each; the metrics Service; the worker lease policy.
     expected = [
-        "ClusterRole",
-        "ClusterRole",
-        "ClusterRoleBinding",
-        "Deployment",
-        "RoleBinding",
-        "Service",
-        "ServiceAccount",
-        "ServiceAccount",
-        "ValidatingAdmissionPolicy",
-        "ValidatingAdmissionPolicyBinding",
+        *("ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "Deployment"),
+        *("RoleBinding", "RoleBinding", "Service"),
+        *("ServiceAccount", "ServiceAccount", "ServiceAccount"),
+        *("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"),
     ]
     if ha:
-        # Per watched namespace: operator Role + RoleBinding, worker SA +
-        # RoleBinding, a KopfPeering; plus the dashboard, PDB, ServiceMonitor.
+        # Per watched namespace: operator Role + RoleBinding, worker and pool
+        # SAs + RoleBindings, a KopfPeering; plus the dashboard, PDB,
+        # ServiceMonitor.
         expected += ["ConfigMap", "KopfPeering", "KopfPeering", "PodDisruptionBudget"]
-        expected += ["Role", "Role", "RoleBinding", "RoleBinding", "RoleBinding"]
-        expected += ["ServiceAccount", "ServiceMonitor"]
+        expected += ["Role", "Role", "RoleBinding", "RoleBinding", "RoleBinding", "RoleBinding"]
+        expected += ["ServiceAccount", "ServiceAccount", "ServiceMonitor"]
     assert kinds == sorted(expected)
     for doc in docs:
         assert doc["metadata"]["labels"][INSTANCE] == release, doc["metadata"]["name"]
@@ -300,11 +304,19 @@ def test_rbac_is_least_privilege(helm: Helm) -> None:
             ("kopf.dev", "kopfpeerings", ("get", "patch"), ("lh-leasehold",)),
         }
 
-    # The chart's worker ClusterRole is deploy/rbac/worker-clusterrole.yaml's.
-    standalone = yaml.safe_load((REPO / "deploy" / "rbac" / "worker-clusterrole.yaml").read_text())
-    worker = find(clusterwide, "ClusterRole", "lh-leasehold-worker")
-    assert rules_of(worker) == rules_of(standalone)
-    assert find(helm.template("leasehold", "ns"), "ClusterRole", "leasehold-worker")
+    # The chart's worker and pool ClusterRoles are deploy/rbac/'s: a push
+    # attempt's pod only gets and patches; only a pool lists, watches, claims.
+    for kind, verbs in (("worker", ("get", "patch")), ("pool", POOL_VERBS)):
+        standalone = yaml.safe_load(
+            (REPO / "deploy" / "rbac" / f"{kind}-clusterrole.yaml").read_text()
+        )
+        rendered = find(clusterwide, "ClusterRole", f"lh-leasehold-{kind}")
+        assert (
+            rules_of(rendered)
+            == rules_of(standalone)
+            == {("leasehold.dev", "jobleases", verbs, ())}
+        )
+        assert find(helm.template("leasehold", "ns"), "ClusterRole", f"leasehold-{kind}")
 
 
 def test_ha_pods_get_distinct_peering_priorities(helm: Helm, tmp_path: Path) -> None:
@@ -360,6 +372,10 @@ class Release:
     @property
     def worker_account(self) -> str:
         return f"{self.name}-leasehold-worker"
+
+    @property
+    def pool_account(self) -> str:
+        return f"{self.name}-leasehold-pool"
 
     @property
     def selector(self) -> str:
@@ -510,7 +526,7 @@ def token_kubeconfig(admin: Path, token: str, namespace: str, path: Path) -> Pat
     return path
 
 
-def test_worker_token_is_confined_to_its_own_lease(
+def test_pool_token_is_confined_to_its_own_lease(
     install: Callable[..., Release],
     kubectl: Kubectl,
     kubeconfig: Path,
@@ -519,7 +535,7 @@ def test_worker_token_is_confined_to_its_own_lease(
 ) -> None:
     # No operator is needed: leases are made by the admin, who is not pod-bound.
     release = install("replicas=0")
-    account = f"system:serviceaccount:{namespace}:{release.worker_account}"
+    account = f"system:serviceaccount:{namespace}:{release.pool_account}"
     for lease, mode in (("lease-a", "Pull"), ("lease-b", "Pull"), ("lease-push", "Push")):
         body = {
             "apiVersion": names.API_VERSION,
@@ -544,14 +560,14 @@ def test_worker_token_is_confined_to_its_own_lease(
             "kind": "Pod",
             "metadata": {"name": pod, "namespace": namespace},
             "spec": {
-                "serviceAccountName": release.worker_account,
+                "serviceAccountName": release.pool_account,
                 "schedulingGates": [{"name": "leasehold.dev/never"}],
                 "containers": [{"name": "w", "image": "ignored", "command": ["true"]}],
             },
         }
         uids[pod] = kubectl.json("create", "-f", "-", input=json.dumps(manifest))["metadata"]["uid"]
         token = kubectl(
-            *("create", "token", release.worker_account, "-n", namespace),
+            *("create", "token", release.pool_account, "-n", namespace),
             *("--bound-object-kind", "Pod", "--bound-object-name", pod),
         ).stdout.strip()
         kubeconfigs[pod] = token_kubeconfig(kubeconfig, token, namespace, tmp_path / pod)
@@ -565,7 +581,7 @@ def test_worker_token_is_confined_to_its_own_lease(
         answer = kubectl("auth", "can-i", verb, resource, "-n", ns, "--as", account, check=False)
         return answer.stdout.strip() == "yes"
 
-    allowed = [("get", "jobleases"), ("list", "jobleases"), ("patch", "jobleases")]
+    allowed = [(verb, "jobleases") for verb in POOL_VERBS]
     denied = [
         *[(v, "leasedjobs") for v in ("get", "list", "create", "patch", "delete")],
         *[(v, "leasedcronjobs") for v in ("get", "list", "create", "patch", "delete")],
@@ -689,7 +705,7 @@ def test_worker_token_is_confined_to_its_own_lease(
 
     # A token that names no pod (a plain TokenRequest, like a legacy token
     # Secret) gets nothing from RBAC's patch: denied by default.
-    unbound = kubectl("create", "token", release.worker_account, "-n", namespace).stdout.strip()
+    unbound = kubectl("create", "token", release.pool_account, "-n", namespace).stdout.strip()
     as_unbound = Kubectl(
         kubectl.binary, token_kubeconfig(kubeconfig, unbound, namespace, tmp_path / "unbound")
     )
@@ -700,7 +716,7 @@ def test_worker_token_is_confined_to_its_own_lease(
     kubectl("delete", "pod", "worker-b", "-n", namespace, "--grace-period=0", "--force")
     kubectl("create", "-f", "-", input=json.dumps(manifests["worker-b"]))
     token = kubectl(
-        *("create", "token", release.worker_account, "-n", namespace),
+        *("create", "token", release.pool_account, "-n", namespace),
         *("--bound-object-kind", "Pod", "--bound-object-name", "worker-b"),
     ).stdout.strip()
     as_new_b = Kubectl(
@@ -711,3 +727,185 @@ def test_worker_token_is_confined_to_its_own_lease(
 
     # The admin (not pod-bound) is not limited by the policy.
     kubectl("patch", "joblease", "lease-a", "-n", namespace, *merge)
+
+
+# -- push attempt pods: no claim, no list ----------------------------------------
+
+
+@dataclass
+class BoundPod:
+    """A pod that never runs, and a token bound to it as a kubelet mounts one."""
+
+    name: str
+    uid: str
+    kubectl: Kubectl
+    store: LeaseStore
+
+
+def bound_pod(
+    kubectl: Kubectl, kubeconfig: Path, namespace: str, account: str, name: str, tmp_path: Path
+) -> BoundPod:
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "serviceAccountName": account,
+            "schedulingGates": [{"name": "leasehold.dev/never"}],
+            "containers": [{"name": "w", "image": "ignored", "command": ["true"]}],
+        },
+    }
+    uid = kubectl.json("create", "-f", "-", input=json.dumps(manifest))["metadata"]["uid"]
+    token = kubectl(
+        *("create", "token", account, "-n", namespace),
+        *("--bound-object-kind", "Pod", "--bound-object-name", name),
+    ).stdout.strip()
+    path = token_kubeconfig(kubeconfig, token, namespace, tmp_path / name)
+    store = LeaseStore(config.new_client_from_config(config_file=str(path)))
+    return BoundPod(name, uid, Kubectl(kubectl.binary, path), store)
+
+
+def create_leases(kubectl: Kubectl, namespace: str, modes: dict[str, str]) -> None:
+    for lease, mode in modes.items():
+        spec = {"jobName": lease, "leaseDurationSeconds": 600, "maxFencingToken": 5, "mode": mode}
+        body = {
+            "apiVersion": names.API_VERSION,
+            "kind": "JobLease",
+            "metadata": {"name": lease, "namespace": namespace},
+            "spec": spec,
+        }
+        kubectl("create", "-f", "-", input=json.dumps(body))
+
+
+def pushed_to(admin: LeaseStore, namespace: str, lease: str, pod: BoundPod) -> int:
+    """Claim a push lease for ``pod`` and bind it, as the operator does for the pod it made."""
+    claimed = admin.claim(namespace, lease, pod.name)
+    assert isinstance(claimed, Accepted), claimed
+    bound = admin.bind(namespace, lease, pod.name, claimed.token, pod.uid)
+    assert isinstance(bound, Accepted), bound
+    return claimed.token
+
+
+def test_a_push_pod_may_not_claim_any_lease(
+    install: Callable[..., Release],
+    kubectl: Kubectl,
+    kubeconfig: Path,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    # The pod the operator creates for an attempt runs user code as the worker
+    # ServiceAccount; it holds the lease the operator claimed for it, no other.
+    release = install("replicas=0")
+    create_leases(kubectl, namespace, {"attempt": "Push", "free": "Pull"})
+    pod = bound_pod(kubectl, kubeconfig, namespace, release.worker_account, "job-1", tmp_path)
+    admin = LeaseStore(config.new_client_from_config(config_file=str(kubeconfig)))
+    pushed_to(admin, namespace, "attempt", pod)
+
+    with pytest.raises(StoreError) as caught:
+        pod.store.claim(namespace, "free", pod.name, holder_uid=pod.uid)
+    assert caught.value.status == 403, caught.value
+    assert "may not claim JobLease free" in str(caught.value), caught.value
+    assert "lacks the claim verb on jobleases" in str(caught.value), caught.value
+    assert admin.get(namespace, "free").record.fencing_token == 0
+
+
+def test_a_push_pod_may_not_list_or_watch_leases(
+    install: Callable[..., Release],
+    kubectl: Kubectl,
+    kubeconfig: Path,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    release = install("replicas=0")
+    create_leases(kubectl, namespace, {"attempt": "Push", "free": "Pull"})
+    pod = bound_pod(kubectl, kubeconfig, namespace, release.worker_account, "job-1", tmp_path)
+    account = f"system:serviceaccount:{namespace}:{release.worker_account}"
+    for verb in ("get", "patch", "list", "watch", "claim"):
+        answer = kubectl(
+            "auth", "can-i", verb, "jobleases", "-n", namespace, "--as", account, check=False
+        )
+        assert (answer.stdout.strip() == "yes") == (verb in ("get", "patch")), verb
+    leases = f"/apis/{names.GROUP}/{names.VERSION}/namespaces/{namespace}/jobleases"
+    for query in ("", "?watch=true&timeoutSeconds=1"):
+        listed = pod.kubectl("get", "--raw", leases + query, check=False)
+        assert listed.returncode != 0, f"{leases}{query}: {listed.stdout}"
+        assert "forbidden" in listed.stderr.lower(), listed.stderr
+    # It reads its own lease by name (what the SDK's refusal handling does).
+    got = pod.kubectl.json("get", "joblease", "attempt")
+    assert got["metadata"]["name"] == "attempt"
+
+
+def test_a_push_pod_renews_completes_and_releases_its_own_lease(
+    install: Callable[..., Release],
+    kubectl: Kubectl,
+    kubeconfig: Path,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    release = install("replicas=0")
+    create_leases(kubectl, namespace, {"done": "Push", "given-back": "Push"})
+    admin = LeaseStore(config.new_client_from_config(config_file=str(kubeconfig)))
+    first = bound_pod(kubectl, kubeconfig, namespace, release.worker_account, "done-1", tmp_path)
+    token = pushed_to(admin, namespace, "done", first)
+    renewed = first.store.renew(namespace, "done", first.name, token, holder_uid=first.uid)
+    assert isinstance(renewed, Accepted), renewed
+    done = first.store.complete(
+        namespace, "done", first.name, token, Outcome.SUCCEEDED, holder_uid=first.uid
+    )
+    assert isinstance(done, Accepted), done
+    other = bound_pod(kubectl, kubeconfig, namespace, release.worker_account, "back-1", tmp_path)
+    token = pushed_to(admin, namespace, "given-back", other)
+    given = other.store.release(namespace, "given-back", other.name, token, holder_uid=other.uid)
+    assert isinstance(given, Accepted), given
+    assert admin.get(namespace, "given-back").record.holder_identity is None
+
+
+def test_a_holder_may_not_remove_or_rewrite_its_acquire_time(
+    install: Callable[..., Release],
+    kubectl: Kubectl,
+    kubeconfig: Path,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    # The operator's take-over and resume read spec.acquireTime to know a hold
+    # may still run (protocol.hold_may_outlive): a holder must not erase it.
+    release = install("replicas=0")
+    create_leases(kubectl, namespace, {"attempt": "Push"})
+    pod = bound_pod(kubectl, kubeconfig, namespace, release.worker_account, "job-1", tmp_path)
+    admin = LeaseStore(config.new_client_from_config(config_file=str(kubeconfig)))
+    pushed_to(admin, namespace, "attempt", pod)
+    for acquired in (None, "2020-01-01T00:00:00.000000Z"):
+        patch = json.dumps({"spec": {"acquireTime": acquired}})
+        result = pod.kubectl(
+            "patch", "joblease", "attempt", "--type=merge", "-p", patch, check=False
+        )
+        assert result.returncode != 0, f"acquireTime={acquired} was accepted"
+        assert "spec.acquireTime" in result.stderr, result.stderr
+    assert admin.get(namespace, "attempt").record.acquire_time is not None
+
+
+def test_a_pool_pod_lists_and_claims_the_next_free_lease(
+    install: Callable[..., Release],
+    kubectl: Kubectl,
+    kubeconfig: Path,
+    namespace: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The pull-mode flow of a pool pod: one LIST, then a claim bound to its pod.
+    release = install("replicas=0")
+    create_leases(kubectl, namespace, {"attempt": "Push", "free": "Pull"})
+    pod = bound_pod(kubectl, kubeconfig, namespace, release.pool_account, "pool-1", tmp_path)
+    monkeypatch.setenv(names.ENV_POD_UID, pod.uid)
+    holder = worker.claim_any(namespace, pod.name, store=pod.store)
+    assert holder is not None
+    try:
+        assert holder.lease_name == "free"
+        done = holder.complete(Outcome.SUCCEEDED)
+    finally:
+        holder.close()
+    assert isinstance(done, Accepted), done
+    lease = LeaseStore(config.new_client_from_config(config_file=str(kubeconfig))).get(
+        namespace, "free"
+    )
+    assert lease.record.completion is not None and lease.record.holder_uid is None

@@ -44,6 +44,8 @@ def _rejection(call: Any) -> str:
 
 
 HELD_7 = {"holderIdentity": "pod-a", "fencingToken": 7}
+CLAIMED_7 = {**HELD_7, "acquireTime": "2026-11-30T06:00:00.000000Z"}
+"""Held since a claim that stamped its time (``LeaseStore.claim``)."""
 CLOSED_7 = {"fencingToken": 7, "maxFencingToken": 7, "ceilingFencingToken": 7}
 """A schedule's run closed at token 7 (``LeaseStore.close``)."""
 
@@ -151,6 +153,24 @@ CLOSED_7 = {"fencingToken": 7, "maxFencingToken": 7, "ceilingFencingToken": 7}
             id="completion-left-held",
         ),
         pytest.param(
+            CLAIMED_7,
+            {"acquireTime": None},
+            "spec.acquireTime is set by a claim only",
+            id="holder-removes-acquire-time",
+        ),
+        pytest.param(
+            CLAIMED_7,
+            {"acquireTime": "2026-11-30T05:00:00.000000Z"},
+            "spec.acquireTime is set by a claim only",
+            id="holder-rewrites-acquire-time",
+        ),
+        pytest.param(
+            {"fencingToken": 7},
+            {"holderIdentity": "pod-b", "fencingToken": 8},
+            "spec.acquireTime is set by a claim only",
+            id="claim-without-acquire-time",
+        ),
+        pytest.param(
             CLOSED_7,
             {"ceilingFencingToken": 9},
             "spec.ceilingFencingToken can only be lowered, never raised or removed",
@@ -206,8 +226,24 @@ def test_api_server_rejects_invariant_breaking_writes(
         pytest.param(HELD_7, {"renewTime": "2026-11-30T06:00:00.000000Z"}, id="renew"),
         pytest.param(HELD_7, {"holderIdentity": None}, id="release"),
         pytest.param(
-            {"fencingToken": 7}, {"holderIdentity": "pod-b", "fencingToken": 8}, id="claim"
+            {"fencingToken": 7},
+            {
+                "holderIdentity": "pod-b",
+                "fencingToken": 8,
+                "acquireTime": "2026-11-30T06:00:00.000000Z",
+            },
+            id="claim",
         ),
+        pytest.param(
+            {**CLAIMED_7, "holderIdentity": None},
+            {
+                "holderIdentity": "pod-b",
+                "fencingToken": 8,
+                "acquireTime": "2026-11-30T07:00:00.000000Z",
+            },
+            id="claim-restamps-acquire-time",
+        ),
+        pytest.param(CLAIMED_7, {"renewTime": "2026-11-30T06:00:01.000000Z"}, id="renew-claimed"),
         pytest.param(
             {"fencingToken": 7, "maxFencingToken": 7, "ceilingFencingToken": 9},
             {"uncountedAttempts": 1, "lastUncountedToken": 7, "maxFencingToken": 8},

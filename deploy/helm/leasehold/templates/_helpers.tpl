@@ -78,12 +78,59 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- default (include "leasehold.suffixedName" (list . "worker")) .Values.workerClusterRole.name | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* Namespaces that get a worker ServiceAccount, one per line. */}}
+{{/* The pool ServiceAccount name (pull-mode workers). */}}
+{{- define "leasehold.poolServiceAccountName" -}}
+{{- default (include "leasehold.suffixedName" (list . "pool")) .Values.poolServiceAccount.name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The pool ClusterRole name. */}}
+{{- define "leasehold.poolClusterRoleName" -}}
+{{- default (include "leasehold.suffixedName" (list . "pool")) .Values.poolClusterRole.name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Namespaces that get a worker and a pool ServiceAccount, one per line. */}}
 {{- define "leasehold.workerNamespaces" -}}
 {{- $namespaces := .Values.workerServiceAccount.namespaces | default .Values.watchNamespaces | default (list .Release.Namespace) }}
 {{- range $namespaces }}
 {{ . }}
 {{- end }}
+{{- end }}
+
+{{/*
+A ServiceAccount in a worker namespace and its RoleBinding to a ClusterRole.
+Call with (dict "root" . "namespace" NS "component" "worker"|"pool" "role"
+ROLE "name" NAME "annotations" MAP); renders documents that each start with
+"---".
+*/}}
+{{- define "leasehold.workerIdentity" -}}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: {{ .name }}
+  namespace: {{ .namespace }}
+  labels:
+    {{- include "leasehold.componentLabels" (list .root .component) | nindent 4 }}
+  {{- with .annotations }}
+  annotations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: {{ .name }}
+  namespace: {{ .namespace }}
+  labels:
+    {{- include "leasehold.componentLabels" (list .root .component) | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: {{ .role }}
+subjects:
+  - kind: ServiceAccount
+    name: {{ .name }}
+    namespace: {{ .namespace }}
 {{- end }}
 
 {{/* Whether the operator runs with Kopf peering (HA): "true" or "". */}}

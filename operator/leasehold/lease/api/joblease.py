@@ -109,6 +109,16 @@ _LEASE_RULES: Final[list[dict[str, str]]] = [
         "reason": "FieldValueForbidden",
     },
     {
+        "rule": "self.fencingToken != oldSelf.fencingToken ? has(self.acquireTime)"
+        " : has(self.acquireTime) == has(oldSelf.acquireTime)"
+        " && (!has(self.acquireTime) || self.acquireTime == oldSelf.acquireTime)",
+        "message": "spec.acquireTime is set by a claim only: the claim (a fencing token bump)"
+        " stamps it, and no other write removes or changes it (the operator reads it to tell"
+        " whether the holder of the current token may still be running)",
+        "fieldPath": ".acquireTime",
+        "reason": "FieldValueForbidden",
+    },
+    {
         "rule": "self.jobName == oldSelf.jobName",
         "message": "spec.jobName is immutable",
         "fieldPath": ".jobName",
@@ -380,7 +390,9 @@ class JobLeaseSpec(ApiModel):
         " reclaims the lease.",
     )
     acquire_time: datetime | None = Field(
-        default=None, description="When the current holder claimed (the claimant's clock)."
+        default=None,
+        description="When the current holder claimed (the claimant's clock). Set by every"
+        " claim and by no other write: its presence tells the operator a token was held.",
     )
     renew_time: datetime | None = Field(
         default=None,
