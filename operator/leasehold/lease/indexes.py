@@ -97,9 +97,11 @@ def compress(indexes: Iterable[int]) -> str:
         indexes: indexes (>= 0), in any order, duplicates allowed.
 
     Returns:
-        Ascending, comma-separated; runs of two or more consecutive indexes
-        as ``first-last``: ``{1, 3, 4, 5, 7}`` gives ``"1,3-5,7"``; empty
-        gives ``""``.
+        Ascending, comma-separated; runs of three or more consecutive
+        indexes as ``first-last``, a pair as two numbers, as batch/v1's
+        ``orderedIntervals.String`` (pkg/controller/job/indexed_job_utils.go):
+        ``{1, 3, 4, 5, 7}`` gives ``"1,3-5,7"``, ``{0, 1}`` gives ``"0,1"``;
+        empty gives ``""``.
     """
     ordered = sorted(set(indexes))
     parts: list[str] = []
@@ -108,7 +110,10 @@ def compress(indexes: Iterable[int]) -> str:
         j = i
         while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
             j += 1
-        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        if i == j:
+            parts.append(str(ordered[i]))
+        else:
+            parts.append(f"{ordered[i]}{',' if j == i + 1 else '-'}{ordered[j]}")
         i = j + 1
     return ",".join(parts)
 

@@ -67,7 +67,8 @@ def done(index: int, token: int, outcome: Outcome = Outcome.SUCCEEDED, **kw: Any
 def test_compress_writes_batch_jobs_ranges() -> None:
     assert indexes.compress([7, 1, 3, 4, 5, 4]) == "1,3-5,7"
     assert indexes.compress([]) == ""
-    assert indexes.compress([0, 1]) == "0-1"
+    assert indexes.compress([0, 1]) == "0,1"  # batch/v1: a pair is not a range
+    assert indexes.compress([0, 1, 2, 5, 6]) == "0-2,5,6"
     assert indexes.parse("1,3-5,7") == {1, 3, 4, 5, 7}
     assert indexes.parse(None) == set()
 
@@ -77,14 +78,21 @@ def test_ranges_round_trip(found: set[int]) -> None:
     text = indexes.compress(found)
     assert indexes.parse(text) == found
     assert indexes.compress(indexes.parse(text)) == text
-    # Each range is as long as it can be: no two parts touch.
+    # batch/v1's form: a range covers three or more; parts touch only as a pair
+    # of single numbers ("4,5"), never a range and a number, never three in a row.
     bounds = [
         tuple(int(x) for x in part.split("-")) if "-" in part else (int(part), int(part))
         for part in text.split(",")
         if part
     ]
-    for (_, hi), (lo, _) in itertools.pairwise(bounds):
-        assert lo > hi + 1
+    assert all(hi >= lo + 2 for lo, hi in bounds if lo != hi)
+    touching = [
+        b[0] == a[1] + 1 for a, b in itertools.pairwise(bounds)
+    ]  # touching[i]: part i and part i + 1
+    for i, touch in enumerate(touching):
+        if touch:
+            assert bounds[i][0] == bounds[i][1] and bounds[i + 1][0] == bounds[i + 1][1]
+            assert i + 1 >= len(touching) or not touching[i + 1]
 
 
 @pytest.mark.parametrize("bad", ["a", "3-1", "-1", "1,,x"])
@@ -226,7 +234,7 @@ def test_more_failed_indexes_than_max_failed_indexes_fails_the_job_and_stops_the
     }
     decided = indexed.plan_indexed(job(**spec), leases, now=NOW)
     assert decided.status.phase == Phase.FAILED
-    assert decided.status.failed_indexes == "0-1"
+    assert decided.status.failed_indexes == "0,1"
     failed = next(c for c in decided.status.conditions or [] if c.type == "Failed")
     assert failed.reason == "MaxFailedIndexesExceeded"
     assert [(s.index, s.plan.action) for s in decided.steps] == [(2, Action.STOP)]
