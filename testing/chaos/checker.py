@@ -211,6 +211,7 @@ def _check_jobs(history: list[dict[str, Any]], report: Report) -> None:
             "AttemptsExhausted",
             "DeadlineExceeded",
             "WorkerFailed",
+            "BackoffLimitExceeded",  # a worker failure with no retry left (backoffLimit 0)
             "IndexFailed",  # an Indexed job: one index used up its attempts or failed
         ):
             report.violations["no-job-lost"].append(

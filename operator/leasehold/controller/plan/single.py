@@ -721,7 +721,8 @@ def _completed(ctx: _Ctx, status: LeasedJobStatus, seen: _Seen, c: Completion) -
     if retry and not job.spec.cancel:
         return _retry(ctx, status, lease, c, first_sight=seen.known_failed != status.failed)
     reason = "Completed" if c.outcome == Outcome.SUCCEEDED else "WorkerFailed"
-    if failed_now and job.spec.backoff_limit:
+    if failed_now:
+        # batch/v1: a counted failure past backoffLimit (0 included, the default).
         reason = CANCELLED if retry else "BackoffLimitExceeded"
     message = f"{c.holder_identity} completed with {c.outcome} under fencing token" + (
         f" {c.fencing_token}" + (f": {c.message}" if c.message else "")

@@ -366,6 +366,16 @@ def test_failure_past_backoff_limit_fails_the_job() -> None:
     assert [e.reason for e in p.events] == ["BackoffLimitExceeded"]
 
 
+def test_a_failure_at_the_default_backoff_limit_of_zero_is_backoff_limit_exceeded() -> None:
+    # Issue 28: batch/v1 says BackoffLimitExceeded at backoffLimit 0 too (it was WorkerFailed).
+    p = reconcile.plan(
+        job(), lease(1, completion=failed_at(1)), now=NOW, pod_created_for_holder=False
+    )
+    assert p.status.phase == Phase.FAILED
+    failed = next(c for c in p.status.conditions or [] if c.type == "Failed")
+    assert failed.reason == "BackoffLimitExceeded"
+
+
 def test_reclaims_and_failures_draw_from_separate_budgets() -> None:
     # maxAttempts=3: two failures reopened do not use it up.
     p = reconcile.plan(
