@@ -41,6 +41,9 @@ LABEL_COMPLETION_INDEX: Final = f"{GROUP}/completion-index"
 """Indexed jobs: on each index's JobLease and pods, the index (decimal)."""
 ANNOTATION_COMPLETION_INDEX: Final = f"{GROUP}/completion-index"
 BATCH_ANNOTATION_COMPLETION_INDEX: Final = "batch.kubernetes.io/job-completion-index"
+BATCH_LABEL_COMPLETION_INDEX: Final = BATCH_ANNOTATION_COMPLETION_INDEX
+"""batch/v1 Job's pod label for the index (PodIndexLabel): headless Services and affinity
+select on it."""
 """batch/v1 Job's pod annotation for the index, set too (tools that read it keep working)."""
 ANNOTATION_TOKEN: Final = f"{GROUP}/fencing-token"
 """The fencing token: on an attempt's pod (for the downward API) and on fenced objects."""

@@ -10,6 +10,7 @@ the operator learns how an attempt ended (exit codes, an eviction's
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -17,7 +18,7 @@ from leasehold import names
 from leasehold.controller.plan.failure_policy import PodFacts
 from leasehold.lease import api
 from leasehold.lease.api import LeasedJob
-from leasehold.lease.indexes import index_lease_name
+from leasehold.lease.indexes import index_hostname, index_lease_name
 from leasehold.names import (
     ANNOTATION_HOLDER,
     ANNOTATION_LEASE,
@@ -27,6 +28,8 @@ from leasehold.names import (
 )
 
 MAX_POD_NAME: Final = 253
+_DNS_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+"""A pod's ``spec.hostname`` (RFC 1123 label: at most 63 characters)."""
 
 
 def lease_name(job_name: str) -> str:
@@ -100,6 +103,10 @@ def build_pod(
     labels, annotations = _marks(meta, job_name, lease, holder, token, index)
     spec = copy.deepcopy(template.spec)
     spec["restartPolicy"] = "Never"
+    if index is not None and job.spec.completion_mode == api.CompletionMode.INDEXED:
+        hostname = index_hostname(job_name, index)
+        if _DNS_LABEL.fullmatch(hostname):
+            spec["hostname"] = hostname
     injected = _lease_env(namespace, job_name, lease, holder, token, lease_duration_seconds, index)
     injected_names = {e["name"] for e in injected}
     for container in spec.get("containers", []):
@@ -151,6 +158,7 @@ def _marks(
     }
     if index is not None:
         labels[names.LABEL_COMPLETION_INDEX] = str(index)
+        labels[names.BATCH_LABEL_COMPLETION_INDEX] = str(index)
         annotations[names.ANNOTATION_COMPLETION_INDEX] = str(index)
         annotations[names.BATCH_ANNOTATION_COMPLETION_INDEX] = str(index)
     return labels, annotations

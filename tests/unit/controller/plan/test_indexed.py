@@ -321,6 +321,27 @@ def test_an_index_pod_carries_its_index_and_its_own_lease() -> None:
     assert meta["annotations"][names.ANNOTATION_LEASE] == "big.2"
     assert meta["name"] == "big-2-5"  # pods keep batch Job's hostname form
     assert meta["ownerReferences"][0]["name"] == "big"
+    # Issue 28: batch/v1's index label (headless Services, affinity select on it)
+    # and its hostname, <job>-<index>.
+    assert meta["labels"]["batch.kubernetes.io/job-completion-index"] == "2"
+    assert pod["spec"]["hostname"] == "big-2"
+
+
+def test_no_hostname_that_is_not_a_dns_label_nor_for_a_job_that_is_not_indexed() -> None:
+    long_name = job(completions=3).model_copy(
+        update={"metadata": {"name": "x" * 62, "namespace": "ns", "uid": "u-1"}}
+    )
+    pod = build_pod(
+        long_name, namespace="ns", holder="p", token=1, owner_uid="u-1",
+        lease_duration_seconds=10, index=12,
+    )  # fmt: skip
+    assert "hostname" not in pod["spec"]  # "x" * 62 + "-12" is 65 characters
+    plain = job(completions=3, completionMode="NonIndexed")
+    pod = build_pod(
+        plain, namespace="ns", holder="p", token=1, owner_uid="u-1",
+        lease_duration_seconds=10, index=1,
+    )  # fmt: skip
+    assert "hostname" not in pod["spec"]
 
 
 def test_fencing_keys_are_per_index() -> None:
