@@ -23,9 +23,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from leasehold import names
 from leasehold.controller.engines.changes import LeaseChange, LeaseSignature
 from leasehold.controller.engines.peering import ActivityGate
 from leasehold.controller.plan.pod import pod_name
+from leasehold.lease.indexes import index_hostname
 from leasehold.lease.protocol import MonotonicClock
 
 log = logging.getLogger(__name__)
@@ -234,7 +236,9 @@ class ExpiryWatch:
             signature=signature,
             body=_without_managed_fields(body),
             startup_seconds=int(startup) if startup is not None else None,
-            started_at=_started_at(old, signature, generation, spec, first_seen),
+            started_at=_started_at(
+                old, signature, generation, spec, first_seen, index=_index(meta)
+            ),
         )
         pod = self._running_pods.get(by_name)
         if pod is not None and watched.starting and pod[:2] == _claim(signature):
@@ -385,12 +389,20 @@ def _claim(signature: LeaseSignature) -> tuple[str | None, int]:
     return signature.holder_identity, signature.fencing_token
 
 
+def _index(meta: dict[str, Any]) -> int | None:
+    """The completion index an index lease is labelled with, else ``None``."""
+    raw = str((meta.get("labels") or {}).get(names.LABEL_COMPLETION_INDEX, ""))
+    return int(raw) if raw.isdigit() else None
+
+
 def _started_at(
     old: _Watched | None,
     signature: LeaseSignature,
     generation: int,
     spec: dict[str, Any],
     now: float,
+    *,
+    index: int | None = None,
 ) -> float | None:
     """When the attempt now holding the lease started, as far as the operator can tell.
 
@@ -410,6 +422,7 @@ def _started_at(
         generation: the lease's generation now.
         spec: the lease's spec now.
         now: the monotonic time this generation was first seen.
+        index: the completion index of an index lease (its label), else ``None``.
 
     Returns:
         The monotonic start time, or ``None`` while the attempt is starting.
@@ -418,7 +431,10 @@ def _started_at(
         return now  # pull mode: the claimant is the worker; it can renew at once
     holder, token = _claim(signature)
     job_name = str(spec.get("jobName") or "")
-    if holder is not None and job_name and holder != pod_name(job_name, token):
+    # The pod the operator creates for this claim: <job>-<token>, or an index's
+    # <job>-<index>-<token> (its lease is labelled with its index).
+    base = job_name if index is None or not job_name else index_hostname(job_name, index)
+    if holder is not None and job_name and holder != pod_name(base, token):
         # Claimed by a worker, not for a pod the operator creates (an SDK
         # claim of the unheld lease): no pod to wait for; it can renew at once.
         same = old is not None and _claim(old.signature) == (holder, token)

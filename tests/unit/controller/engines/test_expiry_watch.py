@@ -288,3 +288,16 @@ def test_a_claim_not_for_the_operators_pod_is_started_at_once() -> None:
     mono.now += 1
     watch.observe(push_lease(3, holder="pull-0", fencingToken=2, acquireTime="t1", renewTime="t1"))
     assert left(watch, "job") == (ExpiryReason.LEASE_EXPIRED, round(2 + MARGIN, 6))
+
+
+def test_an_index_attempt_is_bounded_by_startup_until_its_first_renewal() -> None:
+    # An index lease (job "big", index 2) held for the operator's pod big-2-1
+    # was taken for an SDK claim (the pod name was compared with "big-1"): its
+    # lease duration ran from the claim, and a pod Pending longer was reclaimed.
+    watch, mono = startup_watch()
+    body = push_lease(1, holder="big-2-1", jobName="big", acquireTime="t0", renewTime="t0")
+    body["metadata"]["name"] = "big.2"
+    body["metadata"]["labels"] = {"leasehold.dev/completion-index": "2"}
+    watch.observe(body)
+    mono.now += 10  # Pending for longer than the lease: not expired
+    assert left(watch, "big.2") == (ExpiryReason.STARTUP_DEADLINE_EXCEEDED, round(50 + MARGIN, 6))
