@@ -39,9 +39,9 @@ EXIT_LEASE_LOST: Final = 75
 """``leasehold run``'s exit code when its lease was lost (not the command's outcome)."""
 SUSPENDED: Final = AttemptReason.SUSPENDED
 POD_FAILURE_POLICY: Final = "PodFailurePolicy"
+"""The job's Failed reason when a FailJob rule matched (batch/v1 Job's)."""
 FAIL_INDEX: Final = "FailIndex"
 """The reason an index failed by a ``FailIndex`` rule (batch/v1 Job's)."""
-"""The job's Failed reason when a FailJob rule matched (batch/v1 Job's)."""
 
 
 class PodFacts(NamedTuple):

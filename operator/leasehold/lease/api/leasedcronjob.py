@@ -150,7 +150,8 @@ class LeasedCronJobSpec(ApiModel):
         ge=0,
         le=MAX_STARTUP_DEADLINE_SECONDS,
         description="A run not started within this many seconds of its schedule time is"
-        " skipped (counted as missed). Unset: no deadline.",
+        " skipped (counted as missed), unless it was due in time and waits for an earlier"
+        " run (Forbid, Replace: status.waitingScheduleTime). Unset: no deadline.",
     )
     suspend: bool = Field(
         default=False,
