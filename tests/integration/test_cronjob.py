@@ -166,6 +166,12 @@ def create_cron(
     return dict(created)
 
 
+def patch_cron(api: client.ApiClient, namespace: str, name: str, spec: dict[str, Any]) -> None:
+    client.CustomObjectsApi(api).patch_namespaced_custom_object(
+        G, V, namespace, names.PLURAL_LEASED_CRON_JOBS, name, {"spec": spec}
+    )
+
+
 def get_cron(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
     body: Any = client.CustomObjectsApi(api).get_namespaced_custom_object(
         G, V, namespace, names.PLURAL_LEASED_CRON_JOBS, name
@@ -295,19 +301,14 @@ def test_forbid_waits_for_a_frozen_runs_lease_then_claims_a_higher_token(
     operator_ahead: OperatorProcess,
     local_pod_runner: PodRunner,
 ) -> None:
-    # The starting deadline is shorter than the wait for the frozen run's lease
-    # (issue 27, case 7): the run was due in time and must still start after it.
-    create_cron(
-        api_client,
-        namespace,
-        "nightly",
-        run(600),
-        concurrencyPolicy="Forbid",
-        startingDeadlineSeconds=10,
-    )
+    create_cron(api_client, namespace, "nightly", run(600), concurrencyPolicy="Forbid")
     first = wait_for(
         "the first run", lambda: next(iter(runs(api_client, namespace, "nightly")), None)
     )
+    # A starting deadline shorter than the wait for the frozen run's lease
+    # (issue 27, case 7): the next run is due in time and must still start after
+    # it. (Set once the first run exists: a loaded operator may start it late.)
+    patch_cron(api_client, namespace, "nightly", {"startingDeadlineSeconds": 10})
     holder, token, holder_uid = wait_for(
         "the first run's pod to hold its lease", lambda: held_run(store, namespace, first), 30
     )
@@ -395,17 +396,13 @@ def test_replace_fences_the_replaced_run_at_the_store_and_at_a_target(
     pod_runner: PodRunner | None,
     pg: str,
 ) -> None:
-    # The starting deadline is shorter than the replaced worker's lease window
-    # (issue 27, case 7): the run was due in time and must still start after it.
-    create_cron(
-        api_client,
-        namespace,
-        "sync",
-        run(600),
-        concurrencyPolicy="Replace",
-        startingDeadlineSeconds=10,
-    )
+    create_cron(api_client, namespace, "sync", run(600), concurrencyPolicy="Replace")
     first = wait_for("the first run", lambda: next(iter(runs(api_client, namespace, "sync")), None))
+    # A starting deadline shorter than the replaced worker's lease window (20 s
+    # and the margin; issue 27, case 7): the next run is due in time and must
+    # still start after it. (Set once the first run exists: a loaded operator
+    # may start it late.)
+    patch_cron(api_client, namespace, "sync", {"startingDeadlineSeconds": 15})
     holder, token, holder_uid = wait_for(
         "the first run's claim", lambda: held_run(store, namespace, first), 30
     )
