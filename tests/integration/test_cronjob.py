@@ -691,3 +691,39 @@ def test_an_evicted_run_retries_inside_its_range_below_the_next_run(
     assert record.uncounted_attempts == 1
     ceiling = record.ceiling_fencing_token
     assert ceiling is not None and ceiling < token2
+
+
+def test_forbid_waits_out_the_window_of_a_run_suspended_while_it_held(
+    api_client: client.ApiClient,
+    namespace: str,
+    store: LeaseStore,
+    clock: Clock,
+    operator_ahead: OperatorProcess,
+    local_pod_runner: PodRunner,
+) -> None:
+    # Found by the Spin model (model/schedules.pml, forbid-no-hold-wait): a run
+    # suspended while it held leaves its lease unheld while its worker may run
+    # on until its window ends; Forbid started the next run at once beside it.
+    create_cron(api_client, namespace, "paused", run(600), concurrencyPolicy="Forbid")
+    first = wait_for(
+        "the first run", lambda: next(iter(runs(api_client, namespace, "paused")), None)
+    )
+    wait_for("the first run's claim", lambda: held_run(store, namespace, first), 30)
+    clock.wait_until_second(48)
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        G, V, namespace, names.PLURAL_LEASED_JOBS, first, {"spec": {"suspend": True}}
+    )
+    suspended_at = time.monotonic()
+    wait_for("the suspension", lambda: store.get(namespace, first).record.suspended, 10)
+    second = wait_for(
+        "the second run",
+        lambda: next((n for n in runs(api_client, namespace, "paused") if n != first), None),
+        90,
+    )
+    waited = time.monotonic() - suspended_at
+    # The suspended worker's window: the 20 s lease (less nothing: it may have
+    # renewed just before the suspension). Before, the run came at the minute.
+    assert waited >= 20 - 1, f"the second run came {waited:.1f}s after the suspension"
+    reasons = [r for r, _ in cron_events(api_client, namespace, "paused")]
+    assert "WaitingForEarlierHolder" in reasons, reasons
+    assert second

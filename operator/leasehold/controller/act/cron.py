@@ -127,7 +127,17 @@ class CronActor:
         earlier = [lease for lease in leases if lease.name != decided.run]
         wait: plan.Wait | None = None
         if decided.policy is ConcurrencyPolicy.FORBID:
-            wait = plan.forbid_wait(decided, self._close_earlier(earlier), now)
+            current = self._close_earlier(earlier)
+            held = [lease for lease in current if lease.record.holder_identity is not None]
+            wait = plan.forbid_wait(decided, held, now)
+            if wait is None:
+                # Nothing held: a worker whose hold the operator ended (a
+                # suspension) may still run until its window ends.
+                longest = max(
+                    (self._holds.earlier_hold_wait(lease, body) for lease in current),
+                    default=0.0,
+                )
+                wait = plan.replace_wait(decided, longest, now, replaced=False)
         elif decided.policy is ConcurrencyPolicy.REPLACE:
             current = self._replace_earlier(body, earlier, runs)
             longest = max(
@@ -148,7 +158,7 @@ class CronActor:
     # -- the concurrency policy, at the leases ---------------------------------------
 
     def _close_earlier(self, earlier: list[StoredLease]) -> list[StoredLease]:
-        """Forbid: close every earlier run that is not over; return those, as closed.
+        """Forbid: close every earlier run that is not over; return every lease as it is now.
 
         A closed lease's holder may finish its attempt, but the store refuses
         every later claim (:meth:`LeaseStore.close`), whatever the run's own
@@ -158,8 +168,7 @@ class CronActor:
         live: list[StoredLease] = []
         for lease in earlier:
             if plan.run_is_over(lease.record):
-                if lease.record.holder_identity is not None:
-                    live.append(lease)
+                live.append(lease)
                 continue
             result = self._store.close(lease)
             if not isinstance(result, Accepted):

@@ -458,28 +458,38 @@ def forbid_wait(plan: CronPlan, live: Sequence[RunLease], now: datetime) -> Wait
     return Wait(status, reported, events, min(WAIT_POLL_SECONDS, until_next or WAIT_POLL_SECONDS))
 
 
-def replace_wait(plan: CronPlan, wait: float, now: datetime) -> Wait | None:
-    """``Replace``: whether the due run waits, once the earlier runs' leases are stopped.
+def replace_wait(
+    plan: CronPlan, wait: float, now: datetime, *, replaced: bool = True
+) -> Wait | None:
+    """Whether the due run waits for an earlier run's worker whose hold the operator ended.
 
-    A replaced run's worker learns of it only when a renewal is refused: the
-    new run (a higher token of the same domain) starts once every such window
-    has surely ended (``HoldWaits.earlier_hold_wait``, which the actor asks).
+    ``Replace``: a replaced run's worker learns of it only when a renewal is
+    refused. ``Forbid``: an earlier run suspended while it held its lease
+    (unheld, not expired) has a worker that may still run until its window
+    ends, though no lease is held any more (the Spin model found it:
+    ``forbid-no-hold-wait`` in model/schedules.pml). Either way the new run
+    (a higher token of the same domain) starts once every such window has
+    surely ended (``HoldWaits.earlier_hold_wait``, which the actor asks).
 
     Args:
         plan: the due run's plan (:func:`decide`).
         wait: the longest hold window left of the earlier runs' leases.
         now: the operator's wall clock.
+        replaced: ``Replace`` (reason ``ReplacedRunMayStillRun``), else
+            ``Forbid`` (``EarlierRunMayStillRun``).
 
     Returns:
         The wait while a window is left, else ``None``: start.
     """
     if wait <= 0 or plan.scheduled_time is None:
         return None
+    who = "a replaced run's" if replaced else "an earlier run's"
     message = (
-        f"Run for {_iso(plan.scheduled_time)} waits {wait:.0f}s: a replaced run's"
+        f"Run for {_iso(plan.scheduled_time)} waits {wait:.0f}s: {who}"
         " worker may still run until its lease window ends."
     )
-    status = _condition(plan.status, "Waiting", "True", "ReplacedRunMayStillRun", message, now)
+    reason = "ReplacedRunMayStillRun" if replaced else "EarlierRunMayStillRun"
+    status = _condition(plan.status, "Waiting", "True", reason, message, now)
     status.waiting_schedule_time = plan.scheduled_time
     until_next = plan.requeue_after_seconds
     return Wait(status, plan.reported, [], min(wait, until_next or wait))

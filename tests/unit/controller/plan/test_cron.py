@@ -310,6 +310,10 @@ def test_replace_waits_for_the_replaced_workers_window_without_an_event() -> Non
     assert msg.startswith("Run for 2026-01-01T10:00:00Z waits 12s:")
     late = plan.replace_wait(replace(due, requeue_after_seconds=5.0), 12.4, T10)
     assert late is not None and late.requeue_after_seconds == 5.0
+    # Forbid waits the same way for a run suspended while it held (model/schedules.pml).
+    earlier = plan.replace_wait(due, 12.4, T10, replaced=False)
+    assert earlier is not None
+    assert condition(earlier.status, "Waiting") == ("True", "EarlierRunMayStillRun")
 
 
 def test_a_run_starts_above_every_reservation_and_every_lease() -> None:
