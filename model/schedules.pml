@@ -53,7 +53,7 @@
  * too (the claim's guard), so its tokens do not wrap around a byte. */
 #define TOKMAX (NR * (BUDGET + ROOM))
 
-#if !defined(S_REPLACE) && !defined(S_ALLOW)
+#if !defined(S_REPLACE) && !defined(S_ALLOW) && !defined(S_FORBID)
 #define S_FORBID
 #endif
 #if defined(S_FORBID) || defined(S_REPLACE)
@@ -296,7 +296,10 @@ end:
        hd[k] = false; sp[k] = true; bump(k) }
   :: atomic { rl[k] && !rs[k] && sp[k] && HOLD_DONE(k) ->   /* LeaseStore.resume, after the hold wait */
        sp[k] = false; bump(k) }
-  :: atomic { rl[k] && !rsd[k] -> rs[k] = true; rsd[k] = true }   /* the user: spec.suspend true */
+  /* the user sets the first run's spec.suspend, once (reduction: the one a
+   * later run's start depends on; a later run's own suspension and resume
+   * are one lease's protocol, lifecycle.pml's S_SUSPEND) */
+  :: atomic { k == 0 && rl[k] && !rsd[k] -> rs[k] = true; rsd[k] = true }
   :: atomic { rs[k] -> rs[k] = false }                            /* and false again */
 #endif
   od
