@@ -156,21 +156,24 @@ mutations=(
 # ones that end in seconds, at smaller bounds where given.
 sdeep="${MODEL_SCHED_DEEP:--DD=4 -DTMAX=9}"
 if [[ "$mode" != mutations ]]; then
-  # name|Spin flags|model|quick: "-" to leave it out of the quick mode
+  # name|Spin flags|model|quick: "-" to leave it out of the quick mode, else
+  # the flags the quick mode adds (smaller bounds)
   correct_more=(
-    "sched-forbid|-DS_FORBID -DS_EXCUSE -DS_SUSPEND|schedules.pml|"
-    "sched-replace|-DS_REPLACE -DS_EXCUSE -DS_SUSPEND|schedules.pml|"
-    "sched-allow|-DS_ALLOW -DS_EXCUSE -DTARGET|schedules.pml|"
+    "sched-forbid|-DS_FORBID -DS_EXCUSE -DS_SUSPEND|schedules.pml|-DTMAX=6"
+    "sched-replace|-DS_REPLACE -DS_EXCUSE -DS_SUSPEND|schedules.pml|-DTMAX=6"
+    "sched-allow|-DS_ALLOW -DS_EXCUSE|schedules.pml|-DTMAX=6"
     "sched-allow-suspend|-DS_ALLOW -DS_SUSPEND|schedules.pml|-"
+    "sched-allow-target|-DS_ALLOW -DTARGET|schedules.pml|-"
     "sched-forbid-3runs|-DS_FORBID -DNR=3|schedules.pml|-"
     "sched-replace-3runs|-DS_REPLACE -DNR=3|schedules.pml|-"
-    "sched-allow-3runs|-DS_ALLOW -DNR=3 -DS_EXCUSE -DTMAX=4|schedules.pml|-"
+    "sched-allow-3runs|-DS_ALLOW -DNR=3 -DTMAX=4|schedules.pml|-"
     "index|-DS_INDEX|indexes.pml|"
     "index-collide|-DS_COLLIDE|indexes.pml|"
   )
   for m in "${correct_more[@]}"; do
     IFS='|' read -r name flags pml quick <<<"$m"
     if [[ "$mode" == quick && "$quick" == - ]]; then continue; fi
+    if [[ "$mode" == quick ]]; then flags="$flags $quick"; fi
     bounds=""
     if [[ "$pml" == schedules.pml ]]; then bounds="$sdeep"; fi
     # a bound the search gives replaces the default's
