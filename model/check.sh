@@ -13,6 +13,7 @@
 #          D=4 TMAX=9), up to MODEL_MEMLIM_MB (default 6000) of memory each,
 #          then the mutations, each an exhaustive search at the same bounds
 #   mutations  only the seeded mutations, as in deep
+#   schedules  only schedules.pml and indexes.pml, as in deep
 # In every mode schedules.pml and indexes.pml are searched exhaustively
 # (-DCOLLAPSE): one search per concurrency policy with its scenarios (quick:
 # the fast ones; deep: each at the bounds MODEL_SCHED_DEEP, default the
@@ -82,7 +83,7 @@ failed=0
 # TMAX=9), written out.
 deep="${MODEL_DEEP:--DRENEWS=1 -DD=4 -DTMAX=9}"
 exact="-DCOLLAPSE -DMEMLIM=${MODEL_MEMLIM_MB:-6000}"
-if [[ "$mode" == mutations ]]; then
+if [[ "$mode" == mutations || "$mode" == schedules ]]; then
   :
 elif [[ "$mode" == deep ]]; then
   # Exhaustive: -DCOLLAPSE stores each state as indices into per-process
@@ -155,6 +156,9 @@ mutations=(
 # scenarios (docs/model.md, "The schedules model"); the quick mode runs the
 # ones that end in seconds, at smaller bounds where given.
 sdeep="${MODEL_SCHED_DEEP:--DD=4 -DTMAX=9}"
+# their hash tables: 2^24 slots (128 MB) in the quick mode, 2^26 (512 MB) else
+sw=26
+if [[ "$mode" == quick ]]; then sw=24; fi
 if [[ "$mode" != mutations ]]; then
   # name|Spin flags|model|quick: "-" to leave it out of the quick mode, else
   # the flags the quick mode adds (smaller bounds)
@@ -181,16 +185,17 @@ if [[ "$mode" != mutations ]]; then
       if [[ "$f" == -D*=* ]]; then bounds="$(sed "s/${f%%=*}=[0-9]*//" <<<"$bounds")"; fi
     done
     # shellcheck disable=SC2086
-    PML="$pml" PAN_W="${PAN_W_SCHED:-26}" run "$name" ok "$exact" -- $bounds $flags
+    PML="$pml" PAN_W="${PAN_W_SCHED:-$sw}" run "$name" ok "$exact" -- $bounds $flags
   done
 fi
 for m in "${mutations[@]}"; do
   IFS='|' read -r name flags quick pml <<<"$m"
+  if [[ "$mode" == schedules && -z "$pml" ]]; then continue; fi
   if [[ -n "$pml" ]]; then
     bounds=""
     if [[ "$pml" == schedules.pml ]]; then bounds="$sdeep"; fi
     # shellcheck disable=SC2086
-    PML="$pml" PAN_W="${PAN_W_SCHED:-26}" run "$name" caught "$exact" -- $bounds $flags
+    PML="$pml" PAN_W="${PAN_W_SCHED:-$sw}" run "$name" caught "$exact" -- $bounds $flags
   elif [[ "$mode" == quick ]]; then
     w=27 spinq=()
     for f in $quick; do
