@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Check the Promela model of the lifecycle protocol (model/lifecycle.pml) with Spin.
+# Check the Promela models with Spin: the lifecycle protocol (model/lifecycle.pml),
+# a LeasedCronJob's runs in one fencing domain (model/schedules.pml) and an
+# Indexed job's index lease beside a job of its old name (model/indexes.pml).
 #
 # Usage: model/check.sh [quick|deep|mutations]
 #   quick  bitstate search (a 2^26-bit table, 8 MB) of every scenario together, then
@@ -11,6 +13,11 @@
 #          D=4 TMAX=9), up to MODEL_MEMLIM_MB (default 6000) of memory each,
 #          then the mutations, each an exhaustive search at the same bounds
 #   mutations  only the seeded mutations, as in deep
+#   schedules  only schedules.pml and indexes.pml, as in deep
+# In every mode schedules.pml and indexes.pml are searched exhaustively
+# (-DCOLLAPSE): one search per concurrency policy with its scenarios (quick:
+# the fast ones; deep: each at the bounds MODEL_SCHED_DEEP, default the
+# model's own, D=4 TMAX=9, two runs), then their mutations.
 # MODEL_MUTATIONS (space-separated names) limits the mutations run; unset: all.
 # Prints one line per run: name, verdict, states stored, seconds.
 # Exit 1 when the correct model has an error or a mutation is not caught.
@@ -19,18 +26,19 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 mode="${1:-quick}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-cp "$here/lifecycle.pml" "$work/"
+cp "$here/lifecycle.pml" "$here/schedules.pml" "$here/indexes.pml" "$work/"
 cd "$work"
 all="-DS_RECREATE -DS_REPLACE -DS_FOREIGN -DS_HANDOVER -DS_SUSPEND -DS_EXCUSE"
 
-# run NAME EXPECT PANFLAGS -- SPINFLAGS...: build pan and search; EXPECT: ok|caught
+# run NAME EXPECT PANFLAGS -- SPINFLAGS...: build pan and search; EXPECT: ok|caught;
+# PML: the model (default lifecycle.pml)
 run() {
-  local name="$1" expect="$2" panflags="$3"; shift 4
+  local name="$1" expect="$2" panflags="$3" pml="${PML:-lifecycle.pml}"; shift 4
   if [[ "$expect" == caught && -n "${MODEL_MUTATIONS:-}" && " $MODEL_MUTATIONS " != *" $name "* ]]; then
     return 0
   fi
-  rm -f lifecycle.pml.trail
-  spin "$@" -a lifecycle.pml >/dev/null
+  rm -f "$pml.trail"
+  spin "$@" -a "$pml" >/dev/null
   # shellcheck disable=SC2086
   gcc -O2 -w -DSAFETY -DNOFAIR $panflags -o pan pan.c
   local out start end errors states
@@ -49,12 +57,13 @@ run() {
   if [[ "$verdict" == caught ]]; then
     local what
     what="$(grep -m1 -E 'assertion violated|invalid end state' <<<"$out" || true)"
-    verdict="caught: ${what#pan:1: }"
+    what="${what#pan:1: }"
+    verdict="caught: ${what:0:100}"
     # The counterexample: Spin replays the trail pan wrote and must hit the
     # same violation; its length is printed.
     local steps=0
-    if [[ -f lifecycle.pml.trail ]] && spin "$@" -t lifecycle.pml 2>&1 | grep -qE 'assertion violated|invalid end state'; then
-      steps="$(wc -l <lifecycle.pml.trail)"
+    if [[ -f "$pml.trail" ]] && spin "$@" -t "$pml" 2>&1 | grep -qE 'assertion violated|invalid end state'; then
+      steps="$(wc -l <"$pml.trail")"
     else
       verdict="no trail: ${verdict}"
       errors=0
@@ -64,7 +73,7 @@ run() {
   printf '%-28s %-70s states=%s memMB=%s seconds=%.1f\n' "$name" "$verdict" "$states" "$mem" "$(echo "$end - $start" | bc)"
   if [[ "$expect" == ok && "$errors" != 0 ]] || [[ "$expect" == caught && "$errors" == 0 ]]; then
     echo "model/check.sh: $name: expected $expect" >&2
-    if [[ -f lifecycle.pml.trail ]]; then spin "$@" -t -p lifecycle.pml | tail -40 >&2 || true; fi
+    if [[ -f "$pml.trail" ]]; then spin "$@" -t -p "$pml" | tail -40 >&2 || true; fi
     failed=1
   fi
 }
@@ -74,7 +83,7 @@ failed=0
 # TMAX=9), written out.
 deep="${MODEL_DEEP:--DRENEWS=1 -DD=4 -DTMAX=9}"
 exact="-DCOLLAPSE -DMEMLIM=${MODEL_MEMLIM_MB:-6000}"
-if [[ "$mode" == mutations ]]; then
+if [[ "$mode" == mutations || "$mode" == schedules ]]; then
   :
 elif [[ "$mode" == deep ]]; then
   # Exhaustive: -DCOLLAPSE stores each state as indices into per-process
@@ -124,10 +133,70 @@ mutations=(
   # exhaustive search found; the code waits: JobService.earlier_hold_wait).
   "no-hold-wait-recreate|-DS_RECREATE -DNO_HOLD_WAIT|-DTMAX=3"
   "no-hold-wait-suspend|-DS_SUSPEND -DNO_HOLD_WAIT|-DTMAX=3"
+  # schedules.pml (a fourth field: the model): exhaustive in every mode, at
+  # MODEL_SCHED_DEEP. Invariant A (two runs hold together, at the store or
+  # in time) for Forbid and Replace, B (token ranges) for every policy.
+  "failed-retry-final|-DS_FORBID -DFAILED_RETRY_FINAL||schedules.pml"
+  "failed-retry-final-replace|-DS_REPLACE -DFAILED_RETRY_FINAL||schedules.pml"
+  "closed-excuse|-DS_FORBID -DS_EXCUSE -DCLOSED_EXCUSE||schedules.pml"
+  "closed-suspend|-DS_FORBID -DS_SUSPEND -DCLOSED_EXCUSE||schedules.pml"
+  "untaken-final|-DS_FORBID -DUNTAKEN_FINAL||schedules.pml"
+  "untaken-final-replace|-DS_REPLACE -DUNTAKEN_FINAL||schedules.pml"
+  "no-ceiling|-DS_ALLOW -DS_EXCUSE -DNO_CEILING||schedules.pml"
+  # The rule the code has today: Forbid waits only while an earlier run's
+  # lease is held (plan.forbid_wait); a run suspended while held is unheld,
+  # its worker still in its window (docs/model.md).
+  "forbid-no-hold-wait|-DS_FORBID -DS_SUSPEND -DFORBID_NO_HOLD_WAIT||schedules.pml"
+  "replace-no-hold-wait|-DS_REPLACE -DREPLACE_NO_HOLD_WAIT||schedules.pml"
+  "stop-by-name-index|-DS_COLLIDE -DSTOP_BY_NAME_INDEX||indexes.pml"
 )
+
+# schedules.pml (a LeasedCronJob's runs) and indexes.pml: exhaustive in
+# every mode. The correct model, one search per concurrency policy with the
+# scenarios (docs/model.md, "The schedules model"); the quick mode runs the
+# ones that end in seconds, at smaller bounds where given.
+sdeep="${MODEL_SCHED_DEEP:--DD=4 -DTMAX=9}"
+# their hash tables: 2^24 slots (128 MB) in the quick mode, 2^26 (512 MB) else
+sw=26
+if [[ "$mode" == quick ]]; then sw=24; fi
+if [[ "$mode" != mutations ]]; then
+  # name|Spin flags|model|quick: "-" to leave it out of the quick mode, else
+  # the flags the quick mode adds (smaller bounds)
+  correct_more=(
+    "sched-forbid|-DS_FORBID -DS_EXCUSE -DS_SUSPEND|schedules.pml|-DTMAX=6"
+    "sched-replace|-DS_REPLACE -DS_EXCUSE -DS_SUSPEND|schedules.pml|-DTMAX=6"
+    "sched-allow|-DS_ALLOW -DS_EXCUSE|schedules.pml|-DTMAX=6"
+    "sched-allow-suspend|-DS_ALLOW -DS_SUSPEND|schedules.pml|-"
+    "sched-allow-target|-DS_ALLOW -DTARGET|schedules.pml|-"
+    "sched-forbid-3runs|-DS_FORBID -DNR=3|schedules.pml|-"
+    "sched-replace-3runs|-DS_REPLACE -DNR=3|schedules.pml|-"
+    "sched-allow-3runs|-DS_ALLOW -DNR=3 -DTMAX=4|schedules.pml|-"
+    "index|-DS_INDEX|indexes.pml|"
+    "index-collide|-DS_COLLIDE|indexes.pml|"
+  )
+  for m in "${correct_more[@]}"; do
+    IFS='|' read -r name flags pml quick <<<"$m"
+    if [[ "$mode" == quick && "$quick" == - ]]; then continue; fi
+    if [[ "$mode" == quick ]]; then flags="$flags $quick"; fi
+    bounds=""
+    if [[ "$pml" == schedules.pml ]]; then bounds="$sdeep"; fi
+    # a bound the search gives replaces the default's
+    for f in $flags; do
+      if [[ "$f" == -D*=* ]]; then bounds="$(sed "s/${f%%=*}=[0-9]*//" <<<"$bounds")"; fi
+    done
+    # shellcheck disable=SC2086
+    PML="$pml" PAN_W="${PAN_W_SCHED:-$sw}" run "$name" ok "$exact" -- $bounds $flags
+  done
+fi
 for m in "${mutations[@]}"; do
-  IFS='|' read -r name flags quick <<<"$m"
-  if [[ "$mode" == quick ]]; then
+  IFS='|' read -r name flags quick pml <<<"$m"
+  if [[ "$mode" == schedules && -z "$pml" ]]; then continue; fi
+  if [[ -n "$pml" ]]; then
+    bounds=""
+    if [[ "$pml" == schedules.pml ]]; then bounds="$sdeep"; fi
+    # shellcheck disable=SC2086
+    PML="$pml" PAN_W="${PAN_W_SCHED:-$sw}" run "$name" caught "$exact" -- $bounds $flags
+  elif [[ "$mode" == quick ]]; then
     w=27 spinq=()
     for f in $quick; do
       if [[ "$f" == PAN_W=* ]]; then w="${f#PAN_W=}"; else spinq+=("$f"); fi
