@@ -21,6 +21,7 @@ from kubernetes import client
 from leasehold import names
 from leasehold.lease.api.crds import leased_job_crd
 from leasehold.lease.api.leasedjob import MAX_JOB_NAME_LENGTH
+from leasehold.lease.errors import LeaseNotFoundError
 from leasehold.lease.indexes import index_lease_name
 from leasehold.lease.protocol import Outcome
 from leasehold.lease.store import Accepted, LeaseStore, Rejected
@@ -314,3 +315,42 @@ def test_a_jobless_lease_under_an_index_name_is_reported_on_the_job(
     assert warnings and warnings[0] == ready["message"]
     assert store.get(namespace, "hand.0").record.job_name == "someone-else"  # left alone
     assert store.get(namespace, "hand.1").record.job_name == "hand"  # index 1 started
+
+
+def test_a_missing_index_lease_is_recreated_above_its_pods_tokens(
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    store: LeaseStore,
+    namespace: str,
+) -> None:
+    # Issue 27, case 13: an index lease that went missing (its finalizer forced
+    # off) came back at token 0: its next claim took token 1 again, a token its
+    # running pod already had.
+    create_job(
+        api_client,
+        namespace,
+        "gone",
+        sh("sleep 600"),
+        lease_seconds=10,
+        completions=2,
+        parallelism=2,
+        completionMode="Indexed",
+    )
+    local_pod_runner.wait_for_pid(namespace, "gone-0-1", timeout=30)
+    api = client.CustomObjectsApi(api_client)
+    api.patch_namespaced_custom_object(
+        G, V, namespace, names.PLURAL_JOB_LEASES, "gone.0", {"metadata": {"finalizers": None}}
+    )
+    api.delete_namespaced_custom_object(G, V, namespace, names.PLURAL_JOB_LEASES, "gone.0")
+
+    def recreated() -> int | None:
+        try:
+            record = store.get(namespace, "gone.0").record
+        except LeaseNotFoundError:
+            return None
+        return record.fencing_token if record.fencing_token > 1 else None
+
+    token = wait_for("index 0's lease recreated and claimed above token 1", recreated, 60)
+    assert token == 2, token
+    assert "LeaseRecreated" in [r for r, _ in events(api_client, namespace, "gone")]

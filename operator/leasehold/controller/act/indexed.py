@@ -373,8 +373,9 @@ class IndexedActor:
         """Create an index's lease (unheld): its own fencing domain.
 
         It starts at token 0, or at the final token of the index's lease under
-        its legacy name (stopped by :meth:`_stop_legacy`), so the index's
-        tokens never go back.
+        its legacy name (stopped by :meth:`_stop_legacy`), or above every token
+        the index's pods were seen under (a lease that went missing), so the
+        index's tokens never go back.
 
         Returns:
             The index's lease (created, or found to be this index's already);
@@ -388,6 +389,13 @@ class IndexedActor:
             if not lease_is_final(legacy.record):
                 return None  # still claimable (it moved): its watch event brings a reconcile
             start = legacy.record.fencing_token
+        # A lease that went missing (its finalizer forced off) is recreated above
+        # every token its index's pods were seen under, so tokens never go back
+        # (the single-job path carries status.fencingToken; an Indexed job's
+        # status keeps no token per index, the pod watch's memory does).
+        seen = max(self._ctx.pod_memory.recall(namespace, name, step.index), default=0)
+        recreated = seen > start
+        start = max(start, seen)
         try:
             # No ownerReference: like a job's lease, it outlives the job.
             created = self._ctx.store.create(
@@ -419,6 +427,14 @@ class IndexedActor:
             if existing.record.job_name != name or index_of(existing) != step.index:
                 return _Done(NAME_TAKEN_RECHECK_SECONDS, name_taken_by=existing)
             return existing
+        if recreated:
+            self._ctx.events.record(
+                body,
+                "Warning",
+                "LeaseRecreated",
+                f"The JobLease {step.lease_name} of index {step.index} was missing; recreated it"
+                f" at fencing token {start} (its pods' highest) so tokens never go back.",
+            )
         if legacy is not None:
             self._ctx.events.record(
                 body,
