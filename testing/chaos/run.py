@@ -539,7 +539,7 @@ class Run:
                 _request_timeout=15,
             )
         except Exception as exc:
-            log(f"listing pods: {exc}")
+            log(f"listing pods: {str(exc).splitlines()[0][:120]}")
             return []
         names = []
         for pod in pods.items:
@@ -567,7 +567,7 @@ class Run:
                 pod, self.ns, eviction, _request_timeout=30
             )
         except Exception as exc:
-            log(f"eviction of {pod} not made: {exc}")
+            log(f"eviction of {pod} not made: {str(exc).splitlines()[0][:120]}")
             return
         self.fault("evict", pod=pod)
 
