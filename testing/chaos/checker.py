@@ -96,13 +96,13 @@ class Report:
     def table(self) -> str:
         """The report as a plain-text table."""
         lines = ["faults injected:"]
-        lines += [f"  {k:<28} {v:>6}" for k, v in sorted(self.faults.items())] or ["  (none)"]
+        lines += [f"  {k:<32} {v:>6}" for k, v in sorted(self.faults.items())] or ["  (none)"]
         lines.append("operations:")
-        lines += [f"  {k:<28} {v:>6}" for k, v in sorted(self.operations.items())]
+        lines += [f"  {k:<32} {v:>6}" for k, v in sorted(self.operations.items())]
         lines.append("violations:")
         for name in INVARIANTS:
             found = self.violations.get(name, [])
-            lines.append(f"  {name:<28} {len(found):>6}")
+            lines.append(f"  {name:<32} {len(found):>6}")
             lines += [f"    - {v}" for v in found[:5]]
         return "\n".join(lines)
 

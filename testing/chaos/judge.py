@@ -137,9 +137,9 @@ class Judgement:
             self.report.table(),
             "porcupine (lease records and target keys as CAS registers, cron jobs' runs):",
         ]
-        lines += [f"  {k:<28} {v:>6}" for k, v in sorted(self.porcupine.operations.items())]
-        lines.append(f"  {'partitions':<28} {self.porcupine.partitions:>6}")
-        lines.append(f"  {'verdict':<28} {self.porcupine.result:>6}")
+        lines += [f"  {k:<32} {v:>6}" for k, v in sorted(self.porcupine.operations.items())]
+        lines.append(f"  {'partitions':<32} {self.porcupine.partitions:>6}")
+        lines.append(f"  {'verdict':<32} {self.porcupine.result:>6}")
         lines += [f"    - not linearizable: {name}" for name in self.porcupine.illegal[:5]]
         if self.porcupine.html:
             lines.append(f"    visualisation: {self.porcupine.html}")

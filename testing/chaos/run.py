@@ -687,15 +687,29 @@ class Run:
         stepped = False
         faulty = True
         drain_until = started + budget + self.args.drain_minutes * 60
+        # the cron jobs run on after the faults till each made --cron-runs runs, at
+        # most half the drain
+        cron_deadline = started + budget + self.args.drain_minutes * 30
+        runs_seen: dict[str, set[str]] = {}
         scenario = SCENARIOS[self.args.scenario] if self.args.scenario else None
         steps = list(scenario.steps) if scenario else []
         while time.monotonic() < drain_until:
             if faulty and time.monotonic() - started >= budget:
                 faulty = False
                 log("fault budget used up: creating the remaining jobs without faults")
-            if not faulty and not self.crons_suspended:
-                self.suspend_crons()
             phases = self.phases()
+            for name in phases:
+                cron = self.run_of(name)
+                if cron is not None:
+                    runs_seen.setdefault(cron, set()).add(name)
+            enough = all(len(runs_seen.get(c, ())) >= self.args.cron_runs for c in self.crons)
+            if (
+                not faulty
+                and not self.crons_suspended
+                and (enough or time.monotonic() > cron_deadline)
+            ):
+                log(f"cron runs seen: { {c: len(r) for c, r in runs_seen.items()} }")
+                self.suspend_crons()
             active = sum(
                 1 for s in phases.values() if s.get("phase") not in ("Succeeded", "Failed")
             )
@@ -785,6 +799,13 @@ def add_cron_arguments(parser: argparse.ArgumentParser, hold_seconds: float) -> 
         default=list(POLICIES),
         help="a LeasedCronJob (schedule '* * * * *') per concurrency policy in this"
         " comma-separated list (default Forbid,Replace,Allow; 'none': no cron jobs)",
+    )
+    parser.add_argument(
+        "--cron-runs",
+        type=int,
+        default=2,
+        help="the cron jobs are suspended once the faults are over and each made this many"
+        " runs (default 2; at most half the drain later)",
     )
     parser.add_argument(
         "--cron-hold-seconds",
