@@ -236,6 +236,10 @@ def _check_jobs(history: list[dict[str, Any]], report: Report) -> None:
             "DeadlineExceeded",
             "WorkerFailed",
             "IndexFailed",  # an Indexed job: one index used up its attempts or failed
+            # attempts used up, the last one's pod never started within
+            # startupDeadlineSeconds (single.py _exhausted); e.g. a Forbid run closed
+            # by the next run (no new attempt) whose pod a loaded node started late
+            "StartupDeadlineExceeded",
         ):
             report.violations["no-job-lost"].append(
                 f"{record['job']}: failed without a reason the run allows ({reason!r})"
