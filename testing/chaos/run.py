@@ -307,14 +307,16 @@ class Run:
     def create_crons(self) -> None:
         """Create one LeasedCronJob per policy, each on a one-minute schedule.
 
-        Each run works for about ``--cron-hold-seconds`` (so it often still
-        holds its lease when the next minute is due) and writes to the cron
-        job's own target key, the runs' shared fencing domain.
+        Each run makes ``--cron-writes`` writes over about
+        ``--cron-hold-seconds`` (so it often still holds its lease, and has
+        written, when the next minute is due) to the cron job's own target
+        key, the runs' shared fencing domain.
         """
         for policy in self.args.cron_policies:
             name = f"{self.prefix}cron-{policy.lower()}"
             env = [
-                *self.worker_env(),
+                *(e for e in self.worker_env() if e["name"] != "CHAOS_WRITES"),
+                {"name": "CHAOS_WRITES", "value": str(self.args.cron_writes)},
                 {"name": "CHAOS_KEY", "value": f"{self.ns}/{name}"},
                 {"name": "CHAOS_HOLD_SECONDS", "value": str(self.args.cron_hold_seconds)},
             ]
@@ -806,6 +808,13 @@ def add_cron_arguments(parser: argparse.ArgumentParser, hold_seconds: float) -> 
         default=2,
         help="the cron jobs are suspended once the faults are over and each made this many"
         " runs (default 2; at most half the drain later)",
+    )
+    parser.add_argument(
+        "--cron-writes",
+        type=int,
+        default=10,
+        help="fenced writes per cron run attempt, spread over its hold (default 10: a"
+        " replaced run has written before it is replaced)",
     )
     parser.add_argument(
         "--cron-hold-seconds",
