@@ -129,7 +129,7 @@ def work(
             with conn.transaction():
                 fence(
                     conn,
-                    job,
+                    key,
                     token,
                     holder.effect_key(f"w{step}"),
                     effect=EFFECT_SQL,
