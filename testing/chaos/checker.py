@@ -235,6 +235,7 @@ def _check_jobs(history: list[dict[str, Any]], report: Report) -> None:
             "AttemptsExhausted",
             "DeadlineExceeded",
             "WorkerFailed",
+            "BackoffLimitExceeded",  # WorkerFailed's name at backoffLimit 0 on main (issue 28)
             "IndexFailed",  # an Indexed job: one index used up its attempts or failed
             # attempts used up, the last one's pod never started within
             # startupDeadlineSeconds (single.py _exhausted); e.g. a Forbid run closed
