@@ -80,9 +80,10 @@ its worker after the claim (a 5 s lease expired before the worker first renewed)
 STARTUP_SECONDS = 90
 MAX_ATTEMPTS = 8
 PREFIX = "chaos-"
-"""Every run's LeasedJobs are ``chaos-<run>-NNN``: a name never reused (a job recreated under
-an earlier run's name would adopt its lease, a lifecycle the checkers do not model); leftovers of
-an earlier run are deleted first."""
+"""Every run's LeasedJobs are ``chaos-<run>-job-NNN``, its cron jobs
+``chaos-<run>-cron-<policy>`` (their runs ``...-<unix minutes>``): a name never
+reused (a job recreated under an earlier run's name would adopt its lease, a
+lifecycle the checkers do not model); leftovers of an earlier run are deleted first."""
 
 
 def kind_env(cluster: str, kubeconfig: Path) -> dict[str, str]:
