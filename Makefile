@@ -157,18 +157,22 @@ JOBS ?= 200
 porcupine: syspkgs ## Build the porcupine judge of chaos histories (hack/porcupine, Go modules, cached).
 	hack/porcupine/build.sh >/dev/null
 
+# CRONS: the LeasedCronJobs' concurrency policies (default Forbid,Replace,Allow; none: no cron
+# jobs); CRON_HOLD: about how long each cron run works (default 70 s, past its minute now and then).
 .PHONY: chaos
-chaos: syspkgs-chaos venv controlplane tools porcupine ## Jepsen-style run: 200 jobs under faults, history judged by 2 checkers (SEED, JOBS, MINUTES, DRAIN, SCENARIO).
+chaos: syspkgs-chaos venv controlplane tools porcupine ## Jepsen-style run: 200 jobs, Indexed jobs and cron jobs under faults, history judged by 2 checkers (SEED, JOBS, MINUTES, DRAIN, SCENARIO, CRONS).
 	PYTHONPATH=testing $(PY) -m chaos.run --seed $(SEED) --jobs $(JOBS) \
 	  $(if $(MINUTES),--minutes $(MINUTES)) $(if $(DRAIN),--drain-minutes $(DRAIN)) \
-	  $(if $(SCENARIO),--scenario $(SCENARIO))
+	  $(if $(SCENARIO),--scenario $(SCENARIO)) $(if $(CRONS),--cron-policies $(CRONS)) \
+	  $(if $(CRON_HOLD),--cron-hold-seconds $(CRON_HOLD))
 
 .PHONY: chaos-kind
-chaos-kind: venv tools porcupine ## The chaos run on the kind cluster: node freezes, partitions, kubelet stops, operator kills, control-plane restarts (SEED, JOBS, MINUTES, DRAIN).
+chaos-kind: venv tools porcupine ## The chaos run on the kind cluster: node freezes, partitions, kubelet stops, operator kills, evictions, control-plane restarts (SEED, JOBS, MINUTES, DRAIN, CRONS).
 	$(MAKE) --no-print-directory kind-up kind-load
-	PYTHONPATH=testing $(PY) -m chaos.kind --seed $(SEED) --cluster $(KIND_CLUSTER) \
+	PYTHONPATH=testing $(PY) -m chaos.kind --seed $(SEED) --cluster $(KIND_CLUSTER) --image $(IMAGE) \
 	  $(if $(filter-out file,$(origin JOBS)),--jobs $(JOBS)) \
-	  $(if $(MINUTES),--minutes $(MINUTES)) $(if $(DRAIN),--drain-minutes $(DRAIN))
+	  $(if $(MINUTES),--minutes $(MINUTES)) $(if $(DRAIN),--drain-minutes $(DRAIN)) \
+	  $(if $(CRONS),--cron-policies $(CRONS)) $(if $(CRON_HOLD),--cron-hold-seconds $(CRON_HOLD))
 
 .PHONY: bench
 bench: venv controlplane tools ## Benchmarks vs a raw compare-and-swap baseline; writes bench/results.md (~9 min; QUICK=1: ~2 min).

@@ -8,8 +8,19 @@
 //   - a lease record (token, holder, completion): the lease watch's states
 //     ("observed", in the store's order), pull claims, and the workers'
 //     completions, accepted or refused, are CAS operations on it;
+//
 //   - a target key (the highest token it accepted): the workers' fenced
 //     writes, accepted or refused as stale, are CAS operations on it.
+//
+//   - a LeasedCronJob (its runs, ordered by schedule time: a run's lease is
+//     labelled with its cron job, "cron" in the records, and its job is
+//     <cron>-<unix minutes>): the watch's states of its run leases, in the
+//     store's order, and every token a run's worker was granted (its writes,
+//     completions, pull claims). Two invariants: with Forbid or Replace, no two
+//     runs' leases are held at once; every token of a later run is above every
+//     token of an earlier run. With Replace, also: no write of a run is
+//     accepted whose lease check began ("check_raw") after a later run's claim
+//     was seen by the watch.
 //
 // Operations whose answer was lost ("write-unknown", "complete-unknown") may
 // or may not have taken effect (a nondeterministic step, no return time).
@@ -29,7 +40,10 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"reflect"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -40,7 +54,12 @@ type record struct {
 	Kind       string      `json:"kind"`
 	T          float64     `json:"t"`
 	Call       *float64    `json:"call"`
+	CheckRaw   *float64    `json:"check_raw"`
 	Lease      string      `json:"lease"`
+	Cron       *string     `json:"cron"`
+	JobName    string      `json:"job_name"`
+	Policy     string      `json:"policy"`
+	Base       *int64      `json:"base"`
 	Job        string      `json:"job"`
 	Key        string      `json:"key"`
 	Holder     *string     `json:"holder"`
@@ -62,6 +81,8 @@ const (
 	opClaim    = "claim"    // a pull claim was granted (Token, Holder)
 	opComplete = "complete" // a completion (Token, Holder) and its answer
 	opWrite    = "write"    // a fenced write to a target key under Token
+	opRun      = "run"      // a cron job: the store held this state of a run's lease (Seq)
+	opUse      = "use"      // a cron job: a run's worker used a token (and, Check, its lease)
 	resOk      = "ok"       // accepted
 	resRefused = "refused"  // refused for a reason the register decides
 	resFree    = "unjudged" // refused for a reason outside the register
@@ -76,6 +97,89 @@ type input struct {
 	Token  int64
 	Holder string
 	Done   *completion
+	// a cron job's operations
+	Run     int64  // the run's schedule time (unix minutes)
+	Held    bool   // opRun: the run's lease is held in this state
+	Granted bool   // opRun: Token was granted (held, completed or above the lease's base)
+	Check   bool   // opUse: an accepted write whose lease check must precede later runs' claims
+	Policy  string // the cron job's concurrencyPolicy
+}
+
+// cronState: a cron job's runs. Maps are never changed in place (porcupine
+// keeps earlier states); the model compares states with reflect.DeepEqual.
+type cronState struct {
+	Seq     int             // run-lease states linearized so far
+	Held    map[int64]bool  // runs whose lease is held now
+	Claimed int64           // the latest run ever seen held (0: none)
+	Low     map[int64]int64 // per run: its lowest granted token
+	High    map[int64]int64 // per run: its highest granted token
+}
+
+func exclusive(policy string) bool { return policy == "Forbid" || policy == "Replace" }
+
+func copyMap[V any](m map[int64]V) map[int64]V {
+	n := make(map[int64]V, len(m)+1)
+	for k, v := range m {
+		n[k] = v
+	}
+	return n
+}
+
+// grant: run r used token t; every earlier run's tokens must be below t and
+// every later run's above it.
+func grant(s cronState, r, t int64) (bool, cronState) {
+	for q, high := range s.High {
+		if (q < r && high >= t) || (q > r && s.Low[q] <= t) {
+			return false, s
+		}
+	}
+	if low, ok := s.Low[r]; ok && low <= t && t <= s.High[r] {
+		return true, s
+	}
+	n := s
+	n.Low, n.High = copyMap(s.Low), copyMap(s.High)
+	if low, ok := n.Low[r]; !ok || t < low {
+		n.Low[r] = t
+	}
+	if high, ok := n.High[r]; !ok || t > high {
+		n.High[r] = t
+	}
+	return true, n
+}
+
+func cronStep(s cronState, in input) (bool, cronState) {
+	switch in.Op {
+	case opRun:
+		if in.Seq != s.Seq+1 {
+			return false, s
+		}
+		n := s
+		n.Seq = in.Seq
+		if in.Held != n.Held[in.Run] {
+			n.Held = copyMap(s.Held)
+			if in.Held {
+				if exclusive(in.Policy) && len(n.Held) > 0 {
+					return false, s // two runs of a Forbid or Replace cron job hold at once
+				}
+				n.Held[in.Run] = true
+			} else {
+				delete(n.Held, in.Run)
+			}
+		}
+		if in.Held && in.Run > n.Claimed {
+			n.Claimed = in.Run
+		}
+		if in.Granted {
+			return grant(n, in.Run, in.Token)
+		}
+		return true, n
+	case opUse:
+		if in.Check && s.Claimed > in.Run {
+			return false, s // a lease check after a later run's claim, then an accepted write
+		}
+		return grant(s, in.Run, in.Token)
+	}
+	return false, s
 }
 
 // state of a partition: a lease record or (High only) a target key.
@@ -169,7 +273,15 @@ func write(s state, in input) (bool, state) {
 }
 
 func step(st interface{}, inp interface{}, out interface{}) []interface{} {
-	s, in, res := st.(state), inp.(input), out.(string)
+	in := inp.(input)
+	if in.Op == opRun || in.Op == opUse {
+		cs, _ := st.(cronState) // the partition's initial state is a state{}
+		if ok, n := cronStep(cs, in); ok {
+			return []interface{}{n}
+		}
+		return nil
+	}
+	s, res := st.(state), out.(string)
 	var apply func(state, input) (bool, state)
 	switch in.Op {
 	case opObserved:
@@ -228,6 +340,13 @@ var model = porcupine.NondeterministicModel{
 	},
 	Init: func() []interface{} { return []interface{}{state{}} },
 	Step: step,
+	Equal: func(a, b interface{}) bool {
+		if sa, ok := a.(state); ok {
+			sb, ok := b.(state)
+			return ok && sa == sb
+		}
+		return reflect.DeepEqual(a, b)
+	},
 	DescribeOperation: func(inp interface{}, out interface{}) string {
 		in := inp.(input)
 		switch in.Op {
@@ -239,10 +358,17 @@ var model = porcupine.NondeterministicModel{
 			return fmt.Sprintf("observed#%d token=%d holder=%q%s", in.Seq, in.Token, in.Holder, done)
 		case opWrite:
 			return fmt.Sprintf("write(%d) -> %s", in.Token, out)
+		case opRun:
+			return fmt.Sprintf("run#%d %d held=%v token=%d granted=%v", in.Seq, in.Run, in.Held, in.Token, in.Granted)
+		case opUse:
+			return fmt.Sprintf("use %d token=%d check=%v", in.Run, in.Token, in.Check)
 		}
 		return fmt.Sprintf("%s(%d, %s) -> %s", in.Op, in.Token, in.Holder, out)
 	},
 	DescribeState: func(st interface{}) string {
+		if cs, ok := st.(cronState); ok {
+			return fmt.Sprintf("#%d held=%v claimed=%d low=%v high=%v", cs.Seq, cs.Held, cs.Claimed, cs.Low, cs.High)
+		}
 		s := st.(state)
 		if s.Seq == 0 && s.Token == 0 && s.High != 0 {
 			return fmt.Sprintf("highest=%d", s.High)
@@ -296,6 +422,23 @@ func operations(records []record) []porcupine.Operation {
 	begin, never := nanos(first)-1, nanos(last)+1_000_000_000
 	seq := map[string]int{}
 	prev := map[string]string{}
+	// A cron job's runs: which lease is which run, from the watch's records.
+	policy := map[string]string{}
+	type runOf struct {
+		cron string
+		run  int64
+	}
+	runs := map[string]runOf{}
+	for _, r := range records {
+		switch {
+		case r.Kind == "cron-created":
+			policy[*r.Cron] = r.Policy
+		case r.Kind == "observed" && r.Cron != nil && *r.Cron != "":
+			if minute, ok := scheduleMinute(*r.Cron, r.JobName); ok {
+				runs[r.Lease] = runOf{*r.Cron, minute}
+			}
+		}
+	}
 	callOf := func(r record) int64 {
 		if r.Call == nil {
 			return begin
@@ -321,12 +464,34 @@ func operations(records []record) []porcupine.Operation {
 				Input:    input{Part: part, Op: opObserved, Seq: seq[part], Token: r.Token, Holder: holder, Done: r.Completion},
 				Call:     begin, Output: resOk, Return: nanos(r.T),
 			})
+			if run, ok := runs[r.Lease]; ok {
+				cpart := "cron " + run.cron
+				granted := holder != "" || r.Completion != nil || (r.Base != nil && r.Token > *r.Base)
+				ckey := fmt.Sprintf("%v|%d|%v", holder != "", r.Token, granted)
+				if prev[cpart+" "+r.Lease] != ckey {
+					prev[cpart+" "+r.Lease] = ckey
+					seq[cpart]++
+					ops = append(ops, porcupine.Operation{
+						ClientId: client("watch"),
+						Input: input{Part: cpart, Op: opRun, Seq: seq[cpart], Run: run.run, Held: holder != "",
+							Token: r.Token, Granted: granted, Policy: policy[run.cron]},
+						Call: begin, Output: resOk, Return: nanos(r.T),
+					})
+				}
+			}
 		case "pull-claim":
 			ops = append(ops, porcupine.Operation{
 				ClientId: client(holder),
 				Input:    input{Part: "lease " + r.Lease, Op: opClaim, Token: r.Token, Holder: holder},
 				Call:     callOf(r), Output: resOk, Return: nanos(r.T),
 			})
+			if run, ok := runs[r.Lease]; ok {
+				ops = append(ops, porcupine.Operation{
+					ClientId: client(holder),
+					Input:    input{Part: "cron " + run.cron, Op: opUse, Run: run.run, Token: r.Token},
+					Call:     callOf(r), Output: resOk, Return: nanos(r.T),
+				})
+			}
 		case "complete", "complete-unknown", "write", "write-unknown":
 			in := input{Part: "lease " + r.Job, Op: opComplete, Token: r.Token, Holder: holder}
 			if r.Kind == "write" || r.Kind == "write-unknown" {
@@ -345,9 +510,31 @@ func operations(records []record) []porcupine.Operation {
 			ops = append(ops, porcupine.Operation{
 				ClientId: client(holder), Input: in, Call: callOf(r), Output: out, Return: ret,
 			})
+			if run, ok := runs[r.Job]; ok {
+				// The worker held this token of the run's; an accepted write of a
+				// Replace cron job's run also says its lease check passed at or
+				// after check_raw.
+				use := input{Part: "cron " + run.cron, Op: opUse, Run: run.run, Token: r.Token}
+				call := callOf(r)
+				if r.Kind == "write" && r.Ok != nil && *r.Ok && r.CheckRaw != nil && policy[run.cron] == "Replace" {
+					use.Check, call = true, nanos(*r.CheckRaw)
+				}
+				ops = append(ops, porcupine.Operation{
+					ClientId: client(holder), Input: use, Call: call, Output: resOk, Return: ret,
+				})
+			}
 		}
 	}
 	return ops
+}
+
+// scheduleMinute: a run's schedule time from its job's name, <cron>-<unix minutes>.
+func scheduleMinute(cron, job string) (int64, bool) {
+	if !strings.HasPrefix(job, cron+"-") {
+		return 0, false
+	}
+	minute, err := strconv.ParseInt(job[len(cron)+1:], 10, 64)
+	return minute, err == nil
 }
 
 func readHistory(path string) ([]record, error) {

@@ -10,7 +10,12 @@ A history is a list of records (dicts, one JSON line each). Kinds:
 
 * ``observed`` — the run's lease watch saw a lease change:
   ``{"kind": "observed", "t": ..., "lease": "ns/name", "holder": str|None,
-  "token": int, "completion": {"token": int, "holder": str, "outcome": str}|None}``
+  "token": int, "completion": {"token": int, "holder": str, "outcome": str}|None,
+  "job_name": "ns/job", "cron": "ns/cron"|None, "index": int|None, "base": int,
+  "ceiling": int|None}`` (what the lease belongs to is read from the object:
+  ``spec.jobName``, the ``leasehold.dev/cronjob`` and ``completion-index``
+  labels; never from the form of its name);
+* ``cron-created`` — ``{"kind": "cron-created", "cron": "ns/name", "policy": str}``;
 * ``complete`` — a worker's completion and the store's answer:
   ``{"kind": "complete", "t", "call", "job", "holder", "token", "ok": bool,
   "reason": str|None}``
@@ -31,8 +36,9 @@ A history is a list of records (dicts, one JSON line each). Kinds:
 ``t`` is the machine's raw monotonic clock (:func:`chaos.worker.clock`,
 comparable across processes); answered operations also carry ``call`` (when
 they were sent) and, when refused, ``reason`` (``StaleToken``, ``NotHolder``,
-``DuplicateEffect``, ...). The porcupine judge (:mod:`chaos.judge`) reads the
-same records.
+``DuplicateEffect``, ...). A write also carries ``check_raw``: the raw clock
+read just before its lease check (the check passed at or after it). The
+porcupine judge (:mod:`chaos.judge`) reads the same records.
 
 Invariants (each violation is reported with the records that show it):
 
@@ -44,7 +50,21 @@ Invariants (each violation is reported with the records that show it):
    before it (in the target's commit order);
 4. no job lost: every job ends ``Succeeded`` or ``Failed``, and a failed one
    says why (attempts used up, deadline, a worker's or an index's failure);
-5. no accepted write was started after its worker's local deadline.
+5. no accepted write was started after its worker's local deadline;
+6. a LeasedCronJob with ``concurrencyPolicy`` Forbid or Replace never has two
+   runs' leases held at once (in the watch's order over the namespace);
+   with Replace, no write of a run is accepted whose lease check began
+   (``check_raw``) after the watch saw a later run's claim (the replaced
+   run's worker stops before the next run works);
+7. per LeasedCronJob, every token a later run was granted (run ``<cron>-<unix
+   minutes>``: the schedule time orders runs) is above every token an earlier
+   run was granted. A run's granted tokens: those its lease showed held or
+   completed, or above its ``baseFencingToken``, and those its workers wrote,
+   completed or pull-claimed under.
+
+Each lease (a plain job's, an index's, a cron run's) is its own fencing
+domain for 1 and 2; the runs of a cron job share theirs (7) and one target
+key (3).
 """
 
 from __future__ import annotations
@@ -76,13 +96,13 @@ class Report:
     def table(self) -> str:
         """The report as a plain-text table."""
         lines = ["faults injected:"]
-        lines += [f"  {k:<28} {v:>6}" for k, v in sorted(self.faults.items())] or ["  (none)"]
+        lines += [f"  {k:<32} {v:>6}" for k, v in sorted(self.faults.items())] or ["  (none)"]
         lines.append("operations:")
-        lines += [f"  {k:<28} {v:>6}" for k, v in sorted(self.operations.items())]
+        lines += [f"  {k:<32} {v:>6}" for k, v in sorted(self.operations.items())]
         lines.append("violations:")
         for name in INVARIANTS:
             found = self.violations.get(name, [])
-            lines.append(f"  {name:<28} {len(found):>6}")
+            lines.append(f"  {name:<32} {len(found):>6}")
             lines += [f"    - {v}" for v in found[:5]]
         return "\n".join(lines)
 
@@ -93,11 +113,14 @@ INVARIANTS = (
     "target-tokens-never-go-back",
     "no-job-lost",
     "no-effect-after-deadline",
+    "cron-runs-one-at-a-time",
+    "replaced-run-stops-before-next",
+    "cron-run-tokens-ordered",
 )
 
 
 def check(history: list[dict[str, Any]]) -> Report:
-    """Check a history against the five invariants.
+    """Check a history against the seven invariants.
 
     Args:
         history: the records, in the order they were recorded (``t`` is
@@ -121,6 +144,7 @@ def check(history: list[dict[str, Any]]) -> Report:
     _check_target(history, report)
     _check_jobs(history, report)
     _check_deadlines(history, report)
+    _check_cron_runs(history, report)
     return report
 
 
@@ -213,6 +237,10 @@ def _check_jobs(history: list[dict[str, Any]], report: Report) -> None:
             "WorkerFailed",
             "BackoffLimitExceeded",  # a worker failure with no retry left (backoffLimit 0)
             "IndexFailed",  # an Indexed job: one index used up its attempts or failed
+            # attempts used up, the last one's pod never started within
+            # startupDeadlineSeconds (single.py _exhausted); e.g. a Forbid run closed
+            # by the next run (no new attempt) whose pod a loaded node started late
+            "StartupDeadlineExceeded",
         ):
             report.violations["no-job-lost"].append(
                 f"{record['job']}: failed without a reason the run allows ({reason!r})"
@@ -229,3 +257,121 @@ def _check_deadlines(history: list[dict[str, Any]], report: Report) -> None:
                 f"{record['job']}: write under token {record['token']} passed its lease check"
                 f" at {record['check_at']:.3f}, after the worker's deadline {deadline}"
             )
+
+
+def schedule_minute(cron: str, job: str) -> int | None:
+    """A cron run's schedule time (unix minutes) from its job's name ``<cron>-<minutes>``."""
+    tail = job[len(cron) + 1 :] if job.startswith(f"{cron}-") else ""
+    return int(tail) if tail.isdigit() else None
+
+
+def _check_cron_runs(history: list[dict[str, Any]], report: Report) -> None:
+    """Invariants 6 and 7, per LeasedCronJob, on the watch's order over its run leases."""
+    policies = {
+        str(r["cron"]): str(r["policy"]) for r in history if r.get("kind") == "cron-created"
+    }
+    runs: dict[str, tuple[str, int]] = {}  # run lease -> (cron, schedule minute)
+    for record in history:
+        cron = record.get("cron")
+        if record.get("kind") == "observed" and cron:
+            minute = schedule_minute(str(cron), str(record.get("job_name", "")))
+            if minute is not None:
+                runs[str(record["lease"])] = (str(cron), minute)
+    if not runs:
+        return
+    report.operations["cron runs (leases)"] = len(runs)
+    held: dict[str, set[str]] = defaultdict(set)
+    overlaps: set[tuple[str, str]] = set()
+    first_claim: dict[str, float] = {}
+    granted: dict[str, set[int]] = defaultdict(set)
+    for record in history:
+        kind = record.get("kind")
+        if kind == "observed":
+            lease = str(record["lease"])
+            if lease not in runs:
+                continue
+            cron, token = runs[lease][0], int(record["token"])
+            base = record.get("base")
+            holder = record.get("holder")
+            if (
+                holder is not None
+                or record.get("completion") is not None
+                or (base is not None and token > int(base))
+            ):
+                granted[lease].add(token)
+            if holder is None:
+                held[cron].discard(lease)
+                continue
+            first_claim.setdefault(lease, float(record["t"]))
+            others = held[cron] - {lease}
+            held[cron].add(lease)
+            if policies.get(cron) in ("Forbid", "Replace"):
+                for other in sorted(others):
+                    pair = (min(lease, other), max(lease, other))
+                    if pair not in overlaps:
+                        overlaps.add(pair)
+                        report.violations["cron-runs-one-at-a-time"].append(
+                            f"{cron} ({policies[cron]}): {lease} held under token {token}"
+                            f" by {holder} at t={record['t']:.3f} while {other} was held"
+                        )
+        elif kind in ("write", "write-unknown", "complete", "complete-unknown"):
+            if str(record.get("job")) in runs:
+                granted[str(record["job"])].add(int(record["token"]))
+        elif kind == "pull-claim" and str(record.get("lease")) in runs:
+            granted[str(record["lease"])].add(int(record["token"]))
+    by_cron: dict[str, list[tuple[int, str]]] = defaultdict(list)
+    for lease, (cron, minute) in runs.items():
+        by_cron[cron].append((minute, lease))
+    for cron, listed in by_cron.items():
+        listed.sort()
+        _check_run_tokens(cron, listed, granted, report)
+        if policies.get(cron) == "Replace":
+            _check_replaced_writes(cron, listed, first_claim, history, report)
+
+
+def _check_run_tokens(
+    cron: str, runs: list[tuple[int, str]], granted: dict[str, set[int]], report: Report
+) -> None:
+    """Invariant 7: each run's lowest granted token is above every earlier run's highest."""
+    highest: tuple[int, str] | None = None
+    for _, lease in runs:
+        tokens = granted.get(lease)
+        if not tokens:
+            continue
+        if highest is not None and min(tokens) <= highest[0]:
+            report.violations["cron-run-tokens-ordered"].append(
+                f"{cron}: {lease} was granted token {min(tokens)}, not above token"
+                f" {highest[0]} of the earlier run {highest[1]}"
+            )
+        if highest is None or max(tokens) > highest[0]:
+            highest = (max(tokens), lease)
+
+
+def _check_replaced_writes(
+    cron: str,
+    runs: list[tuple[int, str]],
+    first_claim: dict[str, float],
+    history: list[dict[str, Any]],
+    report: Report,
+) -> None:
+    """Invariant 6 for Replace: no accepted write checked its lease after a later run's claim."""
+    later_claim: dict[str, tuple[float, str]] = {}  # run lease -> first claim of any later run
+    soonest: tuple[float, str] | None = None
+    for _, lease in reversed(runs):
+        if soonest is not None:
+            later_claim[lease] = soonest
+        claimed = first_claim.get(lease)
+        if claimed is not None and (soonest is None or claimed < soonest[0]):
+            soonest = (claimed, lease)
+    for record in history:
+        if record.get("kind") != "write" or not record.get("ok"):
+            continue
+        bound = later_claim.get(str(record.get("job")))
+        check_raw = record.get("check_raw")
+        if bound is None or check_raw is None or float(check_raw) <= bound[0]:
+            continue
+        report.violations["replaced-run-stops-before-next"].append(
+            f"{cron}: {record['job']} (token {record['token']}, {record['holder']}) checked its"
+            f" lease at t={float(check_raw):.3f} and its write was accepted, after the later"
+            f" run {bound[1]} was seen claimed at t={bound[0]:.3f}"
+        )

@@ -7,7 +7,10 @@ compare-and-swap register) was not. A run passes only when both find the
 history correct; a disagreement is reported as such.
 
 The checkers overlap on the register invariants (one completion per job,
-tokens only go up per lease, a target never accepts an older token): there
+tokens only go up per lease, a target never accepts an older token) and on
+the cron invariants (Forbid and Replace runs never hold at once, a replaced
+run's worker stops before the next run's claim, later runs' tokens above
+earlier runs'; porcupine models each cron job as one more partition): there
 they must agree. ``no-job-lost`` and ``no-effect-after-deadline`` are judged by
 the project's checker alone (they are not linearizability properties).
 """
@@ -27,8 +30,11 @@ REGISTER_INVARIANTS = (
     "one-completion-per-job",
     "tokens-increase-per-lease",
     "target-tokens-never-go-back",
+    "cron-runs-one-at-a-time",
+    "replaced-run-stops-before-next",
+    "cron-run-tokens-ordered",
 )
-"""The project's invariants that porcupine's register model also judges."""
+"""The project's invariants that porcupine's model also judges (registers and cron jobs)."""
 
 
 def porcupine_binary() -> Path:
@@ -127,10 +133,13 @@ class Judgement:
 
     def table(self) -> str:
         """The project's table, then porcupine's verdict and the agreement."""
-        lines = [self.report.table(), "porcupine (lease records and target keys as CAS registers):"]
-        lines += [f"  {k:<28} {v:>6}" for k, v in sorted(self.porcupine.operations.items())]
-        lines.append(f"  {'partitions':<28} {self.porcupine.partitions:>6}")
-        lines.append(f"  {'verdict':<28} {self.porcupine.result:>6}")
+        lines = [
+            self.report.table(),
+            "porcupine (lease records and target keys as CAS registers, cron jobs' runs):",
+        ]
+        lines += [f"  {k:<32} {v:>6}" for k, v in sorted(self.porcupine.operations.items())]
+        lines.append(f"  {'partitions':<32} {self.porcupine.partitions:>6}")
+        lines.append(f"  {'verdict':<32} {self.porcupine.result:>6}")
         lines += [f"    - not linearizable: {name}" for name in self.porcupine.illegal[:5]]
         if self.porcupine.html:
             lines.append(f"    visualisation: {self.porcupine.html}")

@@ -13,9 +13,12 @@ the built image (``make image kind-load``). What differs:
   kernel, so ``t`` and ``call`` compare across them as across processes;
 * PostgreSQL (the fenced target) runs on the host; pods reach it through a
   proxy listening on the kind network's gateway address;
-* the workload mixes plain jobs (retried by reclaims, ``maxAttempts`` 8),
-  jobs suspended and resumed once while they run (``spec.suspend``), and
-  Indexed jobs (3 completions, 2 at a time; each index its own lease);
+* the workload is :mod:`chaos.run`'s: plain jobs (retried by reclaims,
+  ``maxAttempts`` 8), jobs suspended and resumed once while they run
+  (``spec.suspend``), Indexed jobs (3 completions, 2 at a time; each index
+  its own lease), and a LeasedCronJob per concurrency policy (Forbid,
+  Replace, Allow; ``* * * * *``) whose runs outlast their minute now and
+  then; some Indexed jobs and cron runs are suspended and resumed too;
 * the faults, on a seeded, logged schedule:
 
   - ``node-freeze``: ``docker pause`` of a worker node (kubelet, containerd
@@ -25,6 +28,8 @@ the built image (``make image kind-load``). What differs:
     the lease, then heals (as ``tests/kind/test_real_node_faults.py``);
   - ``kubelet-stop``: ``systemctl stop kubelet`` on a node, later ``start``;
   - ``operator-kill``: the operator's pod deleted at once (``--force``);
+  - ``evict``: a running worker's pod evicted (``POST pods/eviction``, as
+    ``kubectl drain`` does);
   - ``apiserver-restart``, ``etcd-restart``: the static pod's manifest moved
     out of the control-plane node's manifest folder (the kubelet stops the
     pod), back a few seconds later (a new pod: no crash-loop back-off); node
@@ -41,7 +46,6 @@ import argparse
 import contextlib
 import json
 import os
-import random
 import shutil
 import signal
 import subprocess
@@ -58,8 +62,7 @@ import psycopg
 from kubernetes import client, config
 
 from chaos import judge
-from chaos.run import REPO, Run, log
-from chaos.worker import record
+from chaos.run import REPO, Run, add_cron_arguments, log
 from faultproxy import TcpProxy
 from leasehold.fencing.postgres import install
 from leasehold.lease.store import LeaseStore
@@ -77,9 +80,10 @@ its worker after the claim (a 5 s lease expired before the worker first renewed)
 STARTUP_SECONDS = 90
 MAX_ATTEMPTS = 8
 PREFIX = "chaos-"
-"""Every run's LeasedJobs are ``chaos-<run>-NNN``: a name never reused (a job recreated under
-an earlier run's name would adopt its lease, a lifecycle the checkers do not model); leftovers of
-an earlier run are deleted first."""
+"""Every run's LeasedJobs are ``chaos-<run>-job-NNN``, its cron jobs
+``chaos-<run>-cron-<policy>`` (their runs ``...-<unix minutes>``): a name never
+reused (a job recreated under an earlier run's name would adopt its lease, a
+lifecycle the checkers do not model); leftovers of an earlier run are deleted first."""
 
 
 def kind_env(cluster: str, kubeconfig: Path) -> dict[str, str]:
@@ -127,11 +131,9 @@ class KindRun(Run):
         self.env = kind_env(args.cluster, self.kubeconfig)
         self.run_dir = f"{NODE_DIR}/{work_dir.name}"
         self.prefix = f"{PREFIX}{work_dir.name[-5:].lower().replace('_', 'x')}-"
-        self.kinds: dict[str, str] = {}
         self.lock = threading.Lock()
         self.busy: set[str] = set()
         self.healers: list[threading.Thread] = []
-        self.last_phases: dict[str, dict[str, Any]] = {}
 
     # -- helpers -----------------------------------------------------------------
 
@@ -191,6 +193,10 @@ class KindRun(Run):
                 "--create-namespace",
                 "--set",
                 f"watchNamespaces={{{self.ns}}}",
+                "--set",
+                f"image.repository={self.args.image.rsplit(':', 1)[0]}",
+                "--set",
+                f"image.tag={self.args.image.rsplit(':', 1)[1]}",
             )
         self.sh(
             "kubectl",
@@ -283,21 +289,26 @@ class KindRun(Run):
             self.sh("docker", "exec", node, "chmod", "-R", "a+rX", f"{NODE_DIR}/lib")
 
     def delete_jobs(self, leftovers: bool = False) -> None:
-        """Delete the run's LeasedJobs (or, before the run, any ``chaos-*`` left over)."""
-        try:
-            items: Any = self.custom.list_namespaced_custom_object(
-                "leasehold.dev", "v1alpha1", self.ns, "leasedjobs"
-            )
-        except Exception as exc:
-            log(f"listing jobs to delete: {exc}")
-            return
-        names = [i["metadata"]["name"] for i in items["items"]]
-        doomed = [n for n in names if n.startswith(PREFIX)] if leftovers else self.jobs
-        for name in doomed:
-            with contextlib.suppress(Exception):
-                self.custom.delete_namespaced_custom_object(
-                    "leasehold.dev", "v1alpha1", self.ns, "leasedjobs", name
+        """Delete the run's cron jobs and LeasedJobs (or, before the run, any ``chaos-*`` left)."""
+        prefix = PREFIX if leftovers else self.prefix
+        doomed: list[str] = []
+        for plural in ("leasedcronjobs", "leasedjobs"):  # cron jobs first: no new runs
+            try:
+                items: Any = self.custom.list_namespaced_custom_object(
+                    "leasehold.dev", "v1alpha1", self.ns, plural
                 )
+            except Exception as exc:
+                log(f"listing {plural} to delete: {exc}")
+                continue
+            for name in (i["metadata"]["name"] for i in items["items"]):
+                if not name.startswith(prefix):
+                    continue
+                with contextlib.suppress(Exception):
+                    self.custom.delete_namespaced_custom_object(
+                        "leasehold.dev", "v1alpha1", self.ns, plural, name
+                    )
+                if plural == "leasedjobs":
+                    doomed.append(name)
         if leftovers and doomed:
             log(f"deleted {len(doomed)} LeasedJobs left by an earlier run")
             self.sh(
@@ -331,143 +342,89 @@ class KindRun(Run):
 
     # -- workload -----------------------------------------------------------------
 
-    def create_job(self, index: int) -> None:
-        """Create one LeasedJob (plain, suspended once, Indexed); retried while the API is away."""
-        name = f"{self.prefix}{index:03d}"
-        kind = self.rng.choice(["plain", "plain", "suspend", "indexed"])
-        env = [
+    def worker_env(self) -> list[dict[str, str]]:
+        """The environment of a worker container on a node (no clock skew: the node's clock)."""
+        return [
             {"name": "CHAOS_DSN", "value": self.proxied_dsn},
             {"name": "CHAOS_HISTORY", "value": "/chaos/history.jsonl"},
             {"name": "CHAOS_WRITES", "value": str(self.args.writes)},
             {"name": "PYTHONPATH", "value": "/chaos-lib"},
         ]
-        spec: dict[str, Any] = {
-            "leaseDurationSeconds": LEASE_SECONDS,
-            "startupDeadlineSeconds": STARTUP_SECONDS,
-            "maxAttempts": MAX_ATTEMPTS,
-            "backoff": {"initialDelaySeconds": 1, "maxDelaySeconds": 2},
-            "template": {
-                "spec": {
-                    "serviceAccountName": "leasehold-worker",
-                    "terminationGracePeriodSeconds": 2,
-                    "containers": [
-                        {
-                            "name": "w",
-                            "image": IMAGE,
-                            "command": ["python", "-m", "chaos.kind_worker"],
-                            "env": env,
-                            # root: the history folder on the node is root's
-                            "securityContext": {"runAsUser": 0},
-                            "volumeMounts": [
-                                {"name": "history", "mountPath": "/chaos"},
-                                {"name": "lib", "mountPath": "/chaos-lib", "readOnly": True},
-                            ],
-                        }
-                    ],
-                    "volumes": [
-                        {
-                            "name": "history",
-                            "hostPath": {"path": self.run_dir, "type": "Directory"},
-                        },
-                        {
-                            "name": "lib",
-                            "hostPath": {"path": f"{NODE_DIR}/lib", "type": "Directory"},
-                        },
-                    ],
-                }
-            },
+
+    def worker_template(self, env: list[dict[str, str]]) -> dict[str, Any]:
+        """The pod template of a worker running :mod:`chaos.kind_worker` on a node."""
+        return {
+            "spec": {
+                "serviceAccountName": "leasehold-worker",
+                "terminationGracePeriodSeconds": 2,
+                "containers": [
+                    {
+                        "name": "w",
+                        "image": self.args.image,
+                        "command": ["python", "-m", "chaos.kind_worker"],
+                        "env": env,
+                        # root: the history folder on the node is root's
+                        "securityContext": {"runAsUser": 0},
+                        "volumeMounts": [
+                            {"name": "history", "mountPath": "/chaos"},
+                            {"name": "lib", "mountPath": "/chaos-lib", "readOnly": True},
+                        ],
+                    }
+                ],
+                "volumes": [
+                    {
+                        "name": "history",
+                        "hostPath": {"path": self.run_dir, "type": "Directory"},
+                    },
+                    {
+                        "name": "lib",
+                        "hostPath": {"path": f"{NODE_DIR}/lib", "type": "Directory"},
+                    },
+                ],
+            }
         }
-        if kind == "indexed":
-            spec.update(completions=3, parallelism=2, completionMode="Indexed")
-        body = {
-            "apiVersion": "leasehold.dev/v1alpha1",
-            "kind": "LeasedJob",
-            "metadata": {"name": name},
-            "spec": spec,
-        }
+
+    def lease_seconds(self) -> int:
+        """The jobs' ``leaseDurationSeconds`` on the nodes."""
+        return LEASE_SECONDS
+
+    def startup_seconds(self) -> int:
+        """The jobs' ``startupDeadlineSeconds`` on the nodes."""
+        return STARTUP_SECONDS
+
+    def create_object(self, plural: str, body: dict[str, Any]) -> None:
+        """Create one object, retried while the API server is away (a lost answer: 409)."""
         deadline = time.monotonic() + 180
         while True:
             try:
                 self.custom.create_namespaced_custom_object(
-                    "leasehold.dev", "v1alpha1", self.ns, "leasedjobs", body
+                    "leasehold.dev", "v1alpha1", self.ns, plural, body
                 )
-                break
+                return
             except client.ApiException as exc:
                 if exc.status == 409:
-                    break  # created by a call whose answer was lost
+                    return  # created by a call whose answer was lost
                 if time.monotonic() > deadline:
                     raise
             except Exception:
                 if time.monotonic() > deadline:
                     raise
             time.sleep(1)
-        self.jobs.append(name)
-        self.kinds[name] = kind
-        record(self.history, kind="job-created", job=f"{self.ns}/{name}", workload=kind)
 
     def phases(self) -> dict[str, dict[str, Any]]:
-        """Status of every job of this run (the last known while the API server is away)."""
+        """Status of every job of this run, cron runs too (the last known while the API is away)."""
         try:
             items: Any = self.custom.list_namespaced_custom_object(
                 "leasehold.dev", "v1alpha1", self.ns, "leasedjobs", _request_timeout=15
             )
         except Exception:
             return self.last_phases
-        mine = set(self.jobs)
         self.last_phases = {
             i["metadata"]["name"]: i.get("status") or {}
             for i in items["items"]
-            if i["metadata"]["name"] in mine
+            if i["metadata"]["name"].startswith(self.prefix)
         }
         return self.last_phases
-
-    def suspender(self) -> None:
-        """Suspend each ``suspend`` job once while it runs, resume it a few seconds later.
-
-        Also after the faulty phase: a job may only run then.
-        """
-        rng = random.Random(self.args.seed + 1)
-        done: set[str] = set()
-        while not self.stop.is_set():
-            time.sleep(1)
-            running = [
-                name
-                for name, kind in list(self.kinds.items())
-                if kind == "suspend"
-                and name not in done
-                and self.last_phases.get(name, {}).get("phase") == "Running"
-            ]
-            if not running:
-                continue
-            name = rng.choice(running)
-            done.add(name)
-            if not self.set_suspend(name, True, deadline_seconds=10):
-                continue
-            record(self.history, kind="suspend", job=f"{self.ns}/{name}")
-            time.sleep(rng.uniform(2.0, 6.0))
-            # Resumed whatever happens: a job left suspended would never end.
-            if self.set_suspend(name, False, deadline_seconds=300):
-                record(self.history, kind="resume", job=f"{self.ns}/{name}")
-            else:
-                log(f"could not resume {name}")
-
-    def set_suspend(self, name: str, suspend: bool, deadline_seconds: float) -> bool:
-        """Patch ``spec.suspend``, retried while the API server is away; whether it was set."""
-        deadline = time.monotonic() + deadline_seconds
-        while time.monotonic() < deadline:
-            try:
-                self.custom.patch_namespaced_custom_object(
-                    "leasehold.dev",
-                    "v1alpha1",
-                    self.ns,
-                    "leasedjobs",
-                    name,
-                    {"spec": {"suspend": suspend}},
-                )
-                return True
-            except Exception:
-                time.sleep(1)
-        return False
 
     # -- faults ---------------------------------------------------------------------
 
@@ -529,6 +486,8 @@ class KindRun(Run):
             self.f_kubelet,
             self.f_kubelet,
             self.f_operator,
+            self.f_evict,
+            self.f_evict,
             lambda: self.f_static("kube-apiserver"),
             lambda: self.f_static("etcd"),
         ]
@@ -697,11 +656,6 @@ class KindRun(Run):
 
     # -- the run ------------------------------------------------------------------------
 
-    def execute(self) -> judge.Judgement:
-        """Run the workload under node faults; gather the nodes' histories; judge."""
-        threading.Thread(target=self.suspender, daemon=True).start()
-        return super().execute()
-
     def collect(self) -> None:
         """Append every node's history file to the run's history (nodes healed first)."""
         self.heal_all()
@@ -754,6 +708,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--python-version", default="3.11", help="the image's Python (for psycopg's wheel)"
     )
+    parser.add_argument(
+        "--image",
+        default=os.environ.get("IMAGE", IMAGE),
+        help=f"the operator's and workers' image, loaded into the cluster (default {IMAGE})",
+    )
+    add_cron_arguments(parser, hold_seconds=70)
     parser.add_argument("--keep", type=Path, help="copy the history and logs here")
     args = parser.parse_args(argv)
     args.scenario = None

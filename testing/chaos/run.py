@@ -13,7 +13,19 @@ injects faults on a seeded, logged schedule:
 * ``operator-restart`` (SIGKILL + start), ``apiserver-restart``, ``etcd-restart``;
 * ``hold-api``/``hold-db`` (traffic held for a few seconds, then delivered),
   ``drop-api``/``drop-db`` (open connections cut, so replies to renewals,
-  releases or writes in flight are lost), ``delay-db`` (added latency).
+  releases or writes in flight are lost), ``delay-db`` (added latency);
+* ``evict``: a running worker's pod evicted (``POST pods/eviction``, as
+  ``kubectl drain`` does).
+
+The workload: plain LeasedJobs, jobs suspended once while they run and
+resumed a few seconds later (``spec.suspend``), Indexed jobs (3 completions,
+2 at a time; a lease per index), and one LeasedCronJob per
+``--cron-policies`` entry (Forbid, Replace, Allow; schedule ``* * * * *``)
+whose runs work for about ``--cron-hold-seconds`` under their lease, so a run
+often meets the next schedule time; the runs of a cron job write to one
+target key (``namespace/<cron>``), their shared fencing domain. Some Indexed
+jobs and cron runs are suspended and resumed as well. The cron jobs are
+suspended when the faulty phase ends, so the drain ends.
 
 ``--scenario NAME`` replaces the random faults by a named incident's fault
 schedule (:mod:`chaos.scenarios`: ``partition-during-write``,
@@ -68,6 +80,7 @@ from faultproxy import TcpProxy
 from leasehold import worker as sdk
 from leasehold.fencing.postgres import install
 from leasehold.lease.store import LeaseStore
+from leasehold.names import LABEL_COMPLETION_INDEX, LABEL_CRON_JOB
 from localcluster import LocalCluster, tools_bin_dir
 from operatorproc import OperatorProcess
 from pgserver import PostgresServer
@@ -109,6 +122,14 @@ class Run:
         self.jobs: list[str] = []
         self.ns = NS
         """The namespace of the run's jobs (``chaos.kind`` runs in the chart's)."""
+        self.prefix = ""
+        """What the names of the run's jobs and cron jobs start with."""
+        self.kinds: dict[str, str] = {}
+        """The workload of each job this run created (``plain``, ``suspend``, ``indexed``)."""
+        self.crons: dict[str, str] = {}
+        """The run's LeasedCronJobs and their concurrencyPolicy."""
+        self.last_phases: dict[str, dict[str, Any]] = {}
+        self.crons_suspended = False
 
     # -- set-up ---------------------------------------------------------------
 
@@ -214,52 +235,197 @@ class Run:
 
     # -- workload ---------------------------------------------------------------
 
-    def create_job(self, index: int) -> None:
-        """Create one LeasedJob whose pod runs :mod:`chaos.worker`."""
-        name = f"job-{index:03d}"
+    def worker_env(self) -> list[dict[str, str]]:
+        """The environment of a worker container (its clock skew drawn per job)."""
         skew = self.rng.choice(["+1h", "-1h", ""])
-        env = [
+        return [
             {"name": "CHAOS_DSN", "value": self.proxied_dsn},
             {"name": "CHAOS_HISTORY", "value": self.history},
             {"name": "CHAOS_WRITES", "value": str(self.args.writes)},
             *({"name": k, "value": v} for k, v in faketime_env(skew).items()),
         ]
+
+    def worker_template(self, env: list[dict[str, str]]) -> dict[str, Any]:
+        """The pod template of a worker running :mod:`chaos.worker`."""
+        return {
+            "spec": {
+                "terminationGracePeriodSeconds": 2,
+                "containers": [
+                    {
+                        "name": "w",
+                        "image": "local",
+                        "command": ["python", "-m", "chaos.worker"],
+                        "env": env,
+                    }
+                ],
+            }
+        }
+
+    def job_spec(self, env: list[dict[str, str]], kind: str = "plain") -> dict[str, Any]:
+        """A LeasedJob spec (also a cron job's ``jobTemplate.spec``) for a workload kind."""
+        spec: dict[str, Any] = {
+            "leaseDurationSeconds": self.lease_seconds(),
+            "startupDeadlineSeconds": self.startup_seconds(),
+            "maxAttempts": MAX_ATTEMPTS,
+            # Reclaims back off too; short delays keep every retry within the drain.
+            "backoff": {"initialDelaySeconds": 1, "maxDelaySeconds": 2},
+            "template": self.worker_template(env),
+        }
+        if kind == "indexed":
+            spec.update(completions=3, parallelism=2, completionMode="Indexed")
+        return spec
+
+    def lease_seconds(self) -> int:
+        """The jobs' ``leaseDurationSeconds``."""
+        return LEASE_SECONDS
+
+    def startup_seconds(self) -> int:
+        """The jobs' ``startupDeadlineSeconds``."""
+        return STARTUP_SECONDS
+
+    def create_object(self, plural: str, body: dict[str, Any]) -> None:
+        """Create one object of the run's (``chaos.kind`` retries while the API is away)."""
+        self.custom.create_namespaced_custom_object(
+            "leasehold.dev", "v1alpha1", self.ns, plural, body
+        )
+
+    def create_job(self, index: int) -> None:
+        """Create one LeasedJob (plain, suspended once, Indexed) whose pods run the worker."""
+        name = f"{self.prefix}job-{index:03d}"
+        kind = self.rng.choice(["plain", "plain", "suspend", "indexed"])
         body = {
             "apiVersion": "leasehold.dev/v1alpha1",
             "kind": "LeasedJob",
             "metadata": {"name": name},
-            "spec": {
-                "leaseDurationSeconds": LEASE_SECONDS,
-                "startupDeadlineSeconds": STARTUP_SECONDS,
-                "maxAttempts": MAX_ATTEMPTS,
-                # Reclaims back off too; short delays keep every retry within the drain.
-                "backoff": {"initialDelaySeconds": 1, "maxDelaySeconds": 2},
-                "template": {
-                    "spec": {
-                        "terminationGracePeriodSeconds": 2,
-                        "containers": [
-                            {
-                                "name": "w",
-                                "image": "local",
-                                "command": ["python", "-m", "chaos.worker"],
-                                "env": env,
-                            }
-                        ],
-                    }
-                },
-            },
+            "spec": self.job_spec(self.worker_env(), kind),
         }
-        self.custom.create_namespaced_custom_object(
-            "leasehold.dev", "v1alpha1", self.ns, "leasedjobs", body
-        )
+        self.create_object("leasedjobs", body)
         self.jobs.append(name)
+        self.kinds[name] = kind
+        record(self.history, kind="job-created", job=f"{self.ns}/{name}", workload=kind)
+
+    def create_crons(self) -> None:
+        """Create one LeasedCronJob per policy, each on a one-minute schedule.
+
+        Each run makes ``--cron-writes`` writes over about
+        ``--cron-hold-seconds`` (so it often still holds its lease, and has
+        written, when the next minute is due) to the cron job's own target
+        key, the runs' shared fencing domain.
+        """
+        for policy in self.args.cron_policies:
+            name = f"{self.prefix}cron-{policy.lower()}"
+            env = [
+                *(e for e in self.worker_env() if e["name"] != "CHAOS_WRITES"),
+                {"name": "CHAOS_WRITES", "value": str(self.args.cron_writes)},
+                {"name": "CHAOS_KEY", "value": f"{self.ns}/{name}"},
+                {"name": "CHAOS_HOLD_SECONDS", "value": str(self.args.cron_hold_seconds)},
+            ]
+            body = {
+                "apiVersion": "leasehold.dev/v1alpha1",
+                "kind": "LeasedCronJob",
+                "metadata": {"name": name},
+                "spec": {
+                    "schedule": "* * * * *",
+                    "concurrencyPolicy": policy,
+                    # every run kept to the end, so each says how it ended (job_end)
+                    "successfulJobsHistoryLimit": 100,
+                    "failedJobsHistoryLimit": 100,
+                    "jobTemplate": {"spec": self.job_spec(env)},
+                },
+            }
+            self.create_object("leasedcronjobs", body)
+            self.crons[name] = policy
+            record(self.history, kind="cron-created", cron=f"{self.ns}/{name}", policy=policy)
+            log(f"cron job {name}: {policy}, schedule * * * * *")
+
+    def suspend_crons(self) -> None:
+        """Suspend every cron job of the run: no new run starts, the drain can end."""
+        for name in self.crons:
+            if self.set_suspend(name, True, deadline_seconds=300, plural="leasedcronjobs"):
+                record(self.history, kind="cron-suspended", cron=f"{self.ns}/{name}")
+            else:
+                log(f"could not suspend cron job {name}")
+        self.crons_suspended = True
+
+    def run_of(self, name: str) -> str | None:
+        """The cron job whose run a LeasedJob is (``<cron>-<unix minutes>``), or None."""
+        for cron in self.crons:
+            if name.startswith(f"{cron}-") and name[len(cron) + 1 :].isdigit():
+                return cron
+        return None
+
+    def suspender(self) -> None:
+        """Suspend jobs once while they run and resume them 2 to 6 s later (``spec.suspend``).
+
+        Every ``suspend`` job, about half the Indexed jobs and a third of the
+        cron runs (whichever runs now is picked). Also after the faulty phase:
+        a job may only run then.
+        """
+        rng = random.Random(self.args.seed + 1)
+        done: set[str] = set()
+        while not self.stop.is_set():
+            time.sleep(1)
+            candidates = []
+            for name, status in list(self.last_phases.items()):
+                if name in done or status.get("phase") != "Running":
+                    continue
+                kind = self.kinds.get(name) or ("cron-run" if self.run_of(name) else None)
+                wanted = {"suspend": 1.0, "indexed": 0.5, "cron-run": 0.34}.get(kind or "", 0.0)
+                if wanted == 0.0:
+                    continue
+                if rng.random() >= wanted:
+                    done.add(name)  # drawn once: left alone
+                    continue
+                candidates.append((name, kind))
+            if not candidates:
+                continue
+            name, kind = rng.choice(candidates)
+            done.add(name)
+            if not self.set_suspend(name, True, deadline_seconds=10):
+                continue
+            record(self.history, kind="suspend", job=f"{self.ns}/{name}", workload=kind)
+            log(f"suspended {kind} {name}")
+            time.sleep(rng.uniform(2.0, 6.0))
+            # Resumed whatever happens: a job left suspended would never end.
+            if self.set_suspend(name, False, deadline_seconds=300):
+                record(self.history, kind="resume", job=f"{self.ns}/{name}", workload=kind)
+            else:
+                log(f"could not resume {name}")
+
+    def set_suspend(
+        self, name: str, suspend: bool, deadline_seconds: float, plural: str = "leasedjobs"
+    ) -> bool:
+        """Patch ``spec.suspend``, retried while the API server is away; whether it was set.
+
+        A job that is gone (a replaced cron run) is not retried.
+        """
+        deadline = time.monotonic() + deadline_seconds
+        while time.monotonic() < deadline:
+            try:
+                self.custom.patch_namespaced_custom_object(
+                    "leasehold.dev",
+                    "v1alpha1",
+                    self.ns,
+                    plural,
+                    name,
+                    {"spec": {"suspend": suspend}},
+                )
+                return True
+            except client.ApiException as exc:
+                if exc.status == 404:
+                    return False
+                time.sleep(1)
+            except Exception:
+                time.sleep(1)
+        return False
 
     def phases(self) -> dict[str, dict[str, Any]]:
-        """Status of every job."""
+        """Status of every job (cron runs too)."""
         items: Any = self.custom.list_namespaced_custom_object(
             "leasehold.dev", "v1alpha1", self.ns, "leasedjobs"
         )
-        return {i["metadata"]["name"]: i.get("status") or {} for i in items["items"]}
+        self.last_phases = {i["metadata"]["name"]: i.get("status") or {} for i in items["items"]}
+        return self.last_phases
 
     def watch_leases(self) -> None:
         """Record every lease change the API server reports, in its order."""
@@ -282,10 +448,19 @@ class Run:
                         continue
                     spec = obj["spec"]
                     done = spec.get("completion")
+                    labels = obj["metadata"].get("labels") or {}
+                    cron = labels.get(LABEL_CRON_JOB)
+                    index = labels.get(LABEL_COMPLETION_INDEX)
                     record(
                         self.history,
                         kind="observed",
                         lease=f"{self.ns}/{obj['metadata']['name']}",
+                        # what the lease belongs to, from the object (never its name's form)
+                        job_name=f"{self.ns}/{spec.get('jobName')}",
+                        cron=f"{self.ns}/{cron}" if cron else None,
+                        index=int(index) if index is not None and index.isdigit() else None,
+                        base=spec.get("baseFencingToken"),
+                        ceiling=spec.get("ceilingFencingToken"),
                         holder=spec.get("holderIdentity"),
                         token=spec.get("fencingToken", 0),
                         completion={
@@ -340,12 +515,14 @@ class Run:
                     holder=identity,
                     token=int(holder.token),
                 )
+                cron = (target.body["metadata"].get("labels") or {}).get(LABEL_CRON_JOB)
                 work(
                     holder,
                     self.proxied_dsn,
                     self.history,
                     self.args.writes,
                     f"{self.ns}/{target.name}",
+                    key=f"{self.ns}/{cron}" if cron else None,
                 )
                 holder.close()
             except Exception as exc:
@@ -355,13 +532,46 @@ class Run:
 
     # -- faults ------------------------------------------------------------------
 
+    def pods(self, running: bool = False) -> list[str]:
+        """Names of the run's pods (``running``: in phase Running, not being deleted)."""
+        try:
+            pods = client.CoreV1Api(self.api).list_namespaced_pod(
+                self.ns,
+                field_selector="status.phase=Running" if running else None,
+                _request_timeout=15,
+            )
+        except Exception as exc:
+            log(f"listing pods: {str(exc).splitlines()[0][:120]}")
+            return []
+        names = []
+        for pod in pods.items:
+            meta = pod.metadata
+            if meta is None or not str(meta.name).startswith(self.prefix):
+                continue
+            if running and meta.deletion_timestamp is not None:
+                continue
+            names.append(str(meta.name))
+        return names
+
     def running_pods(self) -> list[str]:
-        """Names of pods whose processes run now."""
-        return [
-            name
-            for name in (f"{j}-{t}" for j in self.jobs for t in range(1, 9))
-            if self.runner.pid(self.ns, name) is not None
-        ]
+        """Names of the run's pods whose processes run now (jobs', indexes', cron runs')."""
+        return [name for name in self.pods() if self.runner.pid(self.ns, name) is not None]
+
+    def f_evict(self) -> None:
+        """Evict a running worker's pod (``POST pods/eviction``, as ``kubectl drain`` does)."""
+        names = self.pods(running=True)
+        if not names:
+            return
+        pod = self.rng.choice(sorted(names))
+        eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name=pod, namespace=self.ns))
+        try:
+            client.CoreV1Api(self.api).create_namespaced_pod_eviction(
+                pod, self.ns, eviction, _request_timeout=30
+            )
+        except Exception as exc:
+            log(f"eviction of {pod} not made: {str(exc).splitlines()[0][:120]}")
+            return
+        self.fault("evict", pod=pod)
 
     def fault(self, kind: str, **detail: Any) -> None:
         """Record an injected fault."""
@@ -379,6 +589,7 @@ class Run:
             ("drop-api", lambda: self.f_drop(self.api_proxy, "drop-api")),
             ("drop-db", lambda: self.f_drop(self.db_proxy, "drop-db")),
             ("delay-db", self.f_delay_db),
+            ("evict", self.f_evict),
             ("operator-restart", self.f_operator),
             ("apiserver-restart", lambda: self.f_restart("kube-apiserver")),
             ("etcd-restart", lambda: self.f_restart("etcd")),
@@ -470,12 +681,18 @@ class Run:
         threading.Thread(target=self.watch_leases, daemon=True).start()
         for i in range(self.args.pull_claimers):
             threading.Thread(target=self.pull_claimer, args=(i,), daemon=True).start()
+        threading.Thread(target=self.suspender, daemon=True).start()
+        self.create_crons()
         started = time.monotonic()
         budget = self.args.minutes * 60
         created = 0
         stepped = False
         faulty = True
         drain_until = started + budget + self.args.drain_minutes * 60
+        # the cron jobs run on after the faults till each made --cron-runs runs, at
+        # most half the drain
+        cron_deadline = started + budget + self.args.drain_minutes * 30
+        runs_seen: dict[str, set[str]] = {}
         scenario = SCENARIOS[self.args.scenario] if self.args.scenario else None
         steps = list(scenario.steps) if scenario else []
         while time.monotonic() < drain_until:
@@ -483,6 +700,18 @@ class Run:
                 faulty = False
                 log("fault budget used up: creating the remaining jobs without faults")
             phases = self.phases()
+            for name in phases:
+                cron = self.run_of(name)
+                if cron is not None:
+                    runs_seen.setdefault(cron, set()).add(name)
+            enough = all(len(runs_seen.get(c, ())) >= self.args.cron_runs for c in self.crons)
+            if (
+                not faulty
+                and not self.crons_suspended
+                and (enough or time.monotonic() > cron_deadline)
+            ):
+                log(f"cron runs seen: { {c: len(r) for c, r in runs_seen.items()} }")
+                self.suspend_crons()
             active = sum(
                 1 for s in phases.values() if s.get("phase") not in ("Succeeded", "Failed")
             )
@@ -490,7 +719,11 @@ class Run:
                 self.create_job(created)
                 created += 1
                 active += 1
-            if created == self.args.jobs and active == 0:
+            no_more_runs = self.crons_suspended or not self.crons
+            # Only a listing that shows every job created counts: while the API server
+            # is away (chaos.kind) the last one known may be empty or older than a job.
+            listed = set(self.jobs) <= set(phases)
+            if created == self.args.jobs and active == 0 and no_more_runs and listed:
                 break
             if faulty and scenario is not None:
                 if steps and steps[0](self):
@@ -512,7 +745,8 @@ class Run:
             log(f"scenario {scenario.name}: {len(steps)} steps left when the jobs ran out")
         self.stop.set()
         time.sleep(1)
-        for name, status in sorted(self.phases().items()):
+        ended = self.phases()
+        for name, status in sorted(ended.items()):
             reason = next(
                 (
                     c.get("reason")
@@ -528,6 +762,9 @@ class Run:
                 phase=status.get("phase"),
                 reason=reason,
             )
+        for name in sorted(set(self.jobs) - set(ended)):
+            # created, but not listed at the end: judged as not ended (no-job-lost)
+            record(self.history, kind="job_end", job=f"{self.ns}/{name}", phase=None, reason=None)
         if created < self.args.jobs:
             record(
                 self.history,
@@ -547,6 +784,52 @@ class Run:
 
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
+
+
+POLICIES = ("Forbid", "Replace", "Allow")
+
+
+def _policies(text: str) -> list[str]:
+    """``--cron-policies``: a comma-separated list of concurrency policies, or ``none``."""
+    if text.strip().lower() in ("", "none"):
+        return []
+    chosen = [p.strip().capitalize() for p in text.split(",") if p.strip()]
+    unknown = [p for p in chosen if p not in POLICIES]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown concurrency policies {unknown}")
+    return chosen
+
+
+def add_cron_arguments(parser: argparse.ArgumentParser, hold_seconds: float) -> None:
+    """The cron jobs' options, the same for ``chaos.run`` and ``chaos.kind``."""
+    parser.add_argument(
+        "--cron-policies",
+        type=_policies,
+        default=list(POLICIES),
+        help="a LeasedCronJob (schedule '* * * * *') per concurrency policy in this"
+        " comma-separated list (default Forbid,Replace,Allow; 'none': no cron jobs)",
+    )
+    parser.add_argument(
+        "--cron-runs",
+        type=int,
+        default=2,
+        help="the cron jobs are suspended once the faults are over and each made this many"
+        " runs (default 2; at most half the drain later)",
+    )
+    parser.add_argument(
+        "--cron-writes",
+        type=int,
+        default=10,
+        help="fenced writes per cron run attempt, spread over its hold (default 10: a"
+        " replaced run has written before it is replaced)",
+    )
+    parser.add_argument(
+        "--cron-hold-seconds",
+        type=float,
+        default=hold_seconds,
+        help="about how long each cron run works under its lease (default"
+        f" {hold_seconds:g}: a run often still holds it when the next minute is due)",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -578,6 +861,7 @@ def main(argv: list[str] | None = None) -> int:
         choices=sorted(SCENARIOS),
         help="replay a named incident (chaos/scenarios.py) instead of random faults",
     )
+    add_cron_arguments(parser, hold_seconds=70)
     parser.add_argument("--keep", type=Path, help="copy the history and logs here")
     args = parser.parse_args(argv)
     log(

@@ -80,7 +80,15 @@ def record(path: str, **fields: Any) -> None:
         os.close(fd)
 
 
-def work(holder: LeaseHolder, dsn: str, history: str, writes: int, job: str) -> bool:
+def work(
+    holder: LeaseHolder,
+    dsn: str,
+    history: str,
+    writes: int,
+    job: str,
+    key: str | None = None,
+    hold_seconds: float = 0.0,
+) -> bool:
     """Make ``writes`` fenced writes under ``holder``, then complete its lease.
 
     Args:
@@ -88,16 +96,26 @@ def work(holder: LeaseHolder, dsn: str, history: str, writes: int, job: str) -> 
         dsn: the PostgreSQL connection string.
         history: the history file.
         writes: how many writes.
-        job: the job's ``namespace/name`` (the fenced resource key).
+        job: the lease's ``namespace/name`` (each lease is a fencing domain:
+            a plain job's, an index's, a cron run's).
+        key: the fenced resource key (default ``job``); a LeasedCronJob's runs
+            share one, ``namespace/<cron>``, as they share one fencing domain.
+        hold_seconds: about how long to work under the lease: the writes are
+            spread over it (a cron run that outlasts its minute meets the next run).
 
     Returns:
         Whether the completion was accepted.
     """
     token = int(holder.token)
-    base = {"job": job, "key": job, "holder": holder.holder_identity, "token": token}
+    key = key or job
+    base = {"job": job, "key": key, "holder": holder.holder_identity, "token": token}
     conn: psycopg.Connection[Any] | None = None
     for step in range(writes):
-        time.sleep(random.uniform(0.05, 0.3))
+        pause = hold_seconds / max(writes, 1) if hold_seconds > 0 else 0.0
+        time.sleep(random.uniform(0.05, 0.3) + random.uniform(0.5, 1.0) * pause)
+        # Read before the lease check: the check passed at or after check_raw (a
+        # raw-clock lower bound; the checkers compare it with later runs' claims).
+        check_raw = clock()
         try:
             holder.check()
         except LeaseLost:
@@ -111,12 +129,12 @@ def work(holder: LeaseHolder, dsn: str, history: str, writes: int, job: str) -> 
             with conn.transaction():
                 fence(
                     conn,
-                    job,
+                    key,
                     token,
                     holder.effect_key(f"w{step}"),
                     effect=EFFECT_SQL,
                     params={
-                        "key": job,
+                        "key": key,
                         "token": token,
                         "holder": holder.holder_identity,
                         "step": f"w{step}",
@@ -136,6 +154,7 @@ def work(holder: LeaseHolder, dsn: str, history: str, writes: int, job: str) -> 
             reason=reason,
             call=call,
             check_at=check_at,
+            check_raw=check_raw,
             deadline=deadline,
             **base,
         )
@@ -153,8 +172,16 @@ def work(holder: LeaseHolder, dsn: str, history: str, writes: int, job: str) -> 
     return accepted
 
 
-def main() -> int:
-    """Entry point in a pod: work under the pod's lease."""
+def pod_main() -> int:
+    """Work under the pod's lease (env: ``CHAOS_*``); exit 0 when the completion was accepted.
+
+    The history's ``job`` is the pod's lease (``namespace/lease``), not its
+    LeasedJob: each index of an Indexed job and each run of a cron job is a
+    lease and a fencing domain of its own, and the judges partition by lease.
+    ``CHAOS_KEY`` names the fenced target key when it is not the lease (a cron
+    job's runs share ``namespace/<cron>``); ``CHAOS_HOLD_SECONDS`` spreads the
+    writes over about that long.
+    """
     history = os.environ["CHAOS_HISTORY"]
     try:
         holder = LeaseHolder.from_env().start()
@@ -166,10 +193,23 @@ def main() -> int:
             holder=os.environ.get("LEASEHOLD_HOLDER"),
         )
         return 75
-    job = f"{holder.namespace}/{holder.job_name or holder.lease_name}"
-    ok = work(holder, os.environ["CHAOS_DSN"], history, int(os.environ["CHAOS_WRITES"]), job)
+    lease = f"{holder.namespace}/{holder.lease_name}"
+    ok = work(
+        holder,
+        os.environ["CHAOS_DSN"],
+        history,
+        int(os.environ["CHAOS_WRITES"]),
+        lease,
+        key=os.environ.get("CHAOS_KEY") or None,
+        hold_seconds=float(os.environ.get("CHAOS_HOLD_SECONDS") or 0),
+    )
     holder.close()
     return 0 if ok else 75
+
+
+def main() -> int:
+    """Entry point in a pod: work under the pod's lease."""
+    return pod_main()
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ def test_gc_pause_past_lease_replayed_has_no_violations(tmp_path: Path) -> None:
         "4",
         "--minutes",
         "1.5",
+        *("--cron-policies", "none"),  # the incident's workload: jobs only
     )
     faults = faults_injected(output)
     assert faults.split() == ["gc-pause-past-lease", "3"], faults  # its 3 steps, no others

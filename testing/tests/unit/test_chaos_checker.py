@@ -92,6 +92,17 @@ def test_an_indexed_job_failed_by_an_index_is_not_lost() -> None:
     assert check([*CLEAN, ended]).ok
 
 
+def test_a_job_whose_last_attempt_never_started_is_not_lost() -> None:
+    # kind seed 303: a Forbid run closed at its token 2 by the next run, attempt 2's
+    # pod not started in startupDeadlineSeconds; "All 1 attempts were used; the last
+    # lease (token 2) ended without a completion: attempt 2 did not start ..."
+    reason = "StartupDeadlineExceeded"
+    ended = {"kind": "job_end", "job": "ns/c-1", "phase": "Failed", "reason": reason}
+    assert check([*CLEAN, ended]).ok
+    unexplained = {**ended, "reason": "Unknown"}
+    assert check([*CLEAN, unexplained]).violations["no-job-lost"]
+
+
 def with_(extra: list[dict[str, Any]], drop: int | None = None) -> list[dict[str, Any]]:
     base = [r for i, r in enumerate(CLEAN) if i != drop]
     return base + extra
