@@ -126,6 +126,12 @@ class CronActor:
         leases = self._store.list_leases(namespace, label_selector=f"{names.LABEL_CRON_JOB}={name}")
         earlier = [lease for lease in leases if lease.name != decided.run]
         wait: plan.Wait | None = None
+        if decided.policy is not ConcurrencyPolicy.ALLOW and any(
+            not plan.run_is_over(lease.record)
+            or (decided.policy is ConcurrencyPolicy.REPLACE and lease.record.held)
+            for lease in earlier
+        ):
+            body = self._commit_to(body, decided)
         if decided.policy is ConcurrencyPolicy.FORBID:
             current = self._close_earlier(earlier)
             held = [lease for lease in current if lease.record.holder_identity is not None]
@@ -156,6 +162,38 @@ class CronActor:
         return decided.requeue_after_seconds
 
     # -- the concurrency policy, at the leases ---------------------------------------
+
+    def _commit_to(self, body: Body, decided: plan.CronPlan) -> Body:
+        """Before closing earlier runs: one conditional status write on the version read.
+
+        Closing (Forbid) or replacing (Replace) an earlier run is decided on
+        the cron job as read; if it changed since (suspended, its policy or
+        schedule edited, deleted), that decision is stale and must not touch
+        any run. Writing ``status.waitingScheduleTime`` with the
+        ``resourceVersion`` read makes the API server judge it: 409, and
+        nothing is closed (the chaos run on kind saw a Replace reconcile
+        that read the cron job before its suspension take back and delete the
+        running run afterwards).
+
+        Returns:
+            The cron job as written: later writes are conditioned on it.
+
+        Raises:
+            TransientStoreError: it changed since read (409): decide again.
+            StoreError: it is gone, or another refusal.
+        """
+        namespace, name = str(body["metadata"]["namespace"]), str(body["metadata"]["name"])
+        assert decided.scheduled_time is not None
+        patch = {
+            "metadata": {"resourceVersion": body["metadata"]["resourceVersion"]},
+            "status": {"waitingScheduleTime": plan.iso(decided.scheduled_time)},
+        }
+        written = self._crons.patch_status(namespace, name, patch)
+        if written is Refused.CONFLICT:
+            raise TransientStoreError(f"{namespace}/{name} changed since read: decide again")
+        if written is Refused.GONE:
+            raise status_error(404, "not found", f"close the earlier runs of {namespace}/{name}")
+        return written
 
     def _close_earlier(self, earlier: list[StoredLease]) -> list[StoredLease]:
         """Forbid: close every earlier run that is not over; return every lease as it is now.

@@ -700,5 +700,10 @@ def _time(value: str) -> datetime:
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
+def iso(moment: datetime) -> str:
+    """A time as the API writes it: UTC, whole seconds, ``Z``."""
+    return _iso(moment)
+
+
 def _iso(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
