@@ -372,10 +372,9 @@ class IndexedActor:
     ) -> StoredLease | _Done | None:
         """Create an index's lease (unheld): its own fencing domain.
 
-        It starts at token 0, or at the final token of the index's lease under
-        its legacy name (stopped by :meth:`_stop_legacy`), or above every token
-        the index's pods were seen under (a lease that went missing), so the
-        index's tokens never go back.
+        It starts where :meth:`_start_token` says, so the index's tokens never
+        go back; a create refused because the name exists is read back
+        (:meth:`_existing`).
 
         Returns:
             The index's lease (created, or found to be this index's already);
@@ -384,18 +383,9 @@ class IndexedActor:
         """
         meta = body["metadata"]
         namespace, name = str(meta["namespace"]), str(meta["name"])
-        start = 0
-        if legacy is not None:
-            if not lease_is_final(legacy.record):
-                return None  # still claimable (it moved): its watch event brings a reconcile
-            start = legacy.record.fencing_token
-        # A lease that went missing (its finalizer forced off) is recreated above
-        # every token its index's pods were seen under, so tokens never go back
-        # (the single-job path carries status.fencingToken; an Indexed job's
-        # status keeps no token per index, the pod watch's memory does).
-        seen = max(self._ctx.pod_memory.recall(namespace, name, step.index), default=0)
-        recreated = seen > start
-        start = max(start, seen)
+        start = self._start_token(namespace, name, step, legacy)
+        if start is None:
+            return None
         try:
             # No ownerReference: like a job's lease, it outlives the job.
             created = self._ctx.store.create(
@@ -418,23 +408,52 @@ class IndexedActor:
                 work=domain.work_item(job),  # params and priority: the same on every index
             )
         except WriteRefusedError:
-            # It exists (an earlier reconcile, or a lease of that name that is
-            # not this job's index): read it; it is planned on the next pass.
-            try:
-                existing = self._ctx.store.get(namespace, step.lease_name)
-            except LeaseNotFoundError:
+            return self._existing(namespace, name, step)
+        self._tell_carried(body, step, legacy, start)
+        return created
+
+    def _start_token(
+        self, namespace: str, name: str, step: IndexStep, legacy: StoredLease | None
+    ) -> int | None:
+        """The token a new index lease starts at: 0, or what an earlier one reached.
+
+        The final token of the index's lease under its legacy name (stopped
+        by :meth:`_stop_legacy`), or above every token the index's pods were
+        seen under: a lease that went missing (its finalizer forced off). The
+        single-job path carries ``status.fencingToken``; an Indexed job's
+        status keeps no token per index, the pod watch's memory does.
+
+        Returns:
+            The token, or ``None`` while the legacy lease may still be claimed
+            (it moved): its watch event brings a reconcile.
+        """
+        start = 0
+        if legacy is not None:
+            if not lease_is_final(legacy.record):
                 return None
-            if existing.record.job_name != name or index_of(existing) != step.index:
-                return _Done(NAME_TAKEN_RECHECK_SECONDS, name_taken_by=existing)
-            return existing
-        if recreated:
-            self._ctx.events.record(
-                body,
-                "Warning",
-                "LeaseRecreated",
-                f"The JobLease {step.lease_name} of index {step.index} was missing; recreated it"
-                f" at fencing token {start} (its pods' highest) so tokens never go back.",
-            )
+            start = legacy.record.fencing_token
+        seen = self._ctx.pod_memory.recall(namespace, name, step.index)
+        return max(start, max(seen, default=0))
+
+    def _existing(self, namespace: str, name: str, step: IndexStep) -> StoredLease | _Done | None:
+        """The lease a refused create found under an index's name.
+
+        Returns:
+            It, when it is this index's (an earlier reconcile made it);
+            :class:`_Done` with it when it is not; ``None`` if it is gone again.
+        """
+        try:
+            existing = self._ctx.store.get(namespace, step.lease_name)
+        except LeaseNotFoundError:
+            return None
+        if existing.record.job_name != name or index_of(existing) != step.index:
+            return _Done(NAME_TAKEN_RECHECK_SECONDS, name_taken_by=existing)
+        return existing
+
+    def _tell_carried(
+        self, body: dict[str, Any], step: IndexStep, legacy: StoredLease | None, start: int
+    ) -> None:
+        """The Event of a lease that starts above 0: carried from a legacy name, or recreated."""
         if legacy is not None:
             self._ctx.events.record(
                 body,
@@ -444,7 +463,16 @@ class IndexedActor:
                 f" were named <job>.<index>) is stopped for good; {step.lease_name} carries"
                 f" on from fencing token {start}, so the index's tokens never go back.",
             )
-        return created
+            if start == legacy.record.fencing_token:
+                return
+        if start > 0:
+            self._ctx.events.record(
+                body,
+                "Warning",
+                "LeaseRecreated",
+                f"The JobLease {step.lease_name} of index {step.index} was missing; recreated it"
+                f" at fencing token {start} (its pods' highest) so tokens never go back.",
+            )
 
     def _stop_legacy(self, legacy: StoredLease) -> StoredLease:
         """Stop an index's legacy-named lease for good (one write, unless it is already).
