@@ -356,7 +356,7 @@ def _schedule_events(
             JobEvent(
                 "Warning",
                 "MissSchedule",
-                f"Missed scheduled time to start a run: {_iso(d.missed_deadline)} is more than"
+                f"Missed scheduled time to start a run: {iso(d.missed_deadline)} is more than"
                 f" startingDeadlineSeconds ({cron.spec.starting_deadline_seconds}) ago.",
             )
         )
@@ -444,7 +444,7 @@ def forbid_wait(plan: CronPlan, live: Sequence[RunLease], now: datetime) -> Wait
     if not held or plan.scheduled_time is None:
         return None
     message = (
-        f"Run for {_iso(plan.scheduled_time)} waits: the lease of "
+        f"Run for {iso(plan.scheduled_time)} waits: the lease of "
         + ", ".join(f"{lease.name} (token {lease.record.fencing_token})" for lease in held)
         + " is still held; it starts once released, reclaimed or completed."
     )
@@ -485,7 +485,7 @@ def replace_wait(
         return None
     who = "a replaced run's" if replaced else "an earlier run's"
     message = (
-        f"Run for {_iso(plan.scheduled_time)} waits {wait:.0f}s: {who}"
+        f"Run for {iso(plan.scheduled_time)} waits {wait:.0f}s: {who}"
         " worker may still run until its lease window ends."
     )
     reason = "ReplacedRunMayStillRun" if replaced else "EarlierRunMayStillRun"
@@ -532,7 +532,7 @@ class Start:
         return JobEvent(
             "Normal",
             "SuccessfulCreate",
-            f"Created run {self.run} for {_iso(self.scheduled_time)}; its fencing tokens"
+            f"Created run {self.run} for {iso(self.scheduled_time)}; its fencing tokens"
             f" start above {self.base}.",
         )
 
@@ -631,7 +631,7 @@ def build_run(body: Body, start: Start) -> Body:
             },
             "annotations": {
                 **(raw.get("metadata") or {}).get("annotations", {}),
-                names.ANNOTATION_SCHEDULED_TIME: _iso(start.scheduled_time),
+                names.ANNOTATION_SCHEDULED_TIME: iso(start.scheduled_time),
             },
             "ownerReferences": [
                 {
@@ -702,8 +702,4 @@ def _time(value: str) -> datetime:
 
 def iso(moment: datetime) -> str:
     """A time as the API writes it: UTC, whole seconds, ``Z``."""
-    return _iso(moment)
-
-
-def _iso(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
