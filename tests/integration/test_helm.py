@@ -549,6 +549,7 @@ def test_pool_token_is_confined_to_its_own_lease(
             },
         }
         kubectl("create", "-f", "-", input=json.dumps(body))
+    worker_policy_in_effect(kubectl, namespace, release.pool_account, "lease-a")
 
     # Two worker pods that never run; tokens bound to each, as a kubelet mounts them.
     kubeconfigs: dict[str, Path] = {}
@@ -765,7 +766,31 @@ def bound_pod(
     return BoundPod(name, uid, Kubectl(kubectl.binary, path), store)
 
 
-def create_leases(kubectl: Kubectl, namespace: str, modes: dict[str, str]) -> None:
+def worker_policy_in_effect(kubectl: Kubectl, namespace: str, account: str, lease: str) -> None:
+    """Wait until the API server enforces the chart's worker lease policy.
+
+    The admission plugin loads a new ValidatingAdmissionPolicy and its binding
+    from its informers a moment after ``helm install`` returns: a refusal
+    asserted at once may be let through. The probe is a server-side dry run
+    of a patch by ``account`` with a token not bound to a pod, which the
+    policy refuses and RBAC allows.
+    """
+    as_account = f"system:serviceaccount:{namespace}:{account}"
+    label = json.dumps({"metadata": {"labels": {"leasehold.dev/probe": "policy"}}})
+
+    def refused() -> bool:
+        result = kubectl(
+            *("patch", "joblease", lease, "-n", namespace, "--as", as_account),
+            *("--dry-run=server", "--type=merge", "-p", label),
+            check=False,
+        )
+        return result.returncode != 0 and "ValidatingAdmissionPolicy" in result.stderr
+
+    wait_for("the worker lease policy in effect", refused, 30)
+
+
+def create_leases(kubectl: Kubectl, namespace: str, modes: dict[str, str], account: str) -> None:
+    """Create unheld leases (name: mode) as the admin; return once ``account`` is policed."""
     for lease, mode in modes.items():
         spec = {"jobName": lease, "leaseDurationSeconds": 600, "maxFencingToken": 5, "mode": mode}
         body = {
@@ -775,6 +800,7 @@ def create_leases(kubectl: Kubectl, namespace: str, modes: dict[str, str]) -> No
             "spec": spec,
         }
         kubectl("create", "-f", "-", input=json.dumps(body))
+    worker_policy_in_effect(kubectl, namespace, account, next(iter(modes)))
 
 
 def pushed_to(admin: LeaseStore, namespace: str, lease: str, pod: BoundPod) -> int:
@@ -796,7 +822,7 @@ def test_a_push_pod_may_not_claim_any_lease(
     # The pod the operator creates for an attempt runs user code as the worker
     # ServiceAccount; it holds the lease the operator claimed for it, no other.
     release = install("replicas=0")
-    create_leases(kubectl, namespace, {"attempt": "Push", "free": "Pull"})
+    create_leases(kubectl, namespace, {"attempt": "Push", "free": "Pull"}, release.worker_account)
     pod = bound_pod(kubectl, kubeconfig, namespace, release.worker_account, "job-1", tmp_path)
     admin = LeaseStore(config.new_client_from_config(config_file=str(kubeconfig)))
     pushed_to(admin, namespace, "attempt", pod)
@@ -817,7 +843,7 @@ def test_a_push_pod_may_not_list_or_watch_leases(
     tmp_path: Path,
 ) -> None:
     release = install("replicas=0")
-    create_leases(kubectl, namespace, {"attempt": "Push", "free": "Pull"})
+    create_leases(kubectl, namespace, {"attempt": "Push", "free": "Pull"}, release.worker_account)
     pod = bound_pod(kubectl, kubeconfig, namespace, release.worker_account, "job-1", tmp_path)
     account = f"system:serviceaccount:{namespace}:{release.worker_account}"
     for verb in ("get", "patch", "list", "watch", "claim"):
@@ -843,7 +869,9 @@ def test_a_push_pod_renews_completes_and_releases_its_own_lease(
     tmp_path: Path,
 ) -> None:
     release = install("replicas=0")
-    create_leases(kubectl, namespace, {"done": "Push", "given-back": "Push"})
+    create_leases(
+        kubectl, namespace, {"done": "Push", "given-back": "Push"}, release.worker_account
+    )
     admin = LeaseStore(config.new_client_from_config(config_file=str(kubeconfig)))
     first = bound_pod(kubectl, kubeconfig, namespace, release.worker_account, "done-1", tmp_path)
     token = pushed_to(admin, namespace, "done", first)
@@ -870,7 +898,7 @@ def test_a_holder_may_not_remove_or_rewrite_its_acquire_time(
     # The operator's take-over and resume read spec.acquireTime to know a hold
     # may still run (protocol.hold_may_outlive): a holder must not erase it.
     release = install("replicas=0")
-    create_leases(kubectl, namespace, {"attempt": "Push"})
+    create_leases(kubectl, namespace, {"attempt": "Push"}, release.worker_account)
     pod = bound_pod(kubectl, kubeconfig, namespace, release.worker_account, "job-1", tmp_path)
     admin = LeaseStore(config.new_client_from_config(config_file=str(kubeconfig)))
     pushed_to(admin, namespace, "attempt", pod)
@@ -894,7 +922,7 @@ def test_a_pool_pod_lists_and_claims_the_next_free_lease(
 ) -> None:
     # The pull-mode flow of a pool pod: one LIST, then a claim bound to its pod.
     release = install("replicas=0")
-    create_leases(kubectl, namespace, {"attempt": "Push", "free": "Pull"})
+    create_leases(kubectl, namespace, {"attempt": "Push", "free": "Pull"}, release.pool_account)
     pod = bound_pod(kubectl, kubeconfig, namespace, release.pool_account, "pool-1", tmp_path)
     monkeypatch.setenv(names.ENV_POD_UID, pod.uid)
     holder = worker.claim_any(namespace, pod.name, store=pod.store)

@@ -857,7 +857,7 @@ def test_a_holder_whose_every_request_hangs_loses_the_lease_at_its_local_deadlin
     assert lease.holder_identity == "worker-a"  # nothing else was written
 
 
-def test_run_keeps_a_10s_lease_through_a_rolling_api_server_restart(
+def test_run_keeps_its_lease_through_a_rolling_api_server_restart(
     store: LeaseStore,
     crds_installed: Path,
     local_cluster: LocalCluster,
@@ -875,7 +875,12 @@ def test_run_keeps_a_10s_lease_through_a_rolling_api_server_restart(
     first = _server_of(crds_installed)
     second = ("127.0.0.1", local_cluster.add_apiserver())
     try:
-        duration = 10  # renew every 3.33 s, window 8 s, each request given up after 1.67 s
+        # Renew every 6.67 s, window 16 s, each request given up after 3.33 s. A
+        # renewal on a stranded connection uses its interval and its timeout
+        # (10 s) before the retry on a new connection: the retry has 6 s. At
+        # duration 10 it had 3 s, which an API server on a machine at load 16
+        # (CI: three control planes beside the kind tier) did not always meet.
+        duration = 20
         token = push_claim(store, namespace, duration)
         with TcpProxy(*first) as proxy:
             kubeconfig = _proxied_kubeconfig(crds_installed, proxy, tmp_path / "kubeconfig")
@@ -886,7 +891,8 @@ def test_run_keeps_a_10s_lease_through_a_rolling_api_server_restart(
             )
             for server in (second, first, second):  # a restart every 7 s
                 time.sleep(7)
-                assert proc.poll() is None
+                if proc.poll() is not None:
+                    pytest.fail(f"the wrapper exited {proc.returncode}: {proc.communicate()[1]}")
                 proxy.strand()
                 proxy.retarget(*server)
             _, stderr = proc.communicate(timeout=30)
