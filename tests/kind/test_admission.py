@@ -56,9 +56,10 @@ def test_cronjob_with_unknown_time_zone_is_refused_with_422(operator_env: dict[s
     refused = apply(env, "-v=6")
     try:
         assert refused.returncode != 0, refused.stdout
-        assert re.search(
-            r"POST https://\S+/leasedcronjobs\S* 422 Unprocessable Entity", refused.stderr
+        posted = (
+            r'verb="POST" url="https://\S+/leasedcronjobs\S*" status="422 Unprocessable Entity"'
         )
+        assert re.search(posted, refused.stderr), refused.stderr
         assert 'admission webhook "leasedcronjobs.webhook.leasehold.dev" denied the request' in (
             refused.stderr
         )
