@@ -427,5 +427,6 @@ def test_an_active_run_that_finished_is_told_once_and_one_gone_is_to_be_confirme
 
 def test_a_run_made_this_reconcile_is_matched_by_name() -> None:
     cron = parsed(cron_body(status={"active": [{"name": "c-5"}]})).cron
-    ended = plan.ended_runs(cron, [_with_uid(run("c-5", 5, "Succeeded"), "00000005")], plan.Reported())
+    made = _with_uid(run("c-5", 5, "Succeeded"), "00000005")
+    ended = plan.ended_runs(cron, [made], plan.Reported())
     assert [e.message for e in ended.events] == ["Saw completed job: c-5, condition: Complete"]
