@@ -144,7 +144,7 @@ def decide(
 
 def condition(status: LeasedCronJobStatus, type_: str) -> tuple[str, str] | None:
     found = [c for c in status.conditions or [] if c.type == type_]
-    return (str(found[0].status), found[0].reason) if found else None
+    return (str(found[0].status), found[0].reason or "") if found else None
 
 
 WAITING = {
