@@ -180,6 +180,8 @@ class JobActor:
             return None
         manager = managed_by.foreign_manager(body)
         if manager is not None:
+            if server_now is None and not fresh:  # it may retire a lease: read it first
+                return self._reconcile(namespace, name, fresh=True)
             self._leave_alone(body, manager)
             return None
         try:
