@@ -149,6 +149,7 @@ mutations=(
   "forbid-no-hold-wait|-DS_FORBID -DS_SUSPEND -DFORBID_NO_HOLD_WAIT||schedules.pml"
   "replace-no-hold-wait|-DS_REPLACE -DREPLACE_NO_HOLD_WAIT||schedules.pml"
   "stop-by-name-index|-DS_COLLIDE -DSTOP_BY_NAME_INDEX||indexes.pml"
+  "suspend-by-name-index|-DS_COLLIDE -DS_SUSPEND -DSUSPEND_BY_NAME_INDEX||indexes.pml"
 )
 
 # schedules.pml (a LeasedCronJob's runs) and indexes.pml: exhaustive in
@@ -173,6 +174,8 @@ if [[ "$mode" != mutations ]]; then
     "sched-allow-3runs|-DS_ALLOW -DNR=3 -DTMAX=4|schedules.pml|-"
     "index|-DS_INDEX|indexes.pml|"
     "index-collide|-DS_COLLIDE|indexes.pml|"
+    "index-suspend|-DS_SUSPEND|indexes.pml|"
+    "index-collide-suspend|-DS_COLLIDE -DS_SUSPEND|indexes.pml|"
   )
   for m in "${correct_more[@]}"; do
     IFS='|' read -r name flags pml quick <<<"$m"

@@ -12,9 +12,18 @@
  * own check is enough by itself. Mutation: -DSTOP_BY_NAME_INDEX (the stop
  * ignores spec.jobName: caught with -DS_COLLIDE).
  *
- * Invariant I: a lease is never stopped while its job is live and its
- * index still needs it (job "a" never fails because another job was
- * deleted). Time plays no part: lifecycle.pml checks each lease's protocol.
+ * -DS_SUSPEND: job "a-0" is suspended (spec.suspend) and resumed, once;
+ * its reconcile suspends its lease (LeaseStore.suspend: unheld, the cap one
+ * up, no claim until resumed) only when the lease's spec.jobName is its own
+ * (the actor's check before it plans; a lease serving another job is a name
+ * taken). Mutation: -DSUSPEND_BY_NAME_INDEX (the suspend takes the lease by
+ * name: caught with -DS_COLLIDE -DS_SUSPEND).
+ *
+ * Invariant I: a lease is never stopped or suspended by another job while
+ * its job is live and its index still needs it (job "a" never fails, nor
+ * loses its holder, because another job was deleted or suspended). Time
+ * plays no part: lifecycle.pml checks each lease's protocol, suspend and
+ * resume included (S_SUSPEND), which every index lease follows as its own.
  */
 
 #define JA 1      /* job "a", index 0 */
@@ -39,6 +48,9 @@ byte hj[2];     /* ghost: the job whose claim holds it */
 bool live[3];   /* the job exists */
 bool done[3];   /* the job's attempt (its index) completed */
 bool stop = false;  /* job "a-0"'s stop request, sent, not yet landed */
+bool sp[2];     /* spec.suspended */
+bool sus = false;   /* job "a-0"'s spec.suspend */
+byte suspends = 0;  /* times job "a-0" was suspended (at most once: a bound) */
 
 /* A job's reconcile: create its lease, or take one that is its own
  * (spec.jobName); a lease of that name serving another job is not taken
@@ -46,7 +58,8 @@ bool stop = false;  /* job "a-0"'s stop request, sent, not yet landed */
 inline reconcile(j, l) {
   if
   :: !ex[l] -> ex[l] = true; jn[l] = j; tk[l] = 0; cp[l] = 2
-  :: ex[l] && jn[l] == j && !hd[l] && !done[j] && tk[l] < cp[l] ->   /* LeaseStore.claim */
+  :: ex[l] && jn[l] == j && !hd[l] && !done[j] && tk[l] < cp[l] && !sp[l] && !(j == JB && sus) ->
+       /* LeaseStore.claim (never while suspended) */
        tk[l]++; hd[l] = true; hj[l] = j
   :: else -> skip
   fi
@@ -81,5 +94,26 @@ end:
        :: else -> skip
        fi;
        stop = false }
+#ifdef S_SUSPEND
+  :: atomic { live[JB] && !sus && suspends == 0 -> sus = true; suspends++ }
+  :: atomic { live[JB] && sus -> sus = false }   /* resumed */
+  :: atomic { live[JB] && sus ->   /* job a-0's reconcile: LeaseStore.suspend */
+       if
+#ifdef SUSPEND_BY_NAME_INDEX
+       :: ex[LB] && !sp[LB] ->
+#else
+       :: ex[LB] && jn[LB] == JB && !sp[LB] ->
+#endif
+            /* inv I: not the lease of a live job whose index needs it */
+            assert(!(jn[LB] != JB && live[jn[LB]] && !done[jn[LB]]));
+            sp[LB] = true;
+            if
+            :: hd[LB] -> hd[LB] = false; cp[LB]++   /* the ended attempt uses no budget */
+            :: else -> skip
+            fi
+       :: else -> skip
+       fi }
+  :: atomic { live[JB] && !sus && ex[LB] && jn[LB] == JB && sp[LB] -> sp[LB] = false }
+#endif
   od
 }

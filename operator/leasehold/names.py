@@ -19,6 +19,11 @@ PLURAL_LEASED_JOBS: Final = "leasedjobs"
 PLURAL_JOB_LEASES: Final = "jobleases"
 PLURAL_LEASED_CRON_JOBS: Final = "leasedcronjobs"
 
+MANAGED_BY_LEASEHOLD: Final = f"{GROUP}/leasedjob-controller"
+"""A LeasedJob's ``spec.managedBy`` when this operator reconciles it (also when unset);
+any other value hands the job to another controller (batch/v1 Job's
+``kubernetes.io/job-controller``, the hook MultiKueue uses)."""
+
 # The pod contract: env vars the operator injects into every attempt's pod,
 # read by the worker SDK (``LeaseHolder.from_env``) and ``leasehold run``.
 ENV_NAMESPACE: Final = "LEASEHOLD_NAMESPACE"

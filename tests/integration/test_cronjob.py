@@ -453,6 +453,8 @@ def test_replace_fences_the_replaced_run_at_the_store_and_at_a_target(
     reasons = [r for r, _ in cron_events(api_client, namespace, "sync")]
     assert "WaitingForEarlierHolder" in reasons, reasons
     assert "MissSchedule" not in reasons, reasons
+    # batch/v1 drops a job it deleted from status.active at once: not "missing".
+    assert "MissingJob" not in reasons, reasons
 
 
 def test_history_limits_keep_the_latest_finished_runs(
@@ -540,6 +542,45 @@ def test_a_suspended_cron_job_starts_no_run_until_resumed(
     )
     assert wait_for("a run once resumed", lambda: runs(api_client, namespace, "paused"), 30)
     assert wait_for("Ready reason Scheduling", lambda: ready_reason() == "Scheduling")
+
+
+def test_saw_completed_job_once_per_run_and_missing_job_for_a_deleted_active_run(
+    api_client: client.ApiClient,
+    namespace: str,
+    operator_ahead: OperatorProcess,
+    pod_runner: PodRunner | None,
+) -> None:
+    # batch/v1's cronjob controller (cronjob_controllerv2.go, syncCronJob): an
+    # active job seen finished is told SawCompletedJob, an active job that no
+    # longer exists MissingJob; both leave status.active.
+    create_cron(api_client, namespace, "seen", run(1))
+    create_cron(api_client, namespace, "lost", run(600))
+
+    def active(cron: str) -> list[dict[str, Any]]:
+        return list((get_cron(api_client, namespace, cron).get("status") or {}).get("active", []))
+
+    def told(cron: str, reason: str) -> list[str]:
+        return [m for r, m in cron_events(api_client, namespace, cron) if r == reason]
+
+    seen = wait_for(
+        "the run of seen", lambda: next(iter(runs(api_client, namespace, "seen")), None)
+    )
+    assert wait_for("SawCompletedJob", lambda: told("seen", "SawCompletedJob"), 40) == [
+        f"Saw completed job: {seen}, condition: Complete"
+    ]
+    assert wait_for("seen's active list emptied", lambda: not active("seen"), 10)
+    lost = wait_for("lost's run active", lambda: [r for r in active("lost") if r.get("uid")], 30)
+    client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
+        G, V, namespace, names.PLURAL_LEASED_JOBS, lost[0]["name"]
+    )
+    assert wait_for("MissingJob", lambda: told("lost", "MissingJob"), 30) == [
+        f"Active job went missing: {lost[0]['name']}"
+    ]
+    assert wait_for("lost's active list emptied", lambda: not active("lost"), 10)
+    time.sleep(3)  # later reconciles tell neither again
+    assert len(told("seen", "SawCompletedJob")) == 1
+    assert len(told("lost", "MissingJob")) == 1
+    assert told("lost", "SawCompletedJob") == []
 
 
 def test_allow_overlapping_runs_take_disjoint_token_ranges(

@@ -124,6 +124,52 @@ def test_suspending_an_indexed_job_suspends_every_index_and_resume_runs_them_on(
     assert (reasons.count("Suspended"), reasons.count("Resumed")) == (1, 1)
 
 
+def test_suspending_a_non_indexed_job_of_several_completions_fences_each_held_completion(
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    store: LeaseStore,
+    namespace: str,
+) -> None:
+    # batch/v1 e2e "should delete pods when suspended", for NonIndexed with
+    # completions above 1: each completion's lease is suspended as an index's.
+    create_job(
+        api_client,
+        namespace,
+        "pair",
+        sh('[ "$LEASEHOLD_FENCING_TOKEN" = 1 ] && sleep 120; exit 0'),
+        lease_seconds=10,
+        max_attempts=1,
+        completions=2,
+        parallelism=2,
+    )
+
+    def both_bound() -> bool:
+        return all(store.get(namespace, f"pair.{i}").record.holder_uid for i in (0, 1))
+
+    wait_for("both completions held by their pods", lambda: _try(both_bound), 60)
+    for index in (0, 1):
+        local_pod_runner.wait_for_pid(namespace, f"pair-{index}-1", timeout=30)
+    patch_spec(api_client, namespace, "pair", {"suspend": True})
+    for index in (0, 1):
+        wait_for(
+            f"completion {index}'s lease suspended",
+            functools.partial(_lease_suspended, store, namespace, f"pair.{index}"),
+            30,
+        )
+        gone = functools.partial(pod_gone_or_going, api_client, namespace, f"pair-{index}-1")
+        wait_for(f"pod pair-{index}-1 deleted", gone, 30)
+        late = store.complete(namespace, f"pair.{index}", f"pair-{index}-1", 1, Outcome.SUCCEEDED)
+        assert isinstance(late, Rejected)
+    wait_for("Suspended", phase_is(api_client, namespace, "pair", "Suspended"), 30)
+    patch_spec(api_client, namespace, "pair", {"suspend": False})
+    wait_for("Succeeded", phase_is(api_client, namespace, "pair", "Succeeded"), 90)
+    st = status(api_client, namespace, "pair")
+    assert (st["succeeded"], st["completionProgress"]) == (2, "2/2")
+    assert "completedIndexes" not in st  # NonIndexed: the index only names the lease
+    assert [store.get(namespace, f"pair.{i}").record.fencing_token for i in (0, 1)] == [2, 2]
+
+
 def _lease_suspended(store: LeaseStore, namespace: str, name: str) -> bool:
     """Whether the JobLease ``namespace/name`` is suspended and unheld."""
     record = store.get(namespace, name).record

@@ -145,7 +145,8 @@ class CronActor:
                 )
                 wait = plan.replace_wait(decided, longest, now, replaced=False)
         elif decided.policy is ConcurrencyPolicy.REPLACE:
-            current = self._replace_earlier(body, earlier, runs)
+            current, deleted = self._replace_earlier(body, earlier, runs)
+            decided = plan.without_runs(decided, deleted)
             longest = max(
                 (self._holds.earlier_hold_wait(lease, body) for lease in current), default=0.0
             )
@@ -222,7 +223,7 @@ class CronActor:
 
     def _replace_earlier(
         self, body: Body, earlier: list[StoredLease], runs: list[Body]
-    ) -> list[StoredLease]:
+    ) -> tuple[list[StoredLease], set[str]]:
         """Replace: close and take back every earlier run that is not over, then delete it.
 
         One write per lease (:meth:`LeaseStore.close` with ``release``): the
@@ -231,7 +232,8 @@ class CronActor:
         succeeded first keeps its LeasedJob (its status may not say so yet).
 
         Returns:
-            The earlier runs' leases as they are now (closed, or as they were).
+            The earlier runs' leases as they are now (closed, or as they were),
+            and the names of the runs deleted.
         """
         stopped: set[str] = set()
         current: list[StoredLease] = []
@@ -245,11 +247,13 @@ class CronActor:
             current.append(result.lease)
             stopped.add(lease.name)
             self._record(body, [plan.replaced_event(lease.name, lease.record.fencing_token)])
+        deleted: set[str] = set()
         for run in runs:
             meta = run["metadata"]
             if meta["name"] in stopped:
                 self._jobs.delete(str(meta["namespace"]), str(meta["name"]))
-        return current
+                deleted.add(str(meta["name"]))
+        return current, deleted
 
     # -- the fencing domain ---------------------------------------------------------
 
@@ -314,6 +318,7 @@ class CronActor:
                 for ref in item["metadata"].get("ownerReferences") or []
             )
         ]
+        self._tell_ended(body, cron, runs)
         gone = plan.history_to_delete(
             runs,
             succeeded=cron.spec.successful_jobs_history_limit,
@@ -325,6 +330,24 @@ class CronActor:
         runs = [r for r in runs if r["metadata"]["name"] not in gone]
         self._prune_leases(namespace, name, {r["metadata"]["name"] for r in runs})
         return runs
+
+    def _tell_ended(self, body: Body, cron: LeasedCronJob, runs: list[Body]) -> None:
+        """``SawCompletedJob`` and ``MissingJob`` for the active runs that ended or went.
+
+        A run no longer listed is read first (batch/v1's controller does the
+        same): one that still exists under its UID (a label removed) is not
+        missing. Each is told once (:func:`plan.ended_runs`).
+        """
+        namespace, name = str(body["metadata"]["namespace"]), str(body["metadata"]["name"])
+        key = f"{namespace}/{name}"
+        ended = plan.ended_runs(cron, runs, self._reported.get(key, plan.Reported()))
+        events = list(ended.events)
+        for ref in ended.missing:
+            found, _ = self._jobs.read(namespace, ref.name)
+            if found is None or found["metadata"].get("uid") != ref.uid:
+                events.append(plan.missing_event(ref))
+        self._record(body, events)
+        self._reported[key] = ended.reported
 
     def _prune_leases(self, namespace: str, name: str, runs: set[str]) -> None:
         """Delete the JobLeases of runs that are gone (:func:`plan.prune_candidates`)."""

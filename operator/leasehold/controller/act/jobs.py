@@ -34,7 +34,7 @@ from leasehold.controller.act.holds import HoldWaits, last_reclaim_reason
 from leasehold.controller.act.indexed import IndexedActor
 from leasehold.controller.act.status import report_invalid, report_lease_name_taken, write_status
 from leasehold.controller.engines.deadline import JobClocks
-from leasehold.controller.plan import indexed
+from leasehold.controller.plan import indexed, managed_by
 from leasehold.controller.plan import single as planner
 from leasehold.controller.plan.pod import lease_name
 from leasehold.controller.plan.single import Action, Plan
@@ -72,6 +72,8 @@ class JobActor:
         self._finisher = Finisher(ctx, attempts)
         self.indexed = IndexedActor(ctx, holds, attempts)
         """The index leases of jobs with several completions."""
+        self._foreign: dict[str, str] = {}
+        """``namespace/name`` to the UID of a job another controller manages, once told."""
 
     # -- reading ------------------------------------------------------------------
 
@@ -175,6 +177,12 @@ class JobActor:
         body, server_now = self._read_job(namespace, name, fresh=fresh)
         if body is None:
             self._gone(namespace, name)
+            return None
+        manager = managed_by.foreign_manager(body)
+        if manager is not None:
+            if server_now is None and not fresh:  # it may retire a lease: read it first
+                return self._reconcile(namespace, name, fresh=True)
+            self._leave_alone(body, manager)
             return None
         try:
             job = LeasedJob.model_validate(body)
@@ -439,12 +447,39 @@ class JobActor:
 
     def _gone(self, namespace: str, name: str) -> None:
         """The job is gone: drop what is kept about it and retire its leases."""
+        self._foreign.pop(f"{namespace}/{name}", None)
         self._clocks.forget(f"{namespace}/{name}")
         self._finisher.forget(namespace, name)
         self._attempts.forget(namespace, name)
         self._ctx.pod_memory.forget(namespace, name)
         self._retire_lease(namespace, name)
         self.indexed.retire(namespace, name)
+
+    def _leave_alone(self, body: dict[str, Any], manager: str) -> None:
+        """A job another controller manages (``spec.managedBy``): nothing of it is ours.
+
+        No lease, pod, status or Event, as batch/v1's job controller skips a
+        Job managed elsewhere. Once per incarnation (UID): a log line, and the
+        leases an earlier incarnation of the name left held are retired as if
+        that job were gone (a delete and re-create under another manager must
+        not leave the old worker running). Nothing of this job is kept after.
+
+        Raises:
+            TransientStoreError: an earlier lease moved while it was retired.
+            StoreError: the API server failed or refused.
+        """
+        namespace, name = ns_name(body)
+        uid = str(body["metadata"].get("uid", ""))
+        if self._foreign.get(f"{namespace}/{name}") == uid:
+            return
+        self._gone(namespace, name)
+        self._foreign[f"{namespace}/{name}"] = uid
+        log.info(
+            "LeasedJob %s/%s is managed by %s (spec.managedBy): left alone",
+            namespace,
+            name,
+            manager,
+        )
 
     def _retire_lease(self, namespace: str, name: str) -> None:
         """Take a gone job's lease back for good (:func:`.domain.retire`).

@@ -43,7 +43,9 @@ def set_condition(
     """
     out = [c for c in conditions if c.type != type_]
     old = next((c for c in conditions if c.type == type_), None)
-    transition = now if old is None or old.status != status else old.last_transition_time
+    transition = now
+    if old is not None and old.status == status and old.last_transition_time is not None:
+        transition = old.last_transition_time  # another writer's condition may have no time
     out.append(
         Condition(
             type=type_,

@@ -265,6 +265,8 @@ class Reported:
     missed_deadline: datetime | None = None
     too_many: datetime | None = None
     waiting: datetime | None = None
+    ended: frozenset[str] = frozenset()
+    """Runs of ``status.active`` (UID, else name) whose end or absence was told."""
 
 
 @dataclass(frozen=True)
@@ -405,6 +407,91 @@ def observe_runs(cron: LeasedCronJob, runs: list[Body]) -> LeasedCronJobStatus:
                 status.last_successful_time = done
     status.active = active or None
     return status
+
+
+# -- runs that ended or went (Events) ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class EndedRuns:
+    """What became of the runs ``status.active`` lists (batch/v1's cronjob controller).
+
+    Attributes:
+        events: ``SawCompletedJob`` for each active run that finished.
+        missing: active runs not listed any more: each is ``MissingJob`` once a
+            read confirms it is gone (:func:`missing_event`).
+        reported: what was told, these included (the actor keeps it).
+    """
+
+    events: list[JobEvent]
+    missing: list[RunReference]
+    reported: Reported
+
+
+def ended_runs(cron: LeasedCronJob, runs: list[Body], reported: Reported) -> EndedRuns:
+    """The runs ``status.active`` lists that finished or went, each told once.
+
+    As ``syncCronJob`` in Kubernetes' ``pkg/controller/cronjob/cronjob_controllerv2.go``:
+    an active job seen finished gets ``SawCompletedJob`` ("Saw completed job:
+    <name>, condition: Complete|Failed"), an active job that no longer exists
+    ``MissingJob``; both leave ``status.active`` (here: it is made again from
+    the runs listed, :func:`observe_runs`). A run listed without a UID was
+    never seen made (its create may have been refused): it is matched by name
+    and never called missing.
+
+    Args:
+        cron: the cron job as read (its ``status.active`` is the list before).
+        runs: its runs as listed now, before the history is cleaned.
+        reported: what was told already.
+
+    Returns:
+        The Events, the runs to confirm missing, and what was told.
+    """
+    active = (cron.status.active if cron.status else None) or []
+    by_uid = {str(r["metadata"].get("uid")): r for r in runs}
+    by_name = {str(r["metadata"]["name"]): r for r in runs}
+    told = {key for key in reported.ended if key in {ref.uid or ref.name for ref in active}}
+    events: list[JobEvent] = []
+    missing: list[RunReference] = []
+    for ref in active:
+        key = ref.uid or ref.name
+        run = by_uid.get(ref.uid) if ref.uid else by_name.get(ref.name)
+        if key in told or (run is None and ref.uid is None):
+            continue
+        phase = (run.get("status") or {}).get("phase") if run is not None else None
+        if run is None:
+            missing.append(ref)
+        elif phase in FINISHED:
+            condition = "Complete" if phase == api.Phase.SUCCEEDED.value else "Failed"
+            events.append(
+                JobEvent(
+                    "Normal",
+                    "SawCompletedJob",
+                    f"Saw completed job: {ref.name}, condition: {condition}",
+                )
+            )
+        else:
+            continue
+        told.add(key)
+    return EndedRuns(events, missing, replace(reported, ended=frozenset(told)))
+
+
+def missing_event(ref: RunReference) -> JobEvent:
+    """The Event of an active run that no longer exists (batch/v1's ``MissingJob``)."""
+    return JobEvent("Normal", "MissingJob", f"Active job went missing: {ref.name}")
+
+
+def without_runs(decided: CronPlan, gone: set[str]) -> CronPlan:
+    """``decided`` with the runs named in ``gone`` (deleted by a ``Replace``) not active.
+
+    As batch/v1's controller drops a job it deleted from ``status.active`` at
+    once, so the next reconcile does not call it missing.
+    """
+    if not gone:
+        return decided
+    status = decided.status.model_copy(deep=True)
+    status.active = [r for r in status.active or [] if r.name not in gone] or None
+    return replace(decided, status=status)
 
 
 # -- the concurrency policy --------------------------------------------------------

@@ -71,6 +71,10 @@ class ConditionStatus(enum.StrEnum):
     UNKNOWN = "Unknown"
 
 
+REASON_PATTERN: Final = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+"""A condition's reason: CamelCase (``metav1.Condition``'s rule)."""
+
+
 class Condition(ApiModel):
     """One condition (``metav1.Condition``): the state of one aspect.
 
@@ -85,15 +89,20 @@ class Condition(ApiModel):
         description="Type of condition in CamelCase, e.g. Ready, Claimed, Complete, Failed.",
     )
     status: ConditionStatus = Field(description="True, False or Unknown.")
-    reason: str = Field(
+    reason: str | None = Field(
+        default=None,
         min_length=1,
         max_length=1024,
-        pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$",
-        description="CamelCase reason for the condition's last transition.",
+        pattern=REASON_PATTERN,
+        description="CamelCase reason for the condition's last transition. Optional, as in"
+        " batch/v1's JobCondition (a condition another client adds through /status may"
+        " have none); the operator always writes one.",
     )
     message: Message = Field(default="", description="Human-readable details.")
-    last_transition_time: datetime = Field(
-        description="When status last changed (API server clock of the writer)."
+    last_transition_time: datetime | None = Field(
+        default=None,
+        description="When status last changed (API server clock of the writer). Optional, as"
+        " in batch/v1's JobCondition; the operator always writes one.",
     )
     observed_generation: int | None = Field(
         default=None, ge=0, description="The .metadata.generation the condition was set for."

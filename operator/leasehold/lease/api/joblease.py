@@ -22,6 +22,7 @@ from leasehold.lease.api.common import (
     MAX_LEASE_DURATION_SECONDS,
     MAX_PRIORITY,
     MAX_STARTUP_DEADLINE_SECONDS,
+    REASON_PATTERN,
     ApiModel,
     CompletionRecord,
     Condition,
@@ -483,6 +484,24 @@ class JobLeaseSpec(ApiModel):
     )
 
 
+class LeaseCondition(Condition):
+    """A JobLease's condition (``metav1.Condition``): the state of one aspect.
+
+    ``reason`` and ``lastTransitionTime`` are required, as ``metav1.Condition``'s
+    (a LeasedJob's and LeasedCronJob's are optional, as batch/v1's).
+    """
+
+    reason: str = Field(
+        min_length=1,
+        max_length=1024,
+        pattern=REASON_PATTERN,
+        description="CamelCase reason for the condition's last transition.",
+    )
+    last_transition_time: datetime = Field(
+        description="When status last changed (API server clock of the writer)."
+    )
+
+
 class JobLeaseStatus(ApiModel):
     """What the operator observed of the lease. Written only by the operator."""
 
@@ -496,7 +515,7 @@ class JobLeaseStatus(ApiModel):
         description="Why that token was taken back: LeaseExpired (no renewal for the lease"
         " duration) or StartupDeadlineExceeded (the attempt never started).",
     )
-    conditions: list[Condition] | None = Field(
+    conditions: list[LeaseCondition] | None = Field(
         default=None,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
 from pydantic import ConfigDict, Field
 
+from leasehold import names
 from leasehold.lease.api.common import (
     MAX_STARTUP_DEADLINE_SECONDS,
     ApiModel,
@@ -61,6 +62,16 @@ def _template_rules(schema: JsonDict) -> None:
             " completion each (completions above 1 and completionMode Indexed are not"
             " supported yet)",
             "fieldPath": ".completions",
+            "reason": "FieldValueForbidden",
+        }
+    )
+    kept.append(
+        {  # the cron job makes each run's lease: its runs are this operator's
+            "rule": f"!has(self.managedBy) || self.managedBy == '{names.MANAGED_BY_LEASEHOLD}'",
+            "message": "spec.jobTemplate.spec.managedBy: a LeasedCronJob's runs are managed by"
+            f" {names.MANAGED_BY_LEASEHOLD} (the cron job makes each run's lease with its"
+            " token range)",
+            "fieldPath": ".managedBy",
             "reason": "FieldValueForbidden",
         }
     )

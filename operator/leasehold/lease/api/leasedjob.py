@@ -52,6 +52,15 @@ MAX_INDEX_LIST_LENGTH: Final = 65_536
 MAX_FAILURE_RULES: Final = 20
 """Rules in ``spec.podFailurePolicy`` (as batch/v1 Job's)."""
 MAX_EXIT_CODE_VALUES: Final = 255
+MAX_MANAGED_BY_LENGTH: Final = 63
+"""``spec.managedBy`` is at most this long (as batch/v1 Job's)."""
+MANAGED_BY_PATTERN: Final = (
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+    r"/[-A-Za-z0-9/._~%!$&'()*+,;=:]+$"
+)
+"""A domain-prefixed path (``example.com/controller``), as batch/v1 Job's ``managedBy``
+(apimachinery ``IsDomainPrefixedPath``: a DNS subdomain, ``/``, a non-empty HTTP path);
+its backslash escaped for a CEL string."""
 MAX_ATTEMPT_HISTORY: Final = 10
 """Attempts kept in ``status.attemptHistory``: the last ten (the oldest go first)."""
 
@@ -220,6 +229,21 @@ _JOB_RULES: Final[list[dict[str, str]]] = [
         " and the startup bound only a pushed pod has (create a new LeasedJob)",
         "fieldPath": ".template",
         "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": "has(self.managedBy) == has(oldSelf.managedBy)"
+        " && (!has(self.managedBy) || self.managedBy == oldSelf.managedBy)",
+        "message": "spec.managedBy is immutable: the controller that reconciles a job is"
+        " chosen once, at create (as batch/v1 Job's)",
+        "fieldPath": ".managedBy",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": f'!has(self.managedBy) || self.managedBy.matches("{MANAGED_BY_PATTERN}")',
+        "message": "spec.managedBy must be a domain-prefixed path, e.g."
+        " leasehold.dev/leasedjob-controller or kueue.x-k8s.io/multikueue",
+        "fieldPath": ".managedBy",
+        "reason": "FieldValueInvalid",
     },
     {
         "rule": "self.cancel || !oldSelf.cancel",
@@ -595,6 +619,16 @@ class LeasedJobSpec(ApiModel):
         description="Indexed jobs with backoffLimitPerIndex: when more indexes than this"
         " have failed, the job fails at once and its running indexes are stopped. Unset:"
         " every index runs, and the job fails at the end if any index failed.",
+    )
+    managed_by: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_MANAGED_BY_LENGTH,
+        description="The controller that reconciles this job, as batch/v1 Job's managedBy:"
+        " unset or leasehold.dev/leasedjob-controller is this operator; any other value"
+        " (a domain-prefixed path, at most 63 characters, e.g. kueue.x-k8s.io/multikueue)"
+        " hands the job to that controller, and this operator leaves it alone (no lease,"
+        " no pods, no status, no Events). Immutable.",
     )
     cancel: bool = Field(
         default=False,

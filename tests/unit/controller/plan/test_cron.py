@@ -144,7 +144,7 @@ def decide(
 
 def condition(status: LeasedCronJobStatus, type_: str) -> tuple[str, str] | None:
     found = [c for c in status.conditions or [] if c.type == type_]
-    return (str(found[0].status), found[0].reason) if found else None
+    return (str(found[0].status), found[0].reason or "") if found else None
 
 
 WAITING = {
@@ -389,3 +389,44 @@ def test_active_runs_and_the_last_success_are_observed_from_the_runs() -> None:
     assert [r.name for r in status.active or []] == ["c-3"]
     assert status.last_successful_time == datetime(2026, 1, 1, 10, 5, tzinfo=UTC)
     assert plan.observe_runs(parsed(cron_body()).cron, [done]).active is None
+
+
+def _with_uid(body: dict[str, Any], uid: str) -> dict[str, Any]:
+    body["metadata"]["uid"] = uid
+    return body
+
+
+def test_an_active_run_that_finished_is_told_once_and_one_gone_is_to_be_confirmed() -> None:
+    # batch/v1 cronjob_controllerv2.go: SawCompletedJob, MissingJob.
+    active = [
+        {"name": "c-1", "uid": "00000001"},
+        {"name": "c-2", "uid": "00000002"},
+        {"name": "c-3", "uid": "00000003"},
+        {"name": "c-4", "uid": "00000004"},
+        {"name": "c-5"},  # made by the last reconcile, never seen listed
+    ]
+    cron = parsed(cron_body(status={"active": active})).cron
+    runs = [
+        _with_uid(run("c-1", 1, "Succeeded"), "00000001"),
+        _with_uid(run("c-2", 2, "Failed"), "00000002"),
+        _with_uid(run("c-3", 3, "Running"), "00000003"),
+    ]
+    ended = plan.ended_runs(cron, runs, plan.Reported())
+    assert [(e.reason, e.message) for e in ended.events] == [
+        ("SawCompletedJob", "Saw completed job: c-1, condition: Complete"),
+        ("SawCompletedJob", "Saw completed job: c-2, condition: Failed"),
+    ]
+    assert [r.name for r in ended.missing] == ["c-4"]
+    assert plan.missing_event(ended.missing[0]).message == "Active job went missing: c-4"
+    again = plan.ended_runs(cron, runs, ended.reported)  # a status write was refused
+    assert (again.events, again.missing) == ([], [])
+    # Once status.active no longer lists them, what was told is forgotten.
+    later = parsed(cron_body(status={"active": [{"name": "c-3", "uid": "00000003"}]})).cron
+    assert plan.ended_runs(later, runs, ended.reported).reported.ended == frozenset()
+
+
+def test_a_run_made_this_reconcile_is_matched_by_name() -> None:
+    cron = parsed(cron_body(status={"active": [{"name": "c-5"}]})).cron
+    made = _with_uid(run("c-5", 5, "Succeeded"), "00000005")
+    ended = plan.ended_runs(cron, [made], plan.Reported())
+    assert [e.message for e in ended.events] == ["Saw completed job: c-5, condition: Complete"]
