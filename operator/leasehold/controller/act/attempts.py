@@ -104,6 +104,11 @@ class Attempts:
             owner_uid=str(body["metadata"]["uid"]),
             lease_duration_seconds=lease.record.lease_duration_seconds,
             index=index,
+            index_failures=(
+                (lease.record.failures, lease.record.uncounted_attempts)
+                if index is not None and job.spec.backoff_limit_per_index is not None
+                else None
+            ),
         )
         status = plan.status.model_copy(
             update={
@@ -304,8 +309,8 @@ class Attempts:
             StoreError: the list failed.
         """
         memory = self._ctx.pod_memory
-        if index is None and not listed and memory.fed:
-            return memory.recall(namespace, name, owner_uid=owner_uid)
+        if not listed and memory.fed:
+            return memory.recall(namespace, name, index, owner_uid=owner_uid)
         selector = f"{names.LABEL_JOB}={name}"
         if index is not None:
             selector += f",{names.LABEL_COMPLETION_INDEX}={index}"
