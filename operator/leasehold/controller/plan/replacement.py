@@ -53,7 +53,7 @@ def waits_for_terminal(job: LeasedJob) -> bool:
     Returns:
         ``True`` for a push job (it has pods) whose policy is ``Failed``.
     """
-    return job.spec.template is not None and policy(job) is PodReplacementPolicy.FAILED
+    return job.spec.template is not None and policy(job) == PodReplacementPolicy.FAILED
 
 
 def pods_in_the_way(job: LeasedJob, pods: Mapping[int, PodFacts], next_token: int) -> list[int]:
