@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 from kubernetes import client, watch
 
-from leasehold import names
 from leasehold.lease.store import LeaseStore
 from operatorproc import OperatorProcess
 from podrunner import PodRunner
@@ -163,22 +162,22 @@ def test_recreate_pods_only_after_they_have_failed_if_pod_replacement_policy_is_
         template=template('if [ "$LEASEHOLD_FENCING_TOKEN" = 1 ]; then sleep 120; else true; fi'),
     )
     local_pod_runner.wait_for_pid(namespace, "rpl-1", timeout=60)
-    wait_for("rpl-1 renewing", lambda: status(api_client, namespace, "rpl").get("ready") == 1, 30)
-    local_pod_runner.pause(namespace, "rpl-1")
-    wait_for(
-        "rpl-1 terminating",
-        lambda: status(api_client, namespace, "rpl").get("terminating") == 1,
-        60,
-    )
-    st = status(api_client, namespace, "rpl")
-    assert condition(st, "LeaseHeld")["reason"] == "WaitingForPodTermination"
-    assert "rpl-1" in condition(st, "LeaseHeld")["message"]
-    overlap = False
+    wait_for("rpl-1 renewing", lambda: store.get(namespace, "rpl").record.renew_time, 30)
+    local_pod_runner.pause(namespace, "rpl-1")  # its lease expires; its pod ignores SIGTERM
+
+    def deleting() -> bool:
+        found = pod(api_client, namespace, "rpl-1")
+        return found is not None and found.metadata.deletion_timestamp is not None
+
+    wait_for("rpl-1 reclaimed and being deleted", deleting, 60)
+    overlap, waits = False, []
     while pod(api_client, namespace, "rpl-1") is not None:
         overlap = overlap or pod(api_client, namespace, "rpl-2") is not None
-        assert store.get(namespace, "rpl").record.fencing_token == 1  # no claim yet
+        st = status(api_client, namespace, "rpl")
+        waits.append((st.get("terminating"), condition(st, "LeaseHeld").get("reason")))
         time.sleep(0.1)
     assert not overlap, "rpl-2 was created while rpl-1 was terminating"
+    assert (1, "WaitingForPodTermination") in waits
     wait_for("the job done", phase_is(api_client, namespace, "rpl", "Succeeded"), 60)
     told = [m for r, m in events(api_client, namespace, "rpl") if r == "WaitingForPodTermination"]
     assert len(told) == 1 and "rpl-1" in told[0]
@@ -237,8 +236,8 @@ def test_record_the_failure_count_in_the_pod_annotation_when_using_backoff_limit
         template=template(script),
     )
     wait_for("the job done", phase_is(api_client, namespace, "fc", "Succeeded"), 90)
-    failures = names.BATCH_ANNOTATION_INDEX_FAILURE_COUNT
-    ignored = names.BATCH_ANNOTATION_INDEX_IGNORED_FAILURE_COUNT
+    failures = "batch.kubernetes.io/job-index-failure-count"
+    ignored = "batch.kubernetes.io/job-index-ignored-failure-count"
     seen = {}
     for event in watch.Watch().stream(  # every pod as created (earlier ones are deleted)
         client.CoreV1Api(api_client).list_namespaced_pod,
