@@ -219,7 +219,8 @@ def test_record_the_failure_count_in_the_pod_annotation_when_using_backoff_limit
     each pod carries the index's failures before it.
     """
     script = 'case "$LEASEHOLD_FENCING_TOKEN" in 1) exit 1;; 2) exit 3;; *) true;; esac'
-    since = client.CoreV1Api(api_client).list_namespaced_pod(namespace).metadata.resource_version
+    listed: Any = client.CoreV1Api(api_client).list_namespaced_pod(namespace)
+    since = listed.metadata.resource_version
     create_job(
         api_client,
         namespace,
