@@ -184,6 +184,53 @@ def test_recreate_pods_only_after_they_have_failed_if_pod_replacement_policy_is_
     assert status(api_client, namespace, "rpl")["fencingToken"] == 2
 
 
+def test_recreate_index_pods_only_after_they_have_failed_if_pod_replacement_policy_is_failed(
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    store: LeaseStore,
+    namespace: str,
+) -> None:
+    """The same for an index of an Indexed job: its next pod waits for its earlier one.
+
+    Index 0's first attempt stalls; index 1 runs to completion meanwhile.
+    """
+    script = 'if [ "$JOB_COMPLETION_INDEX-$LEASEHOLD_FENCING_TOKEN" = 0-1 ]; then sleep 120; fi'
+    create_job(
+        api_client,
+        namespace,
+        "rpx",
+        None,
+        lease_seconds=3,
+        backoff=NO_BACKOFF,
+        completions=2,
+        parallelism=2,
+        completionMode="Indexed",
+        podReplacementPolicy="Failed",
+        template=template(script),
+    )
+    local_pod_runner.wait_for_pid(namespace, "rpx-0-1", timeout=60)
+    wait_for("rpx-0-1 renewing", lambda: store.get(namespace, "rpx.0").record.renew_time, 30)
+    local_pod_runner.pause(namespace, "rpx-0-1")
+
+    def deleting() -> bool:
+        found = pod(api_client, namespace, "rpx-0-1")
+        return found is not None and found.metadata.deletion_timestamp is not None
+
+    wait_for("rpx-0-1 reclaimed and being deleted", deleting, 60)
+    overlap, terminating = False, []
+    while pod(api_client, namespace, "rpx-0-1") is not None:
+        overlap = overlap or pod(api_client, namespace, "rpx-0-2") is not None
+        terminating.append(status(api_client, namespace, "rpx").get("terminating"))
+        time.sleep(0.1)
+    assert not overlap, "rpx-0-2 was created while rpx-0-1 was terminating"
+    assert 1 in terminating
+    wait_for("the job done", phase_is(api_client, namespace, "rpx", "Succeeded"), 60)
+    told = [m for r, m in events(api_client, namespace, "rpx") if r == "WaitingForPodTermination"]
+    assert len(told) == 1 and told[0].startswith("Index 0:") and "rpx-0-1" in told[0]
+    assert store.get(namespace, "rpx.0").record.fencing_token == 2
+
+
 def test_pod_replacement_policy_must_be_failed_when_pod_failure_policy_is_set(
     api_client: client.ApiClient, namespace: str
 ) -> None:
