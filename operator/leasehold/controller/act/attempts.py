@@ -316,11 +316,16 @@ class Attempts:
             selector += f",{names.LABEL_COMPLETION_INDEX}={index}"
         found = self._ctx.pods.list(namespace, selector)
         facts = memory.recall(namespace, name, index, owner_uid=owner_uid)
+        present: set[int] = set()
         for pod in found:
             parsed = pod_facts(pod)
             if parsed is not None and parsed[1].owner_uid == owner_uid:
                 facts[parsed[0]] = parsed[1]
-        return facts
+                present.add(parsed[0])
+        # A pod the list no longer returns is gone, whatever the memory last saw
+        # (a watch that missed its deletion must not hold a next attempt back).
+        memory.settle(namespace, name, index, present)
+        return {t: f if t in present else f._replace(gone=True) for t, f in facts.items()}
 
     def delete_fenced(self, namespace: str, name: str, plan: Plan) -> None:
         """Delete the pods the plan fenced off, but those its retention keeps.

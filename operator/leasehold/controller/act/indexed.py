@@ -34,13 +34,13 @@ from leasehold.controller.act.status import (
     with_pod_counts,
     write_status,
 )
-from leasehold.controller.plan import indexed
+from leasehold.controller.plan import indexed, replacement
 from leasehold.controller.plan.indexed import IndexStep
 from leasehold.controller.plan.single import Action, Plan, PodFacts
 from leasehold.lease.api import LeasedJob, PodRetention
 from leasehold.lease.errors import LeaseNotFoundError, WriteRefusedError
 from leasehold.lease.indexes import INDEX_SEPARATOR, index_lease_name, legacy_index_lease_name
-from leasehold.lease.protocol import lease_is_final
+from leasehold.lease.protocol import LeaseRecord, lease_is_final
 from leasehold.lease.store import Accepted, StoredLease
 
 log = logging.getLogger(__name__)
@@ -153,13 +153,7 @@ class IndexedActor:
             if end is not None:
                 retry_after[index] = end
         pods = {
-            i: self._attempts.pod_facts(
-                namespace,
-                name,
-                i,
-                owner_uid=str(meta.get("uid", "")),
-                listed=indexed.wants_pod_facts(job, lease.record),
-            )
+            i: self._index_pods(job, i, lease.record)
             for i, lease in leases.items()
             if lease.record.job_uid == meta.get("uid")
             and (
@@ -212,6 +206,24 @@ class IndexedActor:
         status = with_pod_counts(self._ctx, job, status)
         write_status(self._ctx, namespace, name, body, status)
         return Plan(Action.NONE, status, requeue_after_seconds=requeue)
+
+    def _index_pods(self, job: LeasedJob, index: int, lease: LeaseRecord) -> dict[int, PodFacts]:
+        """An index's attempt pods by token: listed to judge an end, else from the pod watch.
+
+        A next claim that the pod watch's memory says must wait for an earlier
+        pod (``podReplacementPolicy: Failed``) is checked against a list: a
+        deletion the watch missed must not hold the index back.
+
+        Raises:
+            StoreError: the list failed.
+        """
+        namespace, name = str(job.metadata["namespace"]), str(job.metadata["name"])
+        uid = str(job.metadata.get("uid", ""))
+        listed = indexed.wants_pod_facts(job, lease)
+        pods = self._attempts.pod_facts(namespace, name, index, owner_uid=uid, listed=listed)
+        if not listed and replacement.pods_in_the_way(job, pods, lease.fencing_token + 1):
+            pods = self._attempts.pod_facts(namespace, name, index, owner_uid=uid)
+        return pods
 
     def _step(
         self,

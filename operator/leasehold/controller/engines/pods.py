@@ -88,6 +88,25 @@ class PodMemory:
         was = _counted_as(before) if before is not None else (False, False, False)
         return was != _counted_as(facts)
 
+    def settle(self, namespace: str, job: str, index: int | None, present: set[int]) -> None:
+        """Mark gone the pods being deleted that a list no longer returned.
+
+        A watch may miss a deletion while it lists again. Only pods seen
+        being deleted are marked: one created after the list is not missing,
+        and its next event would tell it anyway.
+
+        Args:
+            namespace: the job's namespace.
+            job: the job's name.
+            index: the completion index, or ``None``.
+            present: the tokens of the pods the list returned.
+        """
+        with self._lock:
+            known = self._pods.get((namespace, job, index), {})
+            for token, facts in known.items():
+                if token not in present and facts.deleting and not facts.gone:
+                    known[token] = facts._replace(gone=True)
+
     def counts(self, namespace: str, job: str, *, owner_uid: str) -> PodCounts | None:
         """The job's ready and terminating pods, as batch/v1 Job counts them.
 

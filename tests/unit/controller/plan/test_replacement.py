@@ -126,3 +126,14 @@ def test_index_pods_carry_batch_failure_count_annotations() -> None:
     assert notes[names.BATCH_ANNOTATION_INDEX_IGNORED_FAILURE_COUNT] == "2"
     notes = build_pod(indexed, **kw)["metadata"]["annotations"]
     assert names.BATCH_ANNOTATION_INDEX_FAILURE_COUNT not in notes
+
+
+def test_a_deletion_the_watch_missed_is_settled_by_a_list() -> None:
+    memory = PodMemory()
+    memory.fed = True
+    memory.observe(pod_body(1, ready=True, deleting=True))
+    memory.observe(pod_body(2, ready=True))
+    memory.settle("ns", "a", None, present={2})  # the list no longer returns pod 1
+    assert memory.counts("ns", "a", owner_uid="u-1") == PodCounts(ready=1, terminating=0)
+    memory.settle("ns", "a", None, present=set())  # pod 2 was not being deleted: kept
+    assert memory.counts("ns", "a", owner_uid="u-1") == PodCounts(ready=1, terminating=0)
