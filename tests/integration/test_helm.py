@@ -37,6 +37,7 @@ import yaml
 from kubernetes import client, config
 
 from leasehold import names, worker
+from leasehold.controller import handlers
 from leasehold.lease.errors import StoreError
 from leasehold.lease.protocol import Outcome
 from leasehold.lease.store import Accepted, LeaseStore
@@ -215,6 +216,8 @@ def test_rendered_chart_is_accepted_by_the_api_server(
         *("RoleBinding", "RoleBinding", "Service"),
         *("ServiceAccount", "ServiceAccount", "ServiceAccount"),
         *("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"),
+        # The admission webhook: its certificate, Service and configuration.
+        *("Secret", "Service", "ValidatingWebhookConfiguration"),
     ]
     if ha:
         # Per watched namespace: operator Role + RoleBinding, worker and pool
@@ -271,9 +274,13 @@ def test_deployment_is_locked_down(helm: Helm) -> None:
     for probe in ("livenessProbe", "readinessProbe"):
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"health": 8080, "metrics": 9090}
+    assert ports == {"health": 8080, "metrics": 9090, "webhook": 9443}
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["LEASEHOLD_METRICS_PORT"] == "9090"
+    assert env["LEASEHOLD_WEBHOOK_PORT"] == "9443"
+    assert {"name": "webhook-tls", "mountPath": "/etc/leasehold/webhook", "readOnly": True} in (
+        container["volumeMounts"]
+    )
     assert container["resources"]["limits"]["memory"]
     # rollingUpdate: null drops what an earlier RollingUpdate left (HA back to one replica).
     assert find(docs, "Deployment")["spec"]["strategy"] == {
@@ -360,6 +367,36 @@ def test_ha_pods_get_distinct_peering_priorities(helm: Helm, tmp_path: Path) -> 
     assert len(priorities) == 2
 
 
+def test_webhook_configuration_calls_the_operators_handlers(helm: Helm) -> None:
+    docs = helm.template("lh", "ns", "--set", "watchNamespaces={a,b}")
+    config = find(docs, "ValidatingWebhookConfiguration")
+    secret = find(docs, "Secret", "lh-leasehold-webhook")
+    service = find(docs, "Service", "lh-leasehold-webhook")
+    paths = {
+        hook["rules"][0]["resources"][0]: hook["clientConfig"]["service"]["path"]
+        for hook in config["webhooks"]
+    }
+    assert paths == {
+        "leasedjobs": f"/{handlers.WEBHOOK_LEASED_JOB}",
+        "leasedcronjobs": f"/{handlers.WEBHOOK_LEASED_CRON_JOB}",
+    }
+    for hook in config["webhooks"]:
+        assert hook["failurePolicy"] == "Ignore"
+        assert hook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+        assert hook["clientConfig"]["service"]["name"] == service["metadata"]["name"]
+        assert hook["rules"][0]["operations"] == ["CREATE", "UPDATE"]
+        values = hook["namespaceSelector"]["matchExpressions"][0]["values"]
+        assert values == ["a", "b"]
+    strict = helm.template("lh", "ns", "--set", "webhook.failurePolicy=Fail")
+    hooks = find(strict, "ValidatingWebhookConfiguration")["webhooks"]
+    assert {h["failurePolicy"] for h in hooks} == {"Fail"}
+    assert all("namespaceSelector" not in h for h in hooks)  # the whole cluster
+    off = helm.template("lh", "ns", "--set", "webhook.enabled=false")
+    assert not [d for d in off if d["kind"] in ("ValidatingWebhookConfiguration", "Secret")]
+    env = find(off, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert "LEASEHOLD_WEBHOOK_PORT" not in {e["name"] for e in env}
+
+
 # -- install -------------------------------------------------------------------
 
 
@@ -405,6 +442,12 @@ def install(
             f"metrics.port={free_port()}",
             "--set",
             "image.repository=ignored-by-the-pod-runner",
+            # The pod runner mounts no volumes (the webhook's certificate) and
+            # the local control plane has no Service network to call it by:
+            # test_admission.py calls the operator's webhook by URL with the
+            # chart's configuration, the kind tier through its Service.
+            "--set",
+            "webhook.enabled=false",
             *[arg for value in values for arg in ("--set", value)],
         )
         installed.append(release)
@@ -431,11 +474,11 @@ def healthz(port: int) -> bool:
 def leftovers(kubectl: Kubectl, release: Release) -> list[str]:
     kinds = (
         "deployments,replicasets,pods,services,serviceaccounts,roles,rolebindings,"
-        "configmaps,poddisruptionbudgets"
+        "configmaps,poddisruptionbudgets,secrets"
     )
     cluster_kinds = (
         "clusterroles,clusterrolebindings,validatingadmissionpolicies,"
-        "validatingadmissionpolicybindings"
+        "validatingadmissionpolicybindings,validatingwebhookconfigurations"
     )
     found = []
     for args in (("-n", release.namespace, kinds), (cluster_kinds,)):
@@ -510,6 +553,31 @@ def test_install_runs_a_leased_job_and_uninstall_cleans_up(
     wait_for("the operator process to stop", lambda: local_pod_runner.pid(namespace, pod) is None)
     wait_for("nothing left", lambda: leftovers(kubectl, release) == [], 30)
     assert helm("status", release.name, "-n", namespace, check=False).returncode != 0
+
+
+def test_webhook_certificate_is_kept_across_upgrades(
+    install: Callable[..., Release], helm: Helm, kubectl: Kubectl, namespace: str
+) -> None:
+    """The Helm-made certificate is read back with `lookup`: an upgrade keeps it and the CA."""
+    release = install("replicas=0", "webhook.enabled=true")
+    secret_name = f"{release.name}-leasehold-webhook"
+
+    def stored() -> tuple[str, str, str]:
+        secret = kubectl.json("get", "secret", "-n", namespace, secret_name)["data"]
+        config = kubectl.json("get", "validatingwebhookconfiguration", f"{release.name}-leasehold")
+        bundles = {hook["clientConfig"]["caBundle"] for hook in config["webhooks"]}
+        assert bundles == {secret["ca.crt"]}
+        return secret["ca.crt"], secret["tls.crt"], secret["tls.key"]
+
+    first = stored()
+    helm("upgrade", release.name, str(CHART), "-n", namespace, "--reuse-values")
+    assert stored() == first
+    kubectl("delete", "secret", "-n", namespace, secret_name)
+    helm("upgrade", release.name, str(CHART), "-n", namespace, "--reuse-values")
+    renewed = stored()
+    assert renewed[0] != first[0] and renewed[1] != first[1]
+    helm("uninstall", release.name, "--namespace", namespace, "--wait", "--timeout", "60s")
+    assert leftovers(kubectl, release) == []
 
 
 # -- worker confinement ----------------------------------------------------------

@@ -7,24 +7,37 @@ engines of :mod:`leasehold.controller.runtime`; clean-up stops them.
 Decisions live in :mod:`leasehold.controller.plan.single`, API calls in
 :mod:`leasehold.controller.act.jobs`. JobLeases are not watched through Kopf
 but by a plain watch (why: :mod:`leasehold.controller.engines.watching`); expiry is
-judged in :mod:`leasehold.controller.engines.expiry`.
+judged in :mod:`leasehold.controller.engines.expiry`. The validating admission
+webhook's rules are in :mod:`leasehold.controller.plan.admission`; Kopf serves
+them (``settings.admission.server``) when ``webhook_port`` is set.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import kopf
 
 from leasehold import names
 from leasehold.controller import metrics
+from leasehold.controller.plan import admission
 from leasehold.controller.runtime import Runtime
+from leasehold.controller.settings import OperatorSettings
 
 log = logging.getLogger(__name__)
 
 PREFIX: Final = names.GROUP
+
+WEBHOOK_LEASED_JOB: Final = "validate-leasedjob"
+"""The webhook's handler id for LeasedJobs, and its URL path (``/validate-leasedjob``)
+in the chart's ValidatingWebhookConfiguration."""
+WEBHOOK_LEASED_CRON_JOB: Final = "validate-leasedcronjob"
+"""The same for LeasedCronJobs (``/validate-leasedcronjob``)."""
+REFUSED: Final = 422
+"""The status of a refusal: Unprocessable Entity, as batch/v1's validation answers."""
 
 
 @kopf.on.startup()
@@ -44,6 +57,8 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     settings.peering.name = runtime.settings.peering_name
     settings.peering.priority = runtime.settings.priority
     settings.peering.lifetime = runtime.settings.peering_lifetime_seconds
+    if runtime.settings.webhook_port:
+        settings.admission.server = webhook_server(runtime.settings)
     await runtime.start()
     metrics.serve(runtime.settings.metrics_port)
     log.info(
@@ -147,3 +162,79 @@ async def attempt_pod_event(*, type: str, body: kopf.Body, memo: Any, **_: Any) 
             holder,
             "is gone" if type == "DELETED" else f"is {phase}",
         )
+
+
+def webhook_server(operator: OperatorSettings) -> kopf.WebhookServer:
+    """Kopf's HTTPS server for the admission webhook, on all interfaces.
+
+    Args:
+        operator: the settings; ``webhook_port`` and the certificate files are set.
+
+    Returns:
+        The server. It serves the given certificate (never a self-signed one)
+        and restarts when the files change (a renewed Secret). The
+        ValidatingWebhookConfiguration is the chart's, with the CA: Kopf
+        manages none (``settings.admission.managed`` stays unset).
+    """
+    return kopf.WebhookServer(
+        addr="0.0.0.0",  # the API server calls it through a Service
+        port=operator.webhook_port,
+        certfile=operator.webhook_cert_file,
+        pkeyfile=operator.webhook_key_file,
+    )
+
+
+def register_webhook() -> None:
+    """Register the admission handlers (only with a server: Kopf refuses handlers without one)."""
+    kopf.on.validate(
+        names.GROUP,
+        names.VERSION,
+        names.PLURAL_LEASED_JOBS,
+        id=WEBHOOK_LEASED_JOB,
+        operations=("CREATE", "UPDATE"),
+    )(validate_leased_job)
+    kopf.on.validate(
+        names.GROUP,
+        names.VERSION,
+        names.PLURAL_LEASED_CRON_JOBS,
+        id=WEBHOOK_LEASED_CRON_JOB,
+        operations=("CREATE", "UPDATE"),
+    )(validate_leased_cron_job)
+
+
+async def validate_leased_job(*, body: kopf.Body, **kwargs: Any) -> None:
+    """Refuse a LeasedJob whose ``spec.params`` is over the limit (422, the field named)."""
+    _judge("LeasedJob", admission.leased_job_errors, body, kwargs)
+
+
+async def validate_leased_cron_job(*, body: kopf.Body, **kwargs: Any) -> None:
+    """Refuse an unknown ``spec.timeZone``, a bad ``spec.schedule``, oversized template params."""
+    _judge("LeasedCronJob", admission.leased_cron_job_errors, body, kwargs)
+
+
+def _judge(
+    kind: str,
+    rules: Callable[[Mapping[str, Any], Mapping[str, Any] | None], list[str]],
+    body: kopf.Body,
+    cause: Mapping[str, Any],
+) -> None:
+    """Apply ``rules``; raise Kopf's AdmissionError (422) with every message, or allow.
+
+    ``cause`` holds Kopf's other keyword arguments (``operation``; ``old``, the
+    stored object on an update).
+
+    A rule that fails unexpectedly allows the request (and logs why): the
+    operator checks the object again before it acts on it, so a refusal must
+    only ever come from a rule that found something wrong.
+    """
+    meta = body.get("metadata") or {}
+    key = f"{meta.get('namespace')}/{meta.get('name') or meta.get('generateName', '')}"
+    try:
+        operation = cause.get("operation")
+        errors = rules(body, cause.get("old") if operation == "UPDATE" else None)
+    except Exception:
+        log.exception("admission check of %s %s failed; allowed", kind, key)
+        return
+    if errors:
+        log.info("refused %s of %s %s: %s", operation, kind, key, "; ".join(errors))
+        raise kopf.AdmissionError("; ".join(errors), code=REFUSED)

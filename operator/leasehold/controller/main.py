@@ -14,7 +14,7 @@ from typing import Any
 import kopf
 from kubernetes import client, config
 
-from leasehold.controller import handlers  # noqa: F401 - importing registers the Kopf handlers
+from leasehold.controller import handlers  # importing registers the Kopf handlers
 from leasehold.controller.act import cron
 from leasehold.controller.engines.peering import own_identity
 from leasehold.controller.runtime import Actors, build_runtime, cron_objects
@@ -69,6 +69,8 @@ def run_operator(settings: OperatorSettings) -> int:
         runtime.gate,
         settings.retry_delay_seconds,
     )
+    if settings.webhook_port:
+        handlers.register_webhook()
     kopf_identity: Any = identity  # Kopf's peering.Identity is a NewType of str
     kopf.run(
         identity=kopf_identity,

@@ -8,9 +8,10 @@ applied from these in the controller's startup handler only.
 
 from __future__ import annotations
 
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Self
 
-from pydantic import Field, StringConstraints
+from pydantic import Field, StringConstraints, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 NamespaceName = Annotated[
@@ -67,3 +68,27 @@ class OperatorSettings(BaseSettings):
 
     log_level: str = "INFO"
     """Python logging level name."""
+
+    webhook_port: int = Field(default=0, ge=0, le=65535)
+    """Port of the validating admission webhook (HTTPS, all interfaces); 0
+    serves none. It refuses at create and update what CEL cannot check: an
+    unknown ``timeZone``, an unparsable ``schedule``, ``params`` over 32 KiB
+    (``leasehold.controller.plan.admission``). The operator checks the same
+    before it acts, so nothing depends on the webhook being reachable."""
+
+    webhook_cert_file: Path | None = None
+    """PEM certificate the webhook serves (the chart mounts its Secret's
+    ``tls.crt``); re-read when it changes. Required with ``webhook_port``."""
+
+    webhook_key_file: Path | None = None
+    """PEM private key of ``webhook_cert_file`` (``tls.key``)."""
+
+    @model_validator(mode="after")
+    def _webhook_has_a_certificate(self) -> Self:
+        """A webhook needs its certificate and key (the API server calls only HTTPS)."""
+        if self.webhook_port and not (self.webhook_cert_file and self.webhook_key_file):
+            raise ValueError(
+                "webhook_port needs webhook_cert_file and webhook_key_file"
+                " (LEASEHOLD_WEBHOOK_CERT_FILE, LEASEHOLD_WEBHOOK_KEY_FILE)"
+            )
+        return self

@@ -26,6 +26,7 @@ runs at every real occurrence.
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -159,22 +160,36 @@ def parse(schedule: str, time_zone: str | None = None) -> CronSchedule:
             f"spec.schedule {schedule!r}: needs five fields (minute hour day-of-month month"
             " day-of-week) or a macro such as @hourly"
         )
-    zone = _zone(time_zone)
+    tz = zone(time_zone)
     try:
-        CronSim(text, datetime(2000, 1, 1, tzinfo=zone))
+        CronSim(text, datetime(2000, 1, 1, tzinfo=tz))
     except CronSimError as exc:
         raise InvalidScheduleError(f"spec.schedule {schedule!r}: {exc}") from exc
-    return CronSchedule(text, zone)
+    return CronSchedule(text, tz)
 
 
-def _zone(time_zone: str | None) -> ZoneInfo:
+def zone(time_zone: str | None) -> ZoneInfo:
+    """Read ``spec.timeZone``.
+
+    Args:
+        time_zone: an IANA name (``Europe/Berlin``); ``None`` is UTC.
+
+    Returns:
+        The zone.
+
+    Raises:
+        InvalidScheduleError: no such zone in the IANA database this process
+            has (``zoneinfo``); the message names ``spec.timeZone`` (batch/v1
+            CronJob's validation says ``unknown time zone`` too).
+    """
     if time_zone is None:
         return ZoneInfo("UTC")
     try:
         return ZoneInfo(time_zone)
     except (ZoneInfoNotFoundError, ValueError) as exc:
         raise InvalidScheduleError(
-            f"spec.timeZone {time_zone!r} is not a known IANA time zone"
+            f"spec.timeZone: unknown time zone {json.dumps(time_zone)}"
+            " (an IANA name such as Europe/Berlin)"
         ) from exc
 
 

@@ -64,6 +64,9 @@ class Attempts:
             name: the job's name.
         """
         self._quota_refusals.pop(f"{namespace}/{name}", None)
+        held = self._ctx.quota_held
+        for key in [k for k, job in held.items() if k[0] == namespace and job == name]:
+            del held[key]
 
     # -- starting ---------------------------------------------------------------
 
@@ -122,9 +125,9 @@ class Attempts:
         if isinstance(created, PodNameTaken):
             return self._name_taken(body, plan, status, lease, token, created.pod)
         if isinstance(created, QuotaExceeded):
-            ctx.quota_held.add((namespace, plan.pod_name))
+            ctx.quota_held[(namespace, plan.pod_name)] = name
             return self._held_by_quota(body, plan, status, created.message)
-        ctx.quota_held.discard((namespace, plan.pod_name))
+        ctx.quota_held.pop((namespace, plan.pod_name), None)
         if isinstance(created, PodRefused):
             return self._refused(body, plan, lease, created.message)
         # Known at once, not only when the pod watch delivers it: a stop planned

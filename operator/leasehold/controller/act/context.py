@@ -49,10 +49,11 @@ class Context:
         pod_memory: the last state seen of attempt pods (the pod watch).
         own_writes: versions written here (their watch events are skipped).
         locks: one lock per job.
-        quota_held: ``(namespace, pod name)`` of attempts whose pod a
-            ResourceQuota refused and that has not been created since: their
-            claim is kept while the pod create is retried, and the startup
-            bound does not reclaim them (no pod, no worker: nothing ran).
+        quota_held: ``(namespace, pod name)`` -> job name, of attempts whose
+            pod a ResourceQuota refused and that has not been created since:
+            their claim is kept while the pod create is retried, and the
+            startup bound does not reclaim them (no pod, no worker: nothing
+            ran). Dropped when the pod is created or the job is gone.
         lease_clock: when each lease version was first seen: the expiry
             judge's clock (the runtime sets the one its expiry watch uses).
     """
@@ -69,7 +70,7 @@ class Context:
     pod_memory: PodMemory = field(default_factory=PodMemory)
     own_writes: OwnWrites = field(default_factory=OwnWrites)
     locks: JobLocks = field(default_factory=JobLocks)
-    quota_held: set[tuple[str, str]] = field(default_factory=set)
+    quota_held: dict[tuple[str, str], str] = field(default_factory=dict)
     lease_clock: ExpiryClock = field(default_factory=lambda: ExpiryClock(1.0, time.monotonic))
 
     def now(self) -> datetime:

@@ -56,6 +56,22 @@ MAX_ATTEMPT_HISTORY: Final = 10
 """Attempts kept in ``status.attemptHistory``: the last ten (the oldest go first)."""
 
 
+def params_size(params: object) -> int:
+    """How long ``spec.params`` is, the way its limit is measured.
+
+    Args:
+        params: the decoded JSON value (an object, normally).
+
+    Returns:
+        Bytes of its compact JSON (``json.dumps`` with ``(",", ":")`` separators,
+        non-ASCII escaped): what :data:`MAX_PARAMS_BYTES` bounds.
+
+    Raises:
+        TypeError: ``params`` holds something JSON cannot encode.
+    """
+    return len(json.dumps(params, separators=(",", ":")).encode())
+
+
 class Phase(enum.StrEnum):
     """Where a LeasedJob is in its life."""
 
@@ -453,7 +469,7 @@ class LeasedJobSpec(ApiModel):
     def _params_fit(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         """``spec.params`` is at most :data:`MAX_PARAMS_BYTES` as compact JSON."""
         if value is not None:
-            size = len(json.dumps(value, separators=(",", ":")).encode())
+            size = params_size(value)
             if size > MAX_PARAMS_BYTES:
                 raise ValueError(
                     f"spec.params is {size} bytes as JSON; at most {MAX_PARAMS_BYTES} are allowed"
