@@ -49,6 +49,13 @@ BATCH_ANNOTATION_COMPLETION_INDEX: Final = "batch.kubernetes.io/job-completion-i
 BATCH_LABEL_COMPLETION_INDEX: Final = BATCH_ANNOTATION_COMPLETION_INDEX
 """batch/v1 Job's pod label for the index (PodIndexLabel): headless Services and affinity
 select on it."""
+BATCH_ANNOTATION_INDEX_FAILURE_COUNT: Final = "batch.kubernetes.io/job-index-failure-count"
+"""Indexed jobs with ``backoffLimitPerIndex``: the index's failures counted before this pod."""
+BATCH_ANNOTATION_INDEX_IGNORED_FAILURE_COUNT: Final = (
+    "batch.kubernetes.io/job-index-ignored-failure-count"
+)
+"""Indexed jobs with ``backoffLimitPerIndex``: the index's failures not counted (excused)
+before this pod; set only when above 0, as batch/v1's."""
 """batch/v1 Job's pod annotation for the index, set too (tools that read it keep working)."""
 ANNOTATION_TOKEN: Final = f"{GROUP}/fencing-token"
 """The fencing token: on an attempt's pod (for the downward API) and on fenced objects."""

@@ -138,7 +138,13 @@ async def attempt_pod_event(*, type: str, body: kopf.Body, memo: Any, **_: Any) 
     renewal will never renew: its attempt is judged by the lease duration
     from now, so the job is retried promptly, not after the startup bound.
     """
-    memo.runtime.actors.ctx.pod_memory.observe(body)  # how the attempt ended, should the pod go
+    memory = memo.runtime.actors.ctx.pod_memory  # how the attempt ended, should the pod go
+    if memory.observe(body, gone=type == "DELETED"):
+        # Ready, terminating or terminal now: status.ready/terminating, and a
+        # next attempt that waits for this pod (podReplacementPolicy: Failed).
+        memo.runtime.queue.trigger(
+            body["metadata"]["namespace"], body["metadata"]["labels"][names.LABEL_JOB]
+        )
     phase = (body.get("status") or {}).get("phase")
     if type != "DELETED" and phase not in ("Running", "Succeeded", "Failed"):
         return

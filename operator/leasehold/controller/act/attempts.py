@@ -107,6 +107,11 @@ class Attempts:
             owner_uid=str(body["metadata"]["uid"]),
             lease_duration_seconds=lease.record.lease_duration_seconds,
             index=index,
+            index_failures=(
+                (lease.record.failures, lease.record.uncounted_attempts)
+                if index is not None and job.spec.backoff_limit_per_index is not None
+                else None
+            ),
         )
         status = plan.status.model_copy(
             update={
@@ -307,18 +312,23 @@ class Attempts:
             StoreError: the list failed.
         """
         memory = self._ctx.pod_memory
-        if index is None and not listed and memory.fed:
-            return memory.recall(namespace, name, owner_uid=owner_uid)
+        if not listed and memory.fed:
+            return memory.recall(namespace, name, index, owner_uid=owner_uid)
         selector = f"{names.LABEL_JOB}={name}"
         if index is not None:
             selector += f",{names.LABEL_COMPLETION_INDEX}={index}"
         found = self._ctx.pods.list(namespace, selector)
         facts = memory.recall(namespace, name, index, owner_uid=owner_uid)
+        present: set[int] = set()
         for pod in found:
             parsed = pod_facts(pod)
             if parsed is not None and parsed[1].owner_uid == owner_uid:
                 facts[parsed[0]] = parsed[1]
-        return facts
+                present.add(parsed[0])
+        # A pod the list no longer returns is gone, whatever the memory last saw
+        # (a watch that missed its deletion must not hold a next attempt back).
+        memory.settle(namespace, name, index, present)
+        return {t: f if t in present else f._replace(gone=True) for t, f in facts.items()}
 
     def delete_fenced(self, namespace: str, name: str, plan: Plan) -> None:
         """Delete the pods the plan fenced off, but those its retention keeps.

@@ -29,14 +29,18 @@ from leasehold.controller.act import domain
 from leasehold.controller.act.attempts import Attempts
 from leasehold.controller.act.context import Context
 from leasehold.controller.act.holds import HoldWaits, last_reclaim_reason
-from leasehold.controller.act.status import report_index_lease_names_taken, write_status
-from leasehold.controller.plan import indexed
+from leasehold.controller.act.status import (
+    report_index_lease_names_taken,
+    with_pod_counts,
+    write_status,
+)
+from leasehold.controller.plan import indexed, replacement
 from leasehold.controller.plan.indexed import IndexStep
 from leasehold.controller.plan.single import Action, Plan, PodFacts
 from leasehold.lease.api import LeasedJob, PodRetention
 from leasehold.lease.errors import LeaseNotFoundError, WriteRefusedError
 from leasehold.lease.indexes import INDEX_SEPARATOR, index_lease_name, legacy_index_lease_name
-from leasehold.lease.protocol import lease_is_final
+from leasehold.lease.protocol import LeaseRecord, lease_is_final
 from leasehold.lease.store import Accepted, StoredLease
 
 log = logging.getLogger(__name__)
@@ -99,6 +103,8 @@ class IndexedActor:
         self._holds = holds
         self._attempts = attempts
         self._retry_after: dict[tuple[str, str, int], datetime] = {}
+        self._told_waits: set[tuple[str, str, int]] = set()
+        """(namespace, index lease, token) whose wait for earlier pods was told."""
         """(namespace, lease, token) -> when that failure's backoff ends (memory only)."""
         self._guard = threading.Lock()
 
@@ -147,10 +153,13 @@ class IndexedActor:
             if end is not None:
                 retry_after[index] = end
         pods = {
-            i: self._attempts.pod_facts(namespace, name, i, owner_uid=str(meta.get("uid", "")))
+            i: self._index_pods(job, i, lease.record)
             for i, lease in leases.items()
             if lease.record.job_uid == meta.get("uid")
-            and indexed.wants_pod_facts(job, lease.record)
+            and (
+                indexed.wants_pod_facts(job, lease.record)
+                or indexed.wants_pod_states(job, lease.record)
+            )
         }
         decided = indexed.plan_indexed(
             job,
@@ -194,8 +203,27 @@ class IndexedActor:
         status = decided.status
         if taken:  # never silent: the job cannot finish while an index cannot start
             status = report_index_lease_names_taken(self._ctx, job, body, status, taken)
+        status = with_pod_counts(self._ctx, job, status)
         write_status(self._ctx, namespace, name, body, status)
         return Plan(Action.NONE, status, requeue_after_seconds=requeue)
+
+    def _index_pods(self, job: LeasedJob, index: int, lease: LeaseRecord) -> dict[int, PodFacts]:
+        """An index's attempt pods by token: listed to judge an end, else from the pod watch.
+
+        A next claim that the pod watch's memory says must wait for an earlier
+        pod (``podReplacementPolicy: Failed``) is checked against a list: a
+        deletion the watch missed must not hold the index back.
+
+        Raises:
+            StoreError: the list failed.
+        """
+        namespace, name = str(job.metadata["namespace"]), str(job.metadata["name"])
+        uid = str(job.metadata.get("uid", ""))
+        listed = indexed.wants_pod_facts(job, lease)
+        pods = self._attempts.pod_facts(namespace, name, index, owner_uid=uid, listed=listed)
+        if not listed and replacement.pods_in_the_way(job, pods, lease.fencing_token + 1):
+            pods = self._attempts.pod_facts(namespace, name, index, owner_uid=uid)
+        return pods
 
     def _step(
         self,
@@ -243,6 +271,7 @@ class IndexedActor:
                 Action.START_POD,
                 Action.RETRY,
                 Action.SUSPEND,  # a failure retried while the job is suspended
+                Action.WAIT_FOR_PODS,  # retried, but its earlier pod is not terminal yet
                 Action.NONE,
             ):
                 return _Done(None)
@@ -300,6 +329,8 @@ class IndexedActor:
             return _Done(self._claim_and_start(job, body, step, plan, lease))
         if action is Action.START_POD:
             return _Done(self._start(job, body, step, plan, lease, lease.record.fencing_token))
+        if action is Action.WAIT_FOR_PODS:
+            return _Done(self._wait_for_pods(body, step, plan, lease))
         self._remember_backoff(lease, plan)
         if job.spec.template is not None:
             self._attempts.bind_own_pod(body, lease)
@@ -508,6 +539,31 @@ class IndexedActor:
             legacy = stopped.lease
         return legacy
 
+    def _wait_for_pods(
+        self, body: dict[str, Any], step: IndexStep, plan: Plan, lease: StoredLease
+    ) -> float | None:
+        """The index's next claim waits for earlier pods (``podReplacementPolicy: Failed``).
+
+        Those not being deleted yet are deleted; the wait is told once per
+        index and token (an Event on the job, a log line).
+
+        Returns:
+            When to look again (the pod events bring the reconcile sooner).
+        """
+        namespace = lease.namespace
+        if plan.delete_pods_below_token:
+            self._attempts.delete_index_pods(
+                namespace, lease.record.job_name, step.index, plan.delete_pods_below_token
+            )
+        told = (namespace, lease.name, lease.record.fencing_token)
+        if told not in self._told_waits:
+            self._told_waits.add(told)
+            for event in plan.events:
+                message = f"Index {step.index}: {event.message}"
+                log.info("%s/%s: %s", namespace, lease.record.job_name, message)
+                self._ctx.events.record(body, event.type, event.reason, message)
+        return plan.requeue_after_seconds
+
     def _claim_and_start(
         self,
         job: LeasedJob,
@@ -562,3 +618,5 @@ class IndexedActor:
         with self._guard:  # the backoffs of its indexes end with it
             for key in [k for k in self._retry_after if (k[0], k[1][: len(prefix[1])]) == prefix]:
                 del self._retry_after[key]
+            for told in [t for t in self._told_waits if (t[0], t[1][: len(prefix[1])]) == prefix]:
+                self._told_waits.discard(told)

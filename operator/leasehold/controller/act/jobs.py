@@ -32,7 +32,12 @@ from leasehold.controller.act.domain import mode, work_item
 from leasehold.controller.act.finish import Finisher
 from leasehold.controller.act.holds import HoldWaits, last_reclaim_reason
 from leasehold.controller.act.indexed import IndexedActor
-from leasehold.controller.act.status import report_invalid, report_lease_name_taken, write_status
+from leasehold.controller.act.status import (
+    report_invalid,
+    report_lease_name_taken,
+    with_pod_counts,
+    write_status,
+)
 from leasehold.controller.engines.deadline import JobClocks
 from leasehold.controller.plan import indexed, managed_by
 from leasehold.controller.plan import single as planner
@@ -201,6 +206,7 @@ class JobActor:
             return self._reconcile(namespace, name, fresh=True)
         for event in planned.events:
             self._ctx.events.record(body, event.type, event.reason, event.message)
+        planned = replace(planned, status=with_pod_counts(self._ctx, job, planned.status))
         written = write_status(self._ctx, namespace, name, body, planned.status)
         plan = self._finisher.after(job, body, planned, server_now)
         if not written and server_now is None:
@@ -292,6 +298,9 @@ class JobActor:
             return self._excuse(body, lease, plan)
         if plan.delete_pods_below_token:
             self._attempts.delete_fenced(*ns_name(body), plan)
+        if plan.action is Action.WAIT_FOR_PODS:
+            self._tell_wait(body, plan)
+            return plan
         if plan.action is Action.TAKE_OVER_LEASE:
             return self._take_over(job, body, lease)
         if plan.action is Action.CLAIM_AND_START:
@@ -301,6 +310,12 @@ class JobActor:
         if job.spec.template is not None:
             self._attempts.bind_own_pod(body, lease)
         return plan
+
+    def _tell_wait(self, body: dict[str, Any], plan: Plan) -> None:
+        """Log why the next attempt waits (``podReplacementPolicy: Failed``), when it starts to."""
+        if plan.events:  # the wait's Event, planned when the wait starts
+            namespace, name = ns_name(body)
+            log.info("%s/%s: %s", namespace, name, plan.events[0].message)
 
     def _written(self, result: Result) -> Replan:
         """A lease write that the next step is planned on, landed or not."""

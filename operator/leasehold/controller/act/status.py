@@ -71,6 +71,36 @@ def write_status(
     return True
 
 
+def with_pod_counts(ctx: Context, job: LeasedJob, status: LeasedJobStatus) -> LeasedJobStatus:
+    """``status`` with ``ready`` and ``terminating`` counted from the pod watch's memory.
+
+    batch/v1 Job's ``status.ready`` (active pods with ``Ready=True``) and
+    ``status.terminating`` (pods with a ``deletionTimestamp``, not yet terminal),
+    counted as ``countReadyPods`` and ``countTerminatingPods`` do
+    (``pkg/controller/job/job_controller.go``), over this incarnation's pods of
+    every index. No LIST: the pod watch feeds the memory, and a pod event that
+    changes a count triggers the reconcile that writes it.
+
+    Args:
+        ctx: the shared edges and state.
+        job: the job (its template, name and UID).
+        status: the status planned.
+
+    Returns:
+        ``status`` with both counts; unchanged in pull mode (no pods) or when no
+        pod watch feeds the memory (the counts are unknown).
+    """
+    if job.spec.template is None:
+        return status
+    meta = job.metadata
+    counts = ctx.pod_memory.counts(
+        str(meta.get("namespace", "")), str(meta.get("name", "")), owner_uid=str(meta.get("uid"))
+    )
+    if counts is None:
+        return status
+    return status.model_copy(update={"ready": counts.ready, "terminating": counts.terminating})
+
+
 def report_invalid(ctx: Context, body: dict[str, Any], exc: ValidationError) -> None:
     """Tell an invalid LeasedJob so: ``Ready=False`` (``InvalidSpec``) and a Warning Event.
 

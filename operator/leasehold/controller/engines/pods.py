@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from leasehold import names
 from leasehold.controller.plan.failure_policy import PodFacts
@@ -22,6 +22,18 @@ from leasehold.controller.plan.pod import pod_facts
 
 KEPT_TOKENS: Final = 4
 """Pods remembered per job: the latest few tokens (older attempts were judged)."""
+
+
+class PodCounts(NamedTuple):
+    """A job's pods as ``status.ready`` and ``status.terminating`` count them."""
+
+    ready: int
+    terminating: int
+
+
+def _counted_as(facts: PodFacts) -> tuple[bool, bool, bool]:
+    """Where a pod stands in the job's counts: (ready, terminating, terminal)."""
+    return facts.ready, facts.terminating, facts.terminal
 
 
 class PodMemory:
@@ -40,28 +52,90 @@ class PodMemory:
         pods that exist, not only those gone)."""
         self._evicted: set[tuple[str, str]] = set()
 
-    def observe(self, pod: Mapping[str, Any]) -> None:
+    def observe(self, pod: Mapping[str, Any], *, gone: bool = False) -> bool:
         """Remember a pod's state (from a watch event's body).
 
         Args:
             pod: the pod as the API serves it.
+            gone: the event is the pod's deletion (it no longer exists).
+
+        Returns:
+            Whether the pod's place in the job's counts changed (ready,
+            terminating, terminal; a pod seen for the first time is compared
+            with none of them): the job's ``status.ready``/``status.terminating`` may
+            change, or a next attempt may wait for this pod
+            (``podReplacementPolicy: Failed``).
         """
         parsed = pod_facts(pod)
         meta = pod.get("metadata") or {}
         labels = meta.get("labels") or {}
         job = labels.get(names.LABEL_JOB)
         if parsed is None or not job:
-            return
+            return False
         token, facts = parsed
+        if gone:
+            facts = facts._replace(gone=True)
         raw = str(labels.get(names.LABEL_COMPLETION_INDEX, ""))
         index = int(raw) if raw.isdigit() else None  # an index's tokens are its own
         with self._lock:
             key = (str(meta.get("namespace", "")), str(job), index)
             known = self._pods.setdefault(key, {})
+            before = known.get(token)
             known[token] = facts
             for old in sorted(known)[:-KEPT_TOKENS]:
                 del known[old]
                 self._evicted.add((str(meta.get("namespace", "")), str(job)))
+        was = _counted_as(before) if before is not None else (False, False, False)
+        return was != _counted_as(facts)
+
+    def settle(self, namespace: str, job: str, index: int | None, present: set[int]) -> None:
+        """Mark gone the pods being deleted that a list no longer returned.
+
+        A watch may miss a deletion while it lists again. Only pods seen
+        being deleted are marked: one created after the list is not missing,
+        and its next event would tell it anyway.
+
+        Args:
+            namespace: the job's namespace.
+            job: the job's name.
+            index: the completion index, or ``None``.
+            present: the tokens of the pods the list returned.
+        """
+        with self._lock:
+            known = self._pods.get((namespace, job, index), {})
+            for token, facts in known.items():
+                if token not in present and facts.deleting and not facts.gone:
+                    known[token] = facts._replace(gone=True)
+
+    def counts(self, namespace: str, job: str, *, owner_uid: str) -> PodCounts | None:
+        """The job's ready and terminating pods, as batch/v1 Job counts them.
+
+        Over every completion index; only the pods ``owner_uid`` (the LeasedJob
+        incarnation) controls. batch/v1: ``countReadyPods`` over the active pods
+        and ``countTerminatingPods`` (``pkg/controller/job/job_controller.go``).
+
+        Args:
+            namespace: the job's namespace.
+            job: the job's name.
+            owner_uid: the LeasedJob incarnation's UID.
+
+        Returns:
+            The counts, or ``None`` when no pod watch feeds this memory (unknown).
+        """
+        with self._lock:
+            if not self.fed:
+                return None
+            pods = [
+                facts
+                for key, tokens in self._pods.items()
+                if key[:2] == (namespace, job)
+                for facts in tokens.values()
+                if facts.owner_uid == owner_uid
+            ]
+        return PodCounts(
+            ready=sum(1 for p in pods if p.ready),
+            terminating=sum(1 for p in pods if p.terminating),
+        )
 
     def recall(
         self, namespace: str, job: str, index: int | None = None, *, owner_uid: str | None = None

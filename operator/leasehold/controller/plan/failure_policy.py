@@ -35,6 +35,11 @@ from leasehold.lease.protocol import LeaseRecord, Outcome
 
 DISRUPTION_TARGET: Final = "DisruptionTarget"
 """The pod condition the API server sets on a disruption (eviction, preemption, shutdown)."""
+POD_READY: Final = "Ready"
+"""The pod condition of a pod whose containers pass their readiness checks."""
+POD_SUCCEEDED: Final = "Succeeded"
+POD_FAILED: Final = "Failed"
+"""The terminal pod phases (with :data:`POD_SUCCEEDED`)."""
 EXIT_LEASE_LOST: Final = 75
 """``leasehold run``'s exit code when its lease was lost (not the command's outcome)."""
 SUSPENDED: Final = AttemptReason.SUSPENDED
@@ -58,6 +63,35 @@ class PodFacts(NamedTuple):
     owner_uid: str | None = None
     """The UID of the LeasedJob incarnation that controls the pod (its controller
     ownerReference), if any: only its own pods tell how its attempts ended."""
+    phase: str | None = None
+    """``status.phase`` (``Pending``, ``Running``, ``Succeeded``, ``Failed``), if set."""
+    deleting: bool = False
+    """The pod has a ``deletionTimestamp`` (it is being deleted)."""
+    gone: bool = False
+    """The pod watch saw it deleted: it no longer exists."""
+
+    @property
+    def terminal(self) -> bool:
+        """Whether the pod is terminal: gone, or phase ``Succeeded`` or ``Failed``.
+
+        batch/v1: ``podutil.IsPodTerminal`` (a deleted pod no longer counts at all).
+        """
+        return self.gone or self.phase in (POD_SUCCEEDED, POD_FAILED)
+
+    @property
+    def terminating(self) -> bool:
+        """Whether the pod is being deleted and not terminal yet (batch/v1 ``IsPodTerminating``)."""
+        return self.deleting and not self.terminal
+
+    @property
+    def ready(self) -> bool:
+        """Whether the pod is active (neither terminal nor being deleted) and ``Ready=True``.
+
+        batch/v1: ``countReadyPods`` over the job's active pods
+        (``controller.FilterActivePods``).
+        """
+        active = not self.terminal and not self.deleting
+        return active and (POD_READY, str(ConditionStatus.TRUE)) in self.conditions
 
     @property
     def disrupted(self) -> bool:

@@ -25,8 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from leasehold.controller.plan import replacement, suspension
 from leasehold.controller.plan import single as reconcile
-from leasehold.controller.plan import suspension
 from leasehold.controller.plan.conditions import set_condition
 from leasehold.controller.plan.failure_policy import POD_FAILURE_POLICY
 from leasehold.controller.plan.single import Action, JobEvent, Plan, PodFacts
@@ -241,6 +241,29 @@ def wants_pod_facts(job: LeasedJob, lease: LeaseRecord) -> bool:
         return False
     token = lease.fencing_token
     return token > lease.base_fencing_token and lease.last_uncounted_token != token
+
+
+def wants_pod_states(job: LeasedJob, lease: LeaseRecord) -> bool:
+    """Whether an index's next claim may wait for its earlier pods (``podReplacementPolicy``).
+
+    With ``podReplacementPolicy: Failed`` an unheld index whose attempt ended
+    (above the base token, without a success) claims only once its earlier
+    pods are terminal: their states are read from the pod watch's memory (no
+    list) when :func:`wants_pod_facts` does not list them anyway.
+
+    Args:
+        job: the LeasedJob.
+        lease: the index's lease record.
+
+    Returns:
+        ``True`` when the index's pods should be recalled for this reconcile.
+    """
+    if not replacement.waits_for_terminal(job) or lease.holder_identity is not None:
+        return False
+    done = lease.completion
+    if done is not None and done.outcome != Outcome.FAILED:
+        return False
+    return lease.fencing_token > lease.base_fencing_token
 
 
 def _state(plan: Plan, lease: LeaseRecord | None, job_uid: str | None) -> IndexState:
@@ -561,6 +584,7 @@ def _steps(
             Action.TAKE_OVER_LEASE,
             Action.RESUME,  # a resumed index is claimed at once: it needs a slot
             Action.EXCUSE,  # so is an evicted one
+            Action.WAIT_FOR_PODS,  # its earlier pod is still active (batch/v1 counts it)
         )
         if starts:
             if open_slots <= 0:

@@ -67,6 +67,7 @@ def build_pod(
     owner_uid: str,
     lease_duration_seconds: int,
     index: int | None = None,
+    index_failures: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """Build the pod of one attempt from the job's template.
 
@@ -87,6 +88,12 @@ def build_pod(
             attempt serves: its lease is that index's (``<job>.<index>``), and the
             index is injected (``JOB_COMPLETION_INDEX``,
             ``LEASEHOLD_COMPLETION_INDEX``, a label and annotations).
+        index_failures: for an Indexed job with ``backoffLimitPerIndex``, the index's
+            failures so far, ``(counted, excused)`` (its JobLease's ``spec.failures``
+            and ``spec.uncountedAttempts``): annotated as batch/v1's
+            ``job-index-failure-count`` (always) and ``job-index-ignored-failure-count``
+            (when above 0), as ``addIndexFailureCountAnnotation``
+            (``pkg/controller/job/indexed_job_utils.go``) does.
 
     Returns:
         The pod body, JSON-ready.
@@ -101,6 +108,11 @@ def build_pod(
     meta = template.metadata or api.PodTemplateMetadata()
     lease = lease_name(job_name) if index is None else index_lease_name(job_name, index)
     labels, annotations = _marks(meta, job_name, lease, holder, token, index)
+    if index is not None and index_failures is not None:
+        counted, excused = index_failures
+        annotations[names.BATCH_ANNOTATION_INDEX_FAILURE_COUNT] = str(counted)
+        if excused > 0:
+            annotations[names.BATCH_ANNOTATION_INDEX_IGNORED_FAILURE_COUNT] = str(excused)
     spec = copy.deepcopy(template.spec)
     spec["restartPolicy"] = "Never"
     if index is not None and job.spec.completion_mode == api.CompletionMode.INDEXED:
@@ -239,4 +251,6 @@ def pod_facts(pod: Mapping[str, Any]) -> tuple[int, PodFacts] | None:
         exit_codes=tuple(codes),
         conditions=conditions,
         owner_uid=owner,
+        phase=status.get("phase"),
+        deleting=meta.get("deletionTimestamp") is not None,
     )

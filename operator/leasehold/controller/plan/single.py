@@ -14,11 +14,12 @@ protocol's :class:`~leasehold.lease.protocol.LeaseRecord`.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Final, NamedTuple
 
-from leasehold.controller.plan import failure_policy, retention, suspension
+from leasehold.controller.plan import failure_policy, replacement, retention, suspension
 from leasehold.controller.plan.conditions import set_condition
 from leasehold.controller.plan.failure_policy import (
     FAIL_INDEX,
@@ -77,6 +78,10 @@ class Action(enum.StrEnum):
     RESUME = "Resume"
     """``spec.suspend`` is false again: make the lease claimable, then plan
     again on it (a claim)."""
+    WAIT_FOR_PODS = "WaitForPods"
+    """``podReplacementPolicy: Failed``: an earlier attempt's pod is not terminal
+    yet; delete it (``delete_pods_below_token``, when one is not being deleted)
+    and claim nothing until it is (its pod events bring the next reconcile)."""
     EXCUSE = "Excuse"
     """The ended attempt draws on no budget (a disruption, a failure a rule
     ignores): excuse it on the lease (reopening its Failed completion, if
@@ -130,6 +135,7 @@ class _Ctx:
     job: LeasedJob
     now: datetime
     generation: int | None
+    pods: Mapping[int, PodFacts] = field(default_factory=dict)
 
     def status(self) -> LeasedJobStatus:
         return (self.job.status or LeasedJobStatus()).model_copy(deep=True)
@@ -530,7 +536,7 @@ def _plan(
         function then sees an unheld lease and starts the next attempt.
     """
     generation = job.metadata.get("generation")
-    ctx = _Ctx(job, now, int(generation) if generation is not None else None)
+    ctx = _Ctx(job, now, int(generation) if generation is not None else None, pods)
     status = ctx.status()
     name = str(job.metadata.get("name", ""))
 
@@ -907,6 +913,9 @@ def _claim(ctx: _Ctx, status: LeasedJobStatus, seen: _Seen, ended: str | None) -
     attempt ended, when that is worth telling (it never started).
     """
     lease = seen.lease
+    in_the_way = replacement.pods_in_the_way(ctx.job, ctx.pods, lease.fencing_token + 1)
+    if in_the_way:
+        return _wait_for_pods(ctx, status, in_the_way)
     next_pod = pod_name(str(ctx.job.metadata.get("name", "")), lease.fencing_token + 1)
     status = _with(
         ctx,
@@ -925,6 +934,39 @@ def _claim(ctx: _Ctx, status: LeasedJobStatus, seen: _Seen, ended: str | None) -
         pod_name=next_pod,
         token=lease.fencing_token + 1,
         delete_pods_below_token=seen.stale + 1,
+    )
+
+
+def _wait_for_pods(ctx: _Ctx, status: LeasedJobStatus, tokens: list[int]) -> Plan:
+    """The plan of a next attempt that waits for earlier pods to be terminal.
+
+    ``podReplacementPolicy: Failed`` (batch/v1 Job's): the earlier attempts
+    are fenced already; their pods are deleted (those not being deleted yet)
+    and the claim waits until each is gone or ``Succeeded``/``Failed``. The
+    Event is told when the wait starts (the condition did not say so yet).
+    """
+    name = str(ctx.job.metadata.get("name", ""))
+    message = replacement.wait_message([pod_name(name, t) for t in tokens])
+    before = (ctx.job.status.conditions if ctx.job.status else None) or []
+    told = any(
+        c.type == "LeaseHeld" and c.reason == replacement.WAITING_FOR_POD_TERMINATION
+        for c in before
+    )
+    reason = replacement.WAITING_FOR_POD_TERMINATION
+    status = _with(
+        ctx,
+        status,
+        Phase.PENDING,
+        ("LeaseHeld", ConditionStatus.FALSE, reason, message),
+        ("Ready", ConditionStatus.FALSE, reason, message),
+    )
+    delete = replacement.must_delete(ctx.pods, tokens)
+    return Plan(
+        Action.WAIT_FOR_PODS,
+        status,
+        events=[] if told else [JobEvent("Normal", reason, message)],
+        delete_pods_below_token=max(tokens) + 1 if delete else 0,
+        requeue_after_seconds=replacement.RECHECK_SECONDS,
     )
 
 

@@ -92,6 +92,7 @@ from leasehold.lease.api.leasedjob import (
     OnPodCondition,
     Phase,
     PodFailurePolicy,
+    PodReplacementPolicy,
     PodRetention,
     PodTemplate,
 )
@@ -155,6 +156,7 @@ __all__ = [
     "OnPodCondition",
     "Phase",
     "PodFailurePolicy",
+    "PodReplacementPolicy",
     "PodRetention",
     "PodTemplate",
     "PodTemplateMetadata",

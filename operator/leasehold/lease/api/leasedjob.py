@@ -223,6 +223,14 @@ _JOB_RULES: Final[list[dict[str, str]]] = [
         "reason": "FieldValueInvalid",
     },
     {
+        "rule": "!has(self.podFailurePolicy) || !has(self.podReplacementPolicy)"
+        " || self.podReplacementPolicy == 'Failed'",
+        "message": "spec.podReplacementPolicy must be Failed when spec.podFailurePolicy is set"
+        " (as batch/v1 Job's: a rule judges an attempt's pod once it is terminal)",
+        "fieldPath": ".podReplacementPolicy",
+        "reason": "FieldValueInvalid",
+    },
+    {
         "rule": "has(self.template) == has(oldSelf.template)",
         "message": "spec.template cannot be added or removed: it fixes the JobLease's mode"
         " (Push: the operator claims for the pods it creates; Pull: a worker pool claims),"
@@ -314,6 +322,17 @@ class PodRetention(enum.StrEnum):
     """The last attempt's pod is deleted too, once the job finished."""
     ALL = "All"
     """Every attempt's pod that ended is kept; only still-running fenced-off ones go."""
+
+
+class PodReplacementPolicy(enum.StrEnum):
+    """When the next attempt's pod may be created (batch/v1 Job's podReplacementPolicy)."""
+
+    TERMINATING_OR_FAILED = "TerminatingOrFailed"
+    """As soon as the lease allows a new claim, while an earlier attempt's pod may
+    still be terminating (its writes are fenced all the same)."""
+    FAILED = "Failed"
+    """Only once every earlier attempt's pod is terminal (gone, or phase Succeeded or
+    Failed): never two pods of the job (of an index) at once."""
 
 
 class CompletionMode(enum.StrEnum):
@@ -574,6 +593,16 @@ class LeasedJobSpec(ApiModel):
         " deleted too once the job finished. All: every pod that ended is kept (a fenced-off"
         " pod still running is deleted all the same).",
     )
+    pod_replacement_policy: PodReplacementPolicy | None = Field(
+        default=None,
+        description="As batch/v1 Job's: when the next attempt (a retry after a failure, a"
+        " reclaim, an eviction) may create its pod. TerminatingOrFailed: as soon as its lease"
+        " is claimed, while the earlier attempt's pod may still be terminating. Failed: only"
+        " once every earlier attempt's pod is terminal (gone, or phase Succeeded or Failed),"
+        " so two pods of the job (of an index) never run at once (GPUs, hostPorts). The earlier"
+        " attempt is fenced either way. Unset: Failed when spec.podFailurePolicy is set, else"
+        " TerminatingOrFailed; with spec.podFailurePolicy it must be Failed.",
+    )
     ttl_seconds_after_finished: int | None = Field(
         default=None,
         ge=0,
@@ -731,6 +760,18 @@ class LeasedJobStatus(ApiModel):
     )
     succeeded: int | None = Field(
         default=None, ge=0, description="Jobs with several completions: indexes that succeeded."
+    )
+    ready: int | None = Field(
+        default=None,
+        ge=0,
+        description="Push mode: the job's pods that are active (not terminal, not being"
+        " deleted) and have the condition Ready=True (batch/v1 Job's status.ready).",
+    )
+    terminating: int | None = Field(
+        default=None,
+        ge=0,
+        description="Push mode: the job's pods being deleted (deletionTimestamp set) that are"
+        " not terminal yet (batch/v1 Job's status.terminating).",
     )
     completed_indexes: str | None = Field(
         default=None,
