@@ -113,3 +113,22 @@ def test_pod_retention_keeps_the_pods_it_says(
     wait_for(f"pods {kept}", lambda: _pod_names(api_client, namespace, "keep") == kept, 30)
     time.sleep(1.0)  # and nothing more goes
     assert _pod_names(api_client, namespace, "keep") == kept
+
+
+@pytest.mark.parametrize(("retention", "kept"), [(None, ["each-0-1", "each-1-1"]), ("None", [])])
+def test_pod_retention_of_an_indexed_job_keeps_the_pods_it_says(
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    namespace: str,
+    retention: str | None,
+    kept: list[str],
+) -> None:
+    spec: dict[str, Any] = {"completions": 2, "completionMode": "Indexed", "lease_seconds": 30}
+    if retention is not None:
+        spec["podRetention"] = retention
+    create_job(api_client, namespace, "each", "exec leasehold run -- true", **spec)
+    wait_for("Succeeded", phase_is(api_client, namespace, "each", "Succeeded"), 60)
+    wait_for(f"pods {kept}", lambda: _pod_names(api_client, namespace, "each") == kept, 30)
+    time.sleep(1.0)  # and nothing more goes
+    assert _pod_names(api_client, namespace, "each") == kept

@@ -184,7 +184,7 @@ class IndexedActor:
             # The job finished: what still runs goes; the ended pods, and those
             # whose attempt completed (about to end), stay for `kubectl logs`
             # (podRetention Last or All, as a single job's).
-            keep = job.spec.pod_retention is not PodRetention.NONE
+            keep = PodRetention(job.spec.pod_retention) is not PodRetention.NONE
             completed = frozenset(
                 (i, lease.record.completion.fencing_token)
                 for i, lease in leases.items()
