@@ -30,6 +30,7 @@ from leasehold.controller.plan import suspension
 from leasehold.controller.plan.conditions import set_condition
 from leasehold.controller.plan.failure_policy import POD_FAILURE_POLICY
 from leasehold.controller.plan.single import Action, JobEvent, Plan, PodFacts
+from leasehold.controller.plan.success_policy import SUCCESS_POLICY, matched_rule
 from leasehold.lease import indexes as index_sets
 from leasehold.lease.api import CompletionMode, ConditionStatus, LeasedJob, LeasedJobStatus, Phase
 from leasehold.lease.indexes import index_hostname, index_lease_name
@@ -686,7 +687,9 @@ def _end(
 
     In batch/v1's order: a cancel, the active deadline, a ``FailJob`` rule on
     any index (the whole job fails at once, reason ``PodFailurePolicy``), then
-    the failure budgets over the indexes, then every index ran.
+    the failure budgets over the indexes, then a ``successPolicy`` rule met
+    (reason ``SuccessPolicy``, pkg/controller/job/job_controller.go checks it
+    after the failures), then every index ran.
     """
     spec = job.spec
     done, failed, failures = survey.done, survey.failed, survey.failures
@@ -738,6 +741,14 @@ def _end(
                 + (f"; failed indexes: {ranges}" if failed else "")
                 + "; the unfinished indexes were stopped."
             ),
+        )
+    matched = matched_rule(job, done)
+    if matched is not None:
+        return (
+            Outcome.SUCCEEDED,
+            SUCCESS_POLICY,
+            f"{matched}: {len(done)} of {total} indexes succeeded ({index_sets.compress(done)});"
+            " the unfinished indexes were stopped.",
         )
     if len(done) + len(failed) < total:
         return None
