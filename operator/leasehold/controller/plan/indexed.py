@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from leasehold.controller.plan import single as reconcile
-from leasehold.controller.plan import suspension
+from leasehold.controller.plan import suspension, terminal
 from leasehold.controller.plan.conditions import set_condition
 from leasehold.controller.plan.failure_policy import POD_FAILURE_POLICY
 from leasehold.controller.plan.single import Action, JobEvent, Plan, PodFacts
@@ -300,8 +300,8 @@ def plan_indexed(
     generation = job.metadata.get("generation")
     gen = int(generation) if generation is not None else None
     status = (job.status or LeasedJobStatus()).model_copy(deep=True)
-    if status.phase in (Phase.SUCCEEDED, Phase.FAILED):
-        return IndexedPlan(status)
+    if status.phase in (Phase.SUCCEEDED, Phase.FAILED) or terminal.decided(status):
+        return IndexedPlan(status)  # decided: its leases were stopped, its pods deleted
     created = job.metadata.get("creationTimestamp")
     if status.start_time is None:
         status.start_time = (
