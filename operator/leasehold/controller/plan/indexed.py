@@ -301,7 +301,9 @@ def plan_indexed(
     gen = int(generation) if generation is not None else None
     status = (job.status or LeasedJobStatus()).model_copy(deep=True)
     if status.phase in (Phase.SUCCEEDED, Phase.FAILED) or terminal.decided(status):
-        return IndexedPlan(status)  # decided: its leases were stopped, its pods deleted
+        # Decided: its unfinished leases were stopped then; a stop that lost a
+        # race with a renewal (409) is made again here, never dropped.
+        return IndexedPlan(status, _late_stops(job, leases, now=now))
     created = job.metadata.get("creationTimestamp")
     if status.start_time is None:
         status.start_time = (
@@ -503,6 +505,32 @@ def _stop_unfinished(
     ]
     ended = JobEvent("Normal" if outcome == Outcome.SUCCEEDED else "Warning", reason, message)
     return IndexedPlan(status, stops, [*events, ended], delete_pods=job.spec.template is not None)
+
+
+def _late_stops(
+    job: LeasedJob, leases: Mapping[int, LeaseRecord], *, now: datetime
+) -> list[IndexStep]:
+    """Stops still owed by a decided job: its leases without a completion that can still be claimed.
+
+    The decision's stops (:func:`_stop_unfinished`) are conditional writes;
+    one refused because the lease moved (a renewal) is owed until it lands.
+
+    Args:
+        job: the LeasedJob, decided or finished.
+        leases: its index leases, by index.
+        now: the current time (the steps' status stamps only).
+
+    Returns:
+        A ``STOP`` step per such lease of this job, lowest index first.
+    """
+    uid = job.metadata.get("uid")
+    name = str(job.metadata.get("name", ""))
+    status = job.status or LeasedJobStatus()
+    return [
+        IndexStep(i, index_lease_name(name, i), Plan(Action.STOP, status))
+        for i, lease in sorted(leases.items())
+        if lease.completion is None and not _stopped(lease) and lease.job_uid == uid
+    ]
 
 
 def _steps(

@@ -164,9 +164,14 @@ def test_a_job_finished_before_keeps_its_conditions() -> None:
     assert terminal.settle(j, st, st, pods_left=3, now=NOW).status == st
 
 
-def test_a_decided_job_is_planned_no_further() -> None:
+def test_a_decided_job_starts_nothing_and_makes_a_refused_stop_again() -> None:
     j = policy({"succeededIndexes": "0"})
     held = terminal.settle(j, LeasedJobStatus(), _decided_now(), pods_left=1, now=NOW).status
     waiting = j.model_copy(update={"status": held})
-    again = indexed.plan_indexed(waiting, {1: lease(1, 2, "big-1-2")}, now=NOW)
-    assert again.steps == [] and again.status == held
+    # Index 1's stop lost a race with a renewal (409): still held, it is stopped again.
+    again = indexed.plan_indexed(waiting, {0: done(0, 1), 1: lease(1, 1, "big-1-1")}, now=NOW)
+    assert [(s.index, s.plan.action) for s in again.steps] == [(1, Action.STOP)]
+    assert again.status == held
+    stopped = lease(1, 1, max_fencing_token=1)
+    quiet = indexed.plan_indexed(waiting, {0: done(0, 1), 1: stopped}, now=NOW)
+    assert quiet.steps == [] and quiet.status == held  # index 2 on never starts
