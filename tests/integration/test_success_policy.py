@@ -30,6 +30,7 @@ from tests.integration.jobs import (
     G,
     V,
     condition,
+    condition_true,
     create_job,
     events,
     patch_spec,
@@ -121,10 +122,7 @@ def test_with_success_policy_succeeded_indexes_rule_succeeds_even_when_some_inde
     )
     wait_for(
         "SuccessCriteriaMet",
-        lambda: any(
-            c["type"] == "SuccessCriteriaMet"
-            for c in status(api_client, namespace, "sp-indexes").get("conditions", [])
-        ),
+        lambda: condition_true(api_client, namespace, "sp-indexes", "SuccessCriteriaMet"),
         90,
     )
     wait_for("Succeeded", phase_is(api_client, namespace, "sp-indexes", "Succeeded"), 60)
