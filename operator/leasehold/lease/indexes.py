@@ -188,5 +188,13 @@ def parse_intervals(text: str, completions: int) -> list[tuple[int, int]]:
 
 
 def interval_total(intervals: Iterable[tuple[int, int]]) -> int:
-    """How many indexes ``(first, last)`` intervals hold (inclusive ends)."""
+    """How many indexes intervals hold.
+
+    Args:
+        intervals: ``(first, last)`` pairs with inclusive ends, not overlapping
+            (as :func:`parse_intervals` returns them).
+
+    Returns:
+        The number of indexes, e.g. 5 for ``[(1, 1), (3, 5), (7, 7)]``.
+    """
     return sum(last - first + 1 for first, last in intervals)

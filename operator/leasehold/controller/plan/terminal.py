@@ -110,7 +110,15 @@ def wants_pods(before: LeasedJobStatus | None, after: LeasedJobStatus) -> bool:
 
 
 def grace_seconds(job: LeasedJob) -> float:
-    """How long the job's pods may take to terminate: their grace period plus the margin."""
+    """How long the job's pods may take to terminate before the final condition is written anyway.
+
+    Args:
+        job: the LeasedJob (its template's ``terminationGracePeriodSeconds``).
+
+    Returns:
+        Seconds from the decision: the grace period (core/v1's default 30
+        when unset, or in pull mode) plus :data:`TERMINATION_MARGIN_SECONDS`.
+    """
     spec = job.spec.template.spec if job.spec.template is not None else {}
     grace = spec.get("terminationGracePeriodSeconds")
     base = DEFAULT_GRACE_SECONDS if grace is None else int(grace)
