@@ -55,7 +55,8 @@ def settle(
         left = attempts.pods_left(namespace, name, owner_uid=str(body["metadata"]["uid"]))
     settled = terminal.settle(job, before, status, left, now=ctx.now())
     if settled.finished:
-        log.info("%s/%s: finished (%s); %d pod(s) left", namespace, name, status.phase, left)
+        phase = settled.status.phase
+        log.info("%s/%s: finished (%s); %d pod(s) left", namespace, name, phase, left)
     elif not terminal.decided(before):
         log.info(
             "%s/%s: decided (%s); Complete/Failed waits for %d pod(s) to terminate",
