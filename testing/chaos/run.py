@@ -19,7 +19,8 @@ injects faults on a seeded, logged schedule:
 
 The workload: plain LeasedJobs, jobs suspended once while they run and
 resumed a few seconds later (``spec.suspend``), Indexed jobs (3 completions,
-2 at a time; a lease per index), and one LeasedCronJob per
+2 at a time; a lease per index; every other one with a ``successPolicy`` of
+2 succeeded indexes, so the index still running then is stopped), and one LeasedCronJob per
 ``--cron-policies`` entry (Forbid, Replace, Allow; schedule ``* * * * *``)
 whose runs work for about ``--cron-hold-seconds`` under their lease, so a run
 often meets the next schedule time; the runs of a cron job write to one
@@ -106,6 +107,15 @@ def faketime_env(offset: str) -> dict[str, str]:
     if not offset or not FAKETIME_LIB.exists():
         return {}
     return {"LD_PRELOAD": str(FAKETIME_LIB), "FAKETIME": offset}
+
+
+SUSPEND_SHARE: dict[str, float] = {
+    "suspend": 1.0,
+    "indexed": 0.5,
+    "indexed-success": 0.5,
+    "cron-run": 0.34,
+}
+"""The share of each workload kind the suspender suspends once while it runs."""
 
 
 class Run:
@@ -271,8 +281,10 @@ class Run:
             "backoff": {"initialDelaySeconds": 1, "maxDelaySeconds": 2},
             "template": self.worker_template(env),
         }
-        if kind == "indexed":
+        if kind in ("indexed", "indexed-success"):
             spec.update(completions=3, parallelism=2, completionMode="Indexed")
+        if kind == "indexed-success":  # done at 2 of 3: the index still running is stopped
+            spec.update(successPolicy={"rules": [{"succeededCount": 2}]})
         return spec
 
     def lease_seconds(self) -> int:
@@ -293,6 +305,8 @@ class Run:
         """Create one LeasedJob (plain, suspended once, Indexed) whose pods run the worker."""
         name = f"{self.prefix}job-{index:03d}"
         kind = self.rng.choice(["plain", "plain", "suspend", "indexed"])
+        if kind == "indexed" and index % 2:  # half the Indexed jobs: a successPolicy
+            kind = "indexed-success"
         body = {
             "apiVersion": "leasehold.dev/v1alpha1",
             "kind": "LeasedJob",
@@ -370,7 +384,7 @@ class Run:
                 if name in done or status.get("phase") != "Running":
                     continue
                 kind = self.kinds.get(name) or ("cron-run" if self.run_of(name) else None)
-                wanted = {"suspend": 1.0, "indexed": 0.5, "cron-run": 0.34}.get(kind or "", 0.0)
+                wanted = SUSPEND_SHARE.get(kind or "", 0.0)
                 if wanted == 0.0:
                     continue
                 if rng.random() >= wanted:

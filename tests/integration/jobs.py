@@ -95,6 +95,18 @@ def condition(st: dict[str, Any], type_: str) -> dict[str, Any]:
     return next(c for c in st.get("conditions", []) if c["type"] == type_)
 
 
+def condition_true(api: client.ApiClient, namespace: str, name: str, type_: str) -> bool:
+    """The job's condition ``type_`` is True.
+
+    For batch/v1's interim ``SuccessCriteriaMet``/``FailureTarget``: the job is
+    decided; ``Complete``/``Failed`` and the final phase follow once no pod of
+    the job is left running (a frozen stale pod keeps them waiting until it
+    terminates).
+    """
+    conditions = status(api, namespace, name).get("conditions", [])
+    return any(c["type"] == type_ and c["status"] == "True" for c in conditions)
+
+
 def events(api: client.ApiClient, namespace: str, name: str) -> list[tuple[str, str]]:
     items = (
         client.CoreV1Api(api)

@@ -33,7 +33,7 @@ from leasehold.lease.protocol import Outcome
 from leasehold.lease.store import LeaseStore, Rejected
 from operatorproc import OperatorProcess
 from podrunner import PodRunner
-from tests.integration.jobs import run, wait_for
+from tests.integration.jobs import condition_true, run, wait_for
 from tests.integration.test_failure_policy import evict
 
 G, V = names.GROUP, names.VERSION
@@ -374,16 +374,22 @@ def test_forbid_waits_for_a_frozen_runs_lease_then_claims_a_higher_token(
     # The frozen worker, resumed, can neither renew nor complete.
     late = store.complete(namespace, first, holder, token, Outcome.SUCCEEDED, holder_uid=holder_uid)
     assert isinstance(late, Rejected), late
+    # Decided (FailureTarget) at once; Failed waits for the frozen pod to terminate.
+    wait_for(
+        "the first run to be decided",
+        lambda: condition_true(api_client, namespace, first, "FailureTarget"),
+        30,
+    )
+    local_pod_runner.resume(namespace, holder)
     first_job = wait_for(
         "the first run to end",
         lambda: (
             (runs(api_client, namespace, "nightly")[first].get("status") or {}).get("phase")
             == "Failed"
         ),
-        30,
+        60,
     )
     assert first_job
-    local_pod_runner.resume(namespace, holder)
     assert "MissSchedule" not in [r for r, _ in cron_events(api_client, namespace, "nightly")]
 
 

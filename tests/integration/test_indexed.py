@@ -33,7 +33,17 @@ from leasehold.lease.store import Accepted, LeaseStore, Rejected, Result
 from leasehold.worker.holder import LeaseHolder
 from operatorproc import OperatorProcess
 from podrunner import PodRunner
-from tests.integration.jobs import G, V, condition, create_job, events, phase_is, status, wait_for
+from tests.integration.jobs import (
+    G,
+    V,
+    condition,
+    condition_true,
+    create_job,
+    events,
+    phase_is,
+    status,
+    wait_for,
+)
 
 CLAIMERS_PER_INDEX = 50
 """Racing claimers per index (threads, each with its own ApiClient)."""
@@ -477,7 +487,13 @@ def test_a_frozen_index_is_replaced_while_the_others_run_on_and_its_zombie_is_re
     # Index 1's new attempt writes under token 2 and completes.
     local_pod_runner.wait_for_pid(namespace, "fz-1-2", timeout=60)
     (tmp_path / "go-1-2").touch()
-    wait_for("Succeeded", phase_is(api_client, namespace, "fz", "Succeeded"), 60)
+    # Decided (SuccessCriteriaMet) once index 1 completed; Complete waits for
+    # the zombie's pod, still frozen, to terminate.
+    wait_for(
+        "SuccessCriteriaMet",
+        lambda: condition_true(api_client, namespace, "fz", "SuccessCriteriaMet"),
+        60,
+    )
     st = status(api_client, namespace, "fz")
     assert (st["completedIndexes"], st["completionProgress"]) == ("0-2", "3/3")
     # The zombie's fenced write (its own index, its old token) is refused by the target.
@@ -510,6 +526,7 @@ def test_a_frozen_index_is_replaced_while_the_others_run_on_and_its_zombie_is_re
     time.sleep(1.0)
     with psycopg.connect(pg) as conn:
         assert conn.execute("SELECT count(*) FROM writes").fetchone() == (3,)
+    wait_for("Succeeded", phase_is(api_client, namespace, "fz", "Succeeded"), 60)
 
 
 def test_a_job_named_like_an_index_has_a_lease_of_its_own(

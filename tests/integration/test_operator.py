@@ -24,6 +24,7 @@ from tests.integration.jobs import (
     G,
     V,
     condition,
+    condition_true,
     create_job,
     events,
     lease_holder,
@@ -90,13 +91,20 @@ def test_paused_worker_is_reclaimed_and_cannot_complete(
     assert reclaimed_after <= duration + 2, f"reclaimed {reclaimed_after:.2f}s after the pause"
     since_renewal = (seen_at - last_renewal[0]).total_seconds()
     assert since_renewal >= duration, f"reclaimed early: {since_renewal:.2f}s after the renewal"
-    wait_for("Succeeded", phase_is(api_client, namespace, "pause", "Succeeded"), 60)
+    # The job is decided (batch/v1's SuccessCriteriaMet) when token 2 completed;
+    # Complete and the phase wait for the stale pod, still frozen, to terminate.
+    wait_for(
+        "SuccessCriteriaMet",
+        lambda: condition_true(api_client, namespace, "pause", "SuccessCriteriaMet"),
+        60,
+    )
     st = status(api_client, namespace, "pause")
     assert st["completion"]["fencingToken"] == 2
     # The stale worker wakes up: it must not complete under token 1.
     local_pod_runner.resume(namespace, "pause-1")
     code = local_pod_runner.wait_for_exit(namespace, "pause-1", timeout=40)
     assert code != 0
+    wait_for("Succeeded", phase_is(api_client, namespace, "pause", "Succeeded"), 60)
     late = store.complete(namespace, "pause", "pause-1", 1, Outcome.SUCCEEDED)
     assert isinstance(late, Rejected)
     assert late.rejection is Rejection.COMPLETED

@@ -142,3 +142,59 @@ def parse(text: str | None) -> set[int]:
             raise ValueError(f"bad index range {part!r}")
         out.update(range(lo, hi + 1))
     return out
+
+
+def parse_intervals(text: str, completions: int) -> list[tuple[int, int]]:
+    """Read a ``successPolicy`` rule's ``succeededIndexes`` as batch/v1 validates it.
+
+    The text is comma-separated intervals, each ``x`` or ``x-y``, strictly
+    increasing (``"1,3-5,7"``): an interval's last index above its first,
+    each interval above the one before (so none overlap), every index below
+    ``completions``. The rules and messages follow batch/v1's
+    ``validateIndexesFormat`` (pkg/apis/batch/validation/validation.go).
+
+    Args:
+        text: e.g. ``"0,2-4"``.
+        completions: the job's ``spec.completions``.
+
+    Returns:
+        The intervals as ``(first, last)`` pairs (inclusive), in order.
+
+    Raises:
+        ValueError: the text breaks one of the rules (the message says which).
+    """
+    intervals: list[tuple[int, int]] = []
+    last_index: int | None = None
+    for fragment in text.split(",") if text else []:
+        limits = fragment.split("-")
+        if len(limits) > 2:
+            raise ValueError(
+                f"the fragment {fragment!r} violates the requirement that an index interval"
+                " can have at most two parts separated by '-'"
+            )
+        numbers: list[int] = []
+        for limit in limits:
+            if not limit.isdigit():
+                raise ValueError(f"cannot convert string to integer for index: {limit!r}")
+            number = int(limit)
+            if number >= completions:
+                raise ValueError(f"too large index: {limit!r} (completions={completions})")
+            if last_index is not None and last_index >= number:
+                raise ValueError(f"non-increasing order, previous: {last_index}, current: {number}")
+            last_index = number
+            numbers.append(number)
+        intervals.append((numbers[0], numbers[-1]))
+    return intervals
+
+
+def interval_total(intervals: Iterable[tuple[int, int]]) -> int:
+    """How many indexes intervals hold.
+
+    Args:
+        intervals: ``(first, last)`` pairs with inclusive ends, not overlapping
+            (as :func:`parse_intervals` returns them).
+
+    Returns:
+        The number of indexes, e.g. 5 for ``[(1, 1), (3, 5), (7, 7)]``.
+    """
+    return sum(last - first + 1 for first, last in intervals)

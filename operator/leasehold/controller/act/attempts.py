@@ -330,6 +330,32 @@ class Attempts:
         memory.settle(namespace, name, index, present)
         return {t: f if t in present else f._replace(gone=True) for t, f in facts.items()}
 
+    def pods_left(self, namespace: str, name: str, *, owner_uid: str) -> int:
+        """How many of a job incarnation's pods are not terminal yet (any index).
+
+        A pod is terminal once its phase is ``Succeeded`` or ``Failed``, or it
+        is gone; one being deleted still counts until then (batch/v1 waits for
+        such pods before ``Complete``/``Failed`` too).
+
+        Args:
+            namespace: the job's namespace.
+            name: the job's name.
+            owner_uid: the LeasedJob incarnation that must control the pods.
+
+        Returns:
+            The count (0 when none are left).
+
+        Raises:
+            StoreError: the list failed.
+        """
+        pods = self._ctx.pods.list(namespace, f"{names.LABEL_JOB}={name}")
+        return sum(
+            1
+            for pod in pods
+            if owned_by(pod, owner_uid)
+            and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        )
+
     def delete_fenced(self, namespace: str, name: str, plan: Plan) -> None:
         """Delete the pods the plan fenced off, but those its retention keeps.
 

@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import Any
 
 from leasehold import names
-from leasehold.controller.act import domain
+from leasehold.controller.act import domain, terminal
 from leasehold.controller.act.attempts import Attempts
 from leasehold.controller.act.context import Context
 from leasehold.controller.act.holds import HoldWaits, last_reclaim_reason
@@ -200,7 +200,11 @@ class IndexedActor:
             )
         for event in decided.events:
             self._ctx.events.record(body, event.type, event.reason, event.message)
-        status = decided.status
+        settled = terminal.settle(self._ctx, self._attempts, job, body, decided.status)
+        status = settled.status
+        if settled.requeue_after_seconds is not None:  # pods are left: look again soon
+            after = settled.requeue_after_seconds
+            requeue = after if requeue is None else min(requeue, after)
         if taken:  # never silent: the job cannot finish while an index cannot start
             status = report_index_lease_names_taken(self._ctx, job, body, status, taken)
         status = with_pod_counts(self._ctx, job, status)

@@ -25,7 +25,7 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from leasehold import names
-from leasehold.controller.act import domain
+from leasehold.controller.act import domain, terminal
 from leasehold.controller.act.attempts import Attempts, ns_name
 from leasehold.controller.act.context import Context
 from leasehold.controller.act.domain import mode, work_item
@@ -204,6 +204,14 @@ class JobActor:
             return None
         if not isinstance(planned, Plan):  # a cached plan would act: read the job first
             return self._reconcile(namespace, name, fresh=True)
+        settled = terminal.settle(self._ctx, self._attempts, job, body, planned.status)
+        planned = replace(
+            planned,
+            status=settled.status,
+            requeue_after_seconds=_sooner(
+                planned.requeue_after_seconds, settled.requeue_after_seconds
+            ),
+        )
         for event in planned.events:
             self._ctx.events.record(body, event.type, event.reason, event.message)
         planned = replace(planned, status=with_pod_counts(self._ctx, job, planned.status))
@@ -507,6 +515,13 @@ class JobActor:
         lease = self._cached_lease(namespace, name) or self._confirmed_lease(namespace, name)
         if lease is not None and lease.record.job_name == name:
             domain.retire(self._ctx, lease)
+
+
+def _sooner(a: float | None, b: float | None) -> float | None:
+    """The sooner of two requeue delays (``None``: no requeue)."""
+    if a is None:
+        return b
+    return a if b is None else min(a, b)
 
 
 def _startup_deadline(job: LeasedJob) -> int | None:

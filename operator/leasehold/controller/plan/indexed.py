@@ -25,11 +25,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from leasehold.controller.plan import replacement, suspension
+from leasehold.controller.plan import replacement, suspension, terminal
 from leasehold.controller.plan import single as reconcile
 from leasehold.controller.plan.conditions import set_condition
 from leasehold.controller.plan.failure_policy import POD_FAILURE_POLICY
 from leasehold.controller.plan.single import Action, JobEvent, Plan, PodFacts
+from leasehold.controller.plan.success_policy import SUCCESS_POLICY, matched_rule
 from leasehold.lease import indexes as index_sets
 from leasehold.lease.api import CompletionMode, ConditionStatus, LeasedJob, LeasedJobStatus, Phase
 from leasehold.lease.indexes import index_hostname, index_lease_name
@@ -322,8 +323,10 @@ def plan_indexed(
     generation = job.metadata.get("generation")
     gen = int(generation) if generation is not None else None
     status = (job.status or LeasedJobStatus()).model_copy(deep=True)
-    if status.phase in (Phase.SUCCEEDED, Phase.FAILED):
-        return IndexedPlan(status)
+    if status.phase in (Phase.SUCCEEDED, Phase.FAILED) or terminal.decided(status):
+        # Decided: its unfinished leases were stopped then; a stop that lost a
+        # race with a renewal (409) is made again here, never dropped.
+        return IndexedPlan(status, _late_stops(job, leases, now=now))
     created = job.metadata.get("creationTimestamp")
     if status.start_time is None:
         status.start_time = (
@@ -527,6 +530,32 @@ def _stop_unfinished(
     return IndexedPlan(status, stops, [*events, ended], delete_pods=job.spec.template is not None)
 
 
+def _late_stops(
+    job: LeasedJob, leases: Mapping[int, LeaseRecord], *, now: datetime
+) -> list[IndexStep]:
+    """Stops still owed by a decided job: its leases without a completion that can still be claimed.
+
+    The decision's stops (:func:`_stop_unfinished`) are conditional writes;
+    one refused because the lease moved (a renewal) is owed until it lands.
+
+    Args:
+        job: the LeasedJob, decided or finished.
+        leases: its index leases, by index.
+        now: the current time (the steps' status stamps only).
+
+    Returns:
+        A ``STOP`` step per such lease of this job, lowest index first.
+    """
+    uid = job.metadata.get("uid")
+    name = str(job.metadata.get("name", ""))
+    status = job.status or LeasedJobStatus()
+    return [
+        IndexStep(i, index_lease_name(name, i), Plan(Action.STOP, status))
+        for i, lease in sorted(leases.items())
+        if lease.completion is None and not _stopped(lease) and lease.job_uid == uid
+    ]
+
+
 def _steps(
     job: LeasedJob,
     leases: Mapping[int, LeaseRecord],
@@ -710,7 +739,9 @@ def _end(
 
     In batch/v1's order: a cancel, the active deadline, a ``FailJob`` rule on
     any index (the whole job fails at once, reason ``PodFailurePolicy``), then
-    the failure budgets over the indexes, then every index ran.
+    the failure budgets over the indexes, then a ``successPolicy`` rule met
+    (reason ``SuccessPolicy``, pkg/controller/job/job_controller.go checks it
+    after the failures), then every index ran.
     """
     spec = job.spec
     done, failed, failures = survey.done, survey.failed, survey.failures
@@ -762,6 +793,14 @@ def _end(
                 + (f"; failed indexes: {ranges}" if failed else "")
                 + "; the unfinished indexes were stopped."
             ),
+        )
+    matched = matched_rule(job, done)
+    if matched is not None:
+        return (
+            Outcome.SUCCEEDED,
+            SUCCESS_POLICY,
+            f"{matched}: {len(done)} of {total} indexes succeeded ({index_sets.compress(done)});"
+            " the unfinished indexes were stopped.",
         )
     if len(done) + len(failed) < total:
         return None

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Final, NamedTuple
 
-from leasehold.controller.plan import failure_policy, replacement, retention, suspension
+from leasehold.controller.plan import failure_policy, replacement, retention, suspension, terminal
 from leasehold.controller.plan.conditions import set_condition
 from leasehold.controller.plan.failure_policy import (
     FAIL_INDEX,
@@ -540,8 +540,8 @@ def _plan(
     status = ctx.status()
     name = str(job.metadata.get("name", ""))
 
-    if status.phase in (Phase.SUCCEEDED, Phase.FAILED):
-        return Plan(Action.NONE, status)
+    if status.phase in (Phase.SUCCEEDED, Phase.FAILED) or terminal.decided(status):
+        return Plan(Action.NONE, status)  # decided: its lease was stopped or completed
     status.start_time = status.start_time or _created(job) or now
     status.lease_name = lease_name(name)
 

@@ -15,7 +15,7 @@ import json
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, cast
 
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from leasehold.lease.api.common import (
     MAX_ATTEMPTS,
@@ -29,6 +29,7 @@ from leasehold.lease.api.common import (
     ConditionStatus,
     PodTemplateMetadata,
 )
+from leasehold.lease.indexes import interval_total, parse_intervals
 
 if TYPE_CHECKING:
     from pydantic.config import JsonDict
@@ -61,6 +62,10 @@ MANAGED_BY_PATTERN: Final = (
 """A domain-prefixed path (``example.com/controller``), as batch/v1 Job's ``managedBy``
 (apimachinery ``IsDomainPrefixedPath``: a DNS subdomain, ``/``, a non-empty HTTP path);
 its backslash escaped for a CEL string."""
+MAX_SUCCESS_POLICY_RULES: Final = 20
+"""Rules in ``spec.successPolicy`` (as batch/v1 Job's)."""
+MAX_SUCCEEDED_INDEXES_LENGTH: Final = 64 * 1024
+"""The longest ``succeededIndexes`` text (batch/v1's limit)."""
 MAX_ATTEMPT_HISTORY: Final = 10
 """Attempts kept in ``status.attemptHistory``: the last ten (the oldest go first)."""
 
@@ -228,6 +233,28 @@ _JOB_RULES: Final[list[dict[str, str]]] = [
         "message": "spec.podReplacementPolicy must be Failed when spec.podFailurePolicy is set"
         " (as batch/v1 Job's: a rule judges an attempt's pod once it is terminal)",
         "fieldPath": ".podReplacementPolicy",
+        "reason": "FieldValueInvalid",
+    },
+    {
+        "rule": "has(self.successPolicy) == has(oldSelf.successPolicy)"
+        " && (!has(self.successPolicy) || self.successPolicy == oldSelf.successPolicy)",
+        "message": "spec.successPolicy is immutable (as batch/v1 Job's)",
+        "fieldPath": ".successPolicy",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": "!has(self.successPolicy) || self.completionMode == 'Indexed'",
+        "message": "spec.successPolicy requires spec.completionMode: Indexed",
+        "fieldPath": ".successPolicy",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": "!has(self.successPolicy) || !has(self.completions)"
+        " || self.successPolicy.rules.all(r, !has(r.succeededCount)"
+        " || r.succeededCount <= self.completions)",
+        "message": "spec.successPolicy.rules[].succeededCount must be less than or equal to"
+        " spec.completions",
+        "fieldPath": ".successPolicy.rules",
         "reason": "FieldValueInvalid",
     },
     {
@@ -481,6 +508,58 @@ class PodFailurePolicy(ApiModel):
     )
 
 
+class SuccessPolicyRule(ApiModel):
+    """One rule of ``spec.successPolicy`` (batch/v1 Job's SuccessPolicyRule).
+
+    The rule is met when every index of ``succeededIndexes`` succeeded, or,
+    with ``succeededCount``, when that many of them did (without
+    ``succeededIndexes``: that many indexes of the job).
+    """
+
+    model_config = ConfigDict(
+        json_schema_extra=cast(
+            "JsonDict",
+            {
+                "x-kubernetes-validations": [
+                    {
+                        "rule": "has(self.succeededIndexes) || has(self.succeededCount)",
+                        "message": "each spec.successPolicy.rules[] entry needs at least one of"
+                        " succeededCount or succeededIndexes",
+                        "reason": "FieldValueRequired",
+                    }
+                ]
+            },
+        )
+    )
+
+    succeeded_indexes: str | None = Field(
+        default=None,
+        max_length=MAX_SUCCEEDED_INDEXES_LENGTH,
+        pattern=r"^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$",
+        description='Indexes that must succeed, as ranges ("1,3-5,7"): increasing, not'
+        " overlapping, each below spec.completions (checked by the operator, which reports"
+        " a breach as Ready=False/InvalidSpec).",
+    )
+    succeeded_count: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_COMPLETIONS,
+        description="How many indexes (of succeededIndexes, if given) must succeed; at most"
+        " spec.completions and the number of succeededIndexes.",
+    )
+
+
+class SuccessPolicy(ApiModel):
+    """When an Indexed job succeeds before every index ran (batch/v1 Job's successPolicy)."""
+
+    rules: list[SuccessPolicyRule] = Field(
+        min_length=1,
+        max_length=MAX_SUCCESS_POLICY_RULES,
+        description="The job succeeds when any rule is met (checked in order; at most 20);"
+        " the unfinished indexes' leases are then stopped.",
+    )
+
+
 class LeasedJobSpec(ApiModel):
     """What to run, and how long a worker may stall before it is replaced."""
 
@@ -499,6 +578,34 @@ class LeasedJobSpec(ApiModel):
                     f"spec.params is {size} bytes as JSON; at most {MAX_PARAMS_BYTES} are allowed"
                 )
         return value
+
+    @model_validator(mode="after")
+    def _success_policy_indexes(self) -> LeasedJobSpec:
+        """``succeededIndexes`` parse against ``completions``, as batch/v1 checks them.
+
+        CEL cannot walk the intervals, so the API server checks only their
+        form; the operator checks the rest here and reports a breach on the
+        job (``Ready=False``, ``InvalidSpec``).
+        """
+        if self.success_policy is None:
+            return self
+        for i, rule in enumerate(self.success_policy.rules):
+            if rule.succeeded_indexes is None:
+                continue
+            where = f"spec.successPolicy.rules[{i}]"
+            try:
+                intervals = parse_intervals(rule.succeeded_indexes, self.completions or 1)
+            except ValueError as exc:
+                raise ValueError(
+                    f"{where}.succeededIndexes: error parsing succeededIndexes: {exc}"
+                ) from exc
+            total = interval_total(intervals)
+            if rule.succeeded_count is not None and rule.succeeded_count > total:
+                raise ValueError(
+                    f"{where}.succeededCount: must be less than or equal to {total} (the"
+                    " number of indexes in the specified succeededIndexes field)"
+                )
+        return self
 
     template: PodTemplate | None = Field(
         default=None,
@@ -658,6 +765,13 @@ class LeasedJobSpec(ApiModel):
         " (a domain-prefixed path, at most 63 characters, e.g. kueue.x-k8s.io/multikueue)"
         " hands the job to that controller, and this operator leaves it alone (no lease,"
         " no pods, no status, no Events). Immutable.",
+    )
+    success_policy: SuccessPolicy | None = Field(
+        default=None,
+        description="Indexed jobs: succeed early once a rule is met (batch/v1 Job's"
+        " successPolicy): the job gets SuccessCriteriaMet (reason SuccessPolicy), the"
+        " unfinished indexes' leases are stopped (their workers' writes refused from then"
+        " on) and their pods deleted, then Complete once no pod of the job runs. Immutable.",
     )
     cancel: bool = Field(
         default=False,

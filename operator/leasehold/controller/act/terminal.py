@@ -1,0 +1,68 @@
+"""Hold a decided job's ``Complete``/``Failed`` until none of its pods is left running.
+
+Why this module exists: both actors (single-lease and per-index) end a job
+the same way, batch/v1's way: the interim condition at the decision, the
+final one once the pods have terminated
+(:mod:`leasehold.controller.plan.terminal` decides; this counts the pods).
+Called under the job's lock, just before the status write.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from leasehold.controller.act.attempts import Attempts, ns_name
+from leasehold.controller.act.context import Context
+from leasehold.controller.plan import terminal
+from leasehold.lease.api import LeasedJob, LeasedJobStatus
+
+log = logging.getLogger(__name__)
+
+
+def settle(
+    ctx: Context,
+    attempts: Attempts,
+    job: LeasedJob,
+    body: dict[str, Any],
+    status: LeasedJobStatus,
+) -> terminal.Terminal:
+    """The status to write for ``job``: planned, with batch/v1's interim conditions.
+
+    The job's pods are listed only for a job that is decided (now or
+    before) and not yet finished; a pull-mode job has no pods.
+
+    Args:
+        ctx: the shared edges and state.
+        attempts: lists the job's pods.
+        job: the LeasedJob as read (its status is the one before this plan).
+        body: its raw body.
+        status: the status planned.
+
+    Returns:
+        The :class:`~leasehold.controller.plan.terminal.Terminal`: the
+        status, and when to look at the pods again if some are left.
+
+    Raises:
+        StoreError: the pod list failed.
+    """
+    before = job.status
+    if not terminal.wants_pods(before, status):
+        return terminal.Terminal(status)
+    namespace, name = ns_name(body)
+    left = 0
+    if job.spec.template is not None:
+        left = attempts.pods_left(namespace, name, owner_uid=str(body["metadata"]["uid"]))
+    settled = terminal.settle(job, before, status, left, now=ctx.now())
+    if settled.finished:
+        phase = settled.status.phase
+        log.info("%s/%s: finished (%s); %d pod(s) left", namespace, name, phase, left)
+    elif not terminal.decided(before):
+        log.info(
+            "%s/%s: decided (%s); Complete/Failed waits for %d pod(s) to terminate",
+            namespace,
+            name,
+            status.phase,
+            left,
+        )
+    return settled
