@@ -126,8 +126,12 @@ def test_job_status_terminating_counts_pods_being_deleted(
         lambda: status(api_client, namespace, "trm").get("terminating") == 1,
         30,
     )
+    # As batch/v1: decided (FailureTarget, the lease already stopped), Failed
+    # only once the terminating pod is gone.
     st = status(api_client, namespace, "trm")
-    assert st["phase"] == "Failed"
+    assert condition(st, "FailureTarget")["status"] == "True", st
+    assert [c for c in st.get("conditions", []) if c["type"] == "Failed"] == [], st
+    assert st["phase"] != "Failed", st
     assert st.get("ready") == 0
     assert pod(api_client, namespace, "trm-1") is not None
     wait_for(
@@ -136,6 +140,7 @@ def test_job_status_terminating_counts_pods_being_deleted(
         GRACE_SECONDS + 30,
     )
     assert pod(api_client, namespace, "trm-1") is None
+    wait_for("Failed", lambda: status(api_client, namespace, "trm").get("phase") == "Failed", 30)
 
 
 def test_recreate_pods_only_after_they_have_failed_if_pod_replacement_policy_is_failed(
