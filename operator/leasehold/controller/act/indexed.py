@@ -22,7 +22,7 @@ import logging
 import threading
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 from leasehold import names
 from leasehold.controller.act import domain, terminal
@@ -35,15 +35,21 @@ from leasehold.controller.act.status import (
     write_status,
 )
 from leasehold.controller.plan import indexed, replacement
+from leasehold.controller.plan import terminal as plan_terminal
 from leasehold.controller.plan.indexed import IndexStep
-from leasehold.controller.plan.single import Action, Plan, PodFacts
-from leasehold.lease.api import LeasedJob, PodRetention
+from leasehold.controller.plan.single import Action, Plan, PodFacts, owes_stop
+from leasehold.lease.api import LeasedJob, Phase, PodRetention
 from leasehold.lease.errors import LeaseNotFoundError, WriteRefusedError
 from leasehold.lease.indexes import INDEX_SEPARATOR, index_lease_name, legacy_index_lease_name
 from leasehold.lease.protocol import LeaseRecord, lease_is_final
 from leasehold.lease.store import Accepted, StoredLease
 
 log = logging.getLogger(__name__)
+
+STOP_TRIES: Final = 3
+"""Stops of one index lease tried in one reconcile, each on the lease the last refusal read."""
+STOP_RETRY_SECONDS: Final = 1.0
+"""When a lease kept moving under :data:`STOP_TRIES` stops: plan again this soon."""
 
 MAX_REPLANS = 4
 """Steps one index may take in one reconcile (create, claim, start; or reopen, claim, start)."""
@@ -152,10 +158,15 @@ class IndexedActor:
             end = self._backoff_end(lease)
             if end is not None:
                 retry_after[index] = end
+        # A decided or finished job only owes stops: its pods tell it nothing.
+        owes_stops_only = job.status is not None and (
+            job.status.phase in (Phase.SUCCEEDED, Phase.FAILED) or plan_terminal.decided(job.status)
+        )
         pods = {
             i: self._index_pods(job, i, lease.record)
             for i, lease in leases.items()
-            if lease.record.job_uid == meta.get("uid")
+            if not owes_stops_only
+            and lease.record.job_uid == meta.get("uid")
             and (
                 indexed.wants_pod_facts(job, lease.record)
                 or indexed.wants_pod_states(job, lease.record)
@@ -349,11 +360,19 @@ class IndexedActor:
         """
         namespace, job_name = lease.namespace, lease.record.job_name
         if plan.action is Action.STOP:
-            stopped = self._ctx.store.stop(lease)
-            if isinstance(stopped, Accepted):
-                self._ctx.wrote_lease(stopped.lease)
-                self._attempts.delete_index_pods(namespace, job_name, step.index, None)
-            return _Done(None)
+            # Refused when the lease moved. A renewal brings no reconcile (its
+            # watch event is filtered), so the stop is tried again here on the
+            # lease the refusal read, until it lands or a completion stands.
+            for _ in range(STOP_TRIES):
+                stopped = self._ctx.store.stop(lease)
+                if isinstance(stopped, Accepted):
+                    self._ctx.wrote_lease(stopped.lease)
+                    self._attempts.delete_index_pods(namespace, job_name, step.index, None)
+                    return _Done(None)
+                lease = stopped.lease
+                if not owes_stop(lease.record):
+                    return _Done(None)  # a completion landed first: it stands
+            return _Done(STOP_RETRY_SECONDS)
         suspended = self._ctx.store.suspend(lease)
         if not isinstance(suspended, Accepted):
             return _Done(None)  # it moved: its watch event brings the next reconcile

@@ -278,12 +278,6 @@ def _state(plan: Plan, lease: LeaseRecord | None, job_uid: str | None) -> IndexS
     return IndexState.PENDING
 
 
-def _stopped(lease: LeaseRecord) -> bool:
-    """Unheld with its cap at its token: no claim can take it any more."""
-    cap = lease.max_fencing_token
-    return lease.holder_identity is None and cap is not None and cap <= lease.fencing_token
-
-
 def plan_indexed(
     job: LeasedJob,
     leases: Mapping[int, LeaseRecord],
@@ -522,7 +516,7 @@ def _stop_unfinished(
         IndexStep(i, index_lease_name(name, i), replace_action(plans[i], Action.STOP))
         for i in sorted(plans)
         if states[i] not in (IndexState.SUCCEEDED, IndexState.FAILED)
-        and not _stopped(leases[i])
+        and not reconcile.stopped(leases[i])
         and leases[i].completion is None
         and leases[i].job_uid == uid
     ]
@@ -552,7 +546,7 @@ def _late_stops(
     return [
         IndexStep(i, index_lease_name(name, i), Plan(Action.STOP, status))
         for i, lease in sorted(leases.items())
-        if lease.completion is None and not _stopped(lease) and lease.job_uid == uid
+        if reconcile.owes_stop(lease) and lease.job_uid == uid
     ]
 
 
@@ -604,7 +598,7 @@ def _steps(
                 else min(requeue, plan.requeue_after_seconds)
             )
         if states[index] in (IndexState.SUCCEEDED, IndexState.FAILED):
-            if plan.action is Action.STOP and not _stopped(leases[index]):
+            if plan.action is Action.STOP and not reconcile.stopped(leases[index]):
                 steps.append(IndexStep(index, index_lease_name(name, index), plan))
             continue
         starts = not pull and plan.action in (

@@ -443,12 +443,34 @@ def plan(
         keep_pod_tokens=pods_gone.keep_tokens,
     )
     deadline = job.spec.active_deadline_seconds
-    if deadline is None or decided.status.phase in (Phase.SUCCEEDED, Phase.FAILED):
+    if (
+        deadline is None
+        or decided.status.phase in (Phase.SUCCEEDED, Phase.FAILED)
+        or terminal.decided(decided.status)  # held in its phase while its pods end
+    ):
         return decided
     until_deadline = max(0.0, deadline - elapsed_seconds)
     if decided.requeue_after_seconds is not None:  # a backoff: whichever comes first
         until_deadline = min(until_deadline, decided.requeue_after_seconds)
     return replace(decided, requeue_after_seconds=until_deadline)
+
+
+def stopped(lease: LeaseRecord) -> bool:
+    """Whether ``lease`` is stopped for good: unheld, its cap at its token (no claim takes it)."""
+    cap = lease.max_fencing_token
+    return lease.holder_identity is None and cap is not None and cap <= lease.fencing_token
+
+
+def owes_stop(lease: LeaseRecord) -> bool:
+    """Whether a decided job's ``lease`` still needs its stop: no completion, not stopped.
+
+    Args:
+        lease: the job's own lease record (``spec.jobUID`` is the job's).
+
+    Returns:
+        ``True`` when a claim or a renewal could still be accepted on it.
+    """
+    return lease.completion is None and not stopped(lease)
 
 
 def exited_without_completion(
@@ -541,7 +563,11 @@ def _plan(
     name = str(job.metadata.get("name", ""))
 
     if status.phase in (Phase.SUCCEEDED, Phase.FAILED) or terminal.decided(status):
-        return Plan(Action.NONE, status)  # decided: its lease was stopped or completed
+        # Decided: its lease was stopped or completed, unless the decision came
+        # from another client's /status write, or its stop was lost: stop now.
+        if lease is not None and lease.job_uid == job.metadata.get("uid") and owes_stop(lease):
+            return Plan(Action.STOP, status, delete_pods_below_token=lease.fencing_token + 1)
+        return Plan(Action.NONE, status)
     status.start_time = status.start_time or _created(job) or now
     status.lease_name = lease_name(name)
 

@@ -243,10 +243,16 @@ def test_completion_finishes_the_job() -> None:
 
 def test_finished_job_is_left_alone() -> None:
     j = job()
-    j.status = reconcile.plan(j, lease(3), now=NOW, pod_created_for_holder=False).status
-    again = reconcile.plan(j, lease(3), now=NOW + timedelta(hours=1), pod_created_for_holder=False)
+    first = reconcile.plan(j, lease(3), now=NOW, pod_created_for_holder=False)
+    assert first.action is Action.STOP  # attempts used up: the lease is taken back
+    j.status = first.status
+    stopped = lease(3, max_fencing_token=3)  # as the stop left it
+    again = reconcile.plan(j, stopped, now=NOW + timedelta(hours=1), pod_created_for_holder=False)
     assert again.action is Action.NONE
     assert again.status == j.status
+    # A stop still owed (its write lost or refused) is made again.
+    owed = reconcile.plan(j, lease(3), now=NOW + timedelta(hours=1), pod_created_for_holder=False)
+    assert owed.action is Action.STOP and owed.status == j.status
 
 
 def test_pull_mode_waits_for_a_worker() -> None:
@@ -494,3 +500,36 @@ def test_an_attempt_that_succeeded_before_its_pod_was_seen_bound_still_gets_its_
     filled = plan.status.model_copy(update={"phase": Phase.RUNNING})
     known = job().model_copy(update={"status": filled})
     assert not reconcile.wants_pod_facts(known, finished)
+
+
+def decided(type_: str, **condition: Any) -> LeasedJobStatus:
+    """A status decided (the interim condition true) and held in its phase while pods end."""
+    cond = {"type": type_, "status": "True", **condition}
+    return LeasedJobStatus.model_validate({"phase": "Running", "conditions": [cond]})
+
+
+def test_a_decided_job_past_its_deadline_is_not_planned_again_at_once() -> None:
+    # Its phase is held at Running while its stopped pod terminates: the
+    # deadline's timer (0 s left) must not requeue it at once, again and again.
+    j = job(activeDeadlineSeconds=60)
+    j.status = decided("FailureTarget", reason="DeadlineExceeded", lastTransitionTime=NOW)
+    stopped = lease(1, None, max_fencing_token=1)
+    p = reconcile.plan(j, stopped, now=NOW, pod_created_for_holder=True, elapsed_seconds=120)
+    assert p.action is Action.NONE
+    assert p.requeue_after_seconds is None
+
+
+def test_a_decision_written_by_another_client_stops_the_jobs_held_lease() -> None:
+    # A SuccessCriteriaMet added through /status (type and status only) while
+    # the lease is held: the operator finishes the job, so it takes the lease
+    # back first; a completion that landed, or another incarnation's lease, stands.
+    j = job()
+    j.status = decided("SuccessCriteriaMet")
+    held = reconcile.plan(j, lease(1, "hello-1"), now=NOW, pod_created_for_holder=True)
+    assert held.action is Action.STOP
+    assert held.delete_pods_below_token == 2
+    ended = Completion(FencingToken(1), HolderIdentity("hello-1"), Outcome.SUCCEEDED, NOW)
+    done = lease(1, None, completion=ended)
+    assert reconcile.plan(j, done, now=NOW, pod_created_for_holder=True).action is Action.NONE
+    other = lease(1, "hello-1", job_uid="u-0")
+    assert reconcile.plan(j, other, now=NOW, pod_created_for_holder=True).action is Action.NONE
