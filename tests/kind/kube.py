@@ -136,6 +136,23 @@ def phase(env: dict[str, str], job: str) -> str:
     )
 
 
+def condition_true(env: dict[str, str], job: str, type_: str) -> bool:
+    """Whether the LeasedJob's condition ``type_`` is True.
+
+    For batch/v1's interim ``SuccessCriteriaMet``/``FailureTarget``: the job is
+    decided (its lease already stopped or completed); ``Complete``/``Failed``
+    and the final phase follow once no pod of the job is left running, which
+    a pod on a stalled node is until the node comes back (or the bound of its
+    grace period plus 30 s).
+    """
+    found = run(
+        env,
+        *("kubectl", "-n", NAMESPACE, "get", "ljob", job),
+        *("-o", f'jsonpath={{.status.conditions[?(@.type=="{type_}")].status}}'),
+    )
+    return found == "True"
+
+
 def operator_pods(env: dict[str, str]) -> list[dict[str, str]]:
     """The chart's operator pods that run: name, node."""
     return [

@@ -24,6 +24,7 @@ import pytest
 from tests.kind.kube import (
     NAMESPACE,
     LogFollower,
+    condition_true,
     delete_job,
     get,
     operator_pods,
@@ -163,7 +164,9 @@ def test_stalled_node_lease_reclaimed_next_attempt_elsewhere_stale_completion_re
     if fault == "partitioned":
         # Replaced without waiting for the node to be declared dead.
         assert _node_ready(env, first["node"]) == "True"
-    wait("the job to succeed", 120, lambda: phase(env, job) == "Succeeded")
+    # Decided once attempt 2 completed; the stalled attempt's pod keeps the
+    # final condition waiting (as batch/v1 waits for its pods) until it ends.
+    wait("the job to be decided", 120, lambda: condition_true(env, job, "SuccessCriteriaMet"))
 
     _resume(env, fault, first["node"])
     wait(
@@ -178,6 +181,7 @@ def test_stalled_node_lease_reclaimed_next_attempt_elsewhere_stale_completion_re
     assert not re.search(r"^completed \S+ under fencing token 1", log, re.MULTILINE), log
     if fault == "frozen":
         assert "completion under fencing token 1 REJECTED by the lease store" in log, log
+    wait("the job to succeed", 120, lambda: phase(env, job) == "Succeeded")
     lease = get(env, "jlease", job)
     assert lease["spec"]["fencingToken"] == 2
     assert lease["spec"]["completion"]["fencingToken"] == 2
