@@ -134,6 +134,28 @@ class IndexedActor:
         with self._guard:
             return self._retry_after.get(key)
 
+    def _pod_facts(
+        self, job: LeasedJob, leases: dict[int, StoredLease]
+    ) -> dict[int, dict[int, PodFacts]]:
+        """The pods of the indexes whose plan judges them, by index (no read for the others).
+
+        A decided or finished job only owes stops: its pods tell it nothing.
+        """
+        status = job.status
+        if status is not None and (
+            status.phase in (Phase.SUCCEEDED, Phase.FAILED) or plan_terminal.decided(status)
+        ):
+            return {}
+        return {
+            i: self._index_pods(job, i, lease.record)
+            for i, lease in leases.items()
+            if lease.record.job_uid == job.metadata.get("uid")
+            and (
+                indexed.wants_pod_facts(job, lease.record)
+                or indexed.wants_pod_states(job, lease.record)
+            )
+        }
+
     def reconcile(self, job: LeasedJob, body: dict[str, Any], elapsed_seconds: float) -> Plan:
         """One step for every index that needs one, then the job's status.
 
@@ -158,20 +180,7 @@ class IndexedActor:
             end = self._backoff_end(lease)
             if end is not None:
                 retry_after[index] = end
-        # A decided or finished job only owes stops: its pods tell it nothing.
-        owes_stops_only = job.status is not None and (
-            job.status.phase in (Phase.SUCCEEDED, Phase.FAILED) or plan_terminal.decided(job.status)
-        )
-        pods = {
-            i: self._index_pods(job, i, lease.record)
-            for i, lease in leases.items()
-            if not owes_stops_only
-            and lease.record.job_uid == meta.get("uid")
-            and (
-                indexed.wants_pod_facts(job, lease.record)
-                or indexed.wants_pod_states(job, lease.record)
-            )
-        }
+        pods = self._pod_facts(job, leases)
         decided = indexed.plan_indexed(
             job,
             {i: lease.record for i, lease in leases.items()},
