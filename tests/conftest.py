@@ -124,3 +124,27 @@ def operator(
         pytest.fail(str(exc))
     yield proc
     proc.stop()
+
+
+OPERATOR_LOG_LINES_ON_FAILURE = 150
+"""Lines of an operator's log a failed test shows (the end of it)."""
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test that ran an operator shows the end of that operator's log.
+
+    The log is in the test's ``tmp_path``, which on a CI machine is gone
+    with the run: the report is the only place a reader can see why the
+    operator did what it did.
+    """
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.when != "call" or not report.failed:
+        return
+    for value in getattr(item, "funcargs", {}).values():
+        if isinstance(value, OperatorProcess):
+            lines = value.logs().splitlines()[-OPERATOR_LOG_LINES_ON_FAILURE:]
+            report.sections.append(
+                (f"operator log, last {len(lines)} lines ({value.log_path})", "\n".join(lines))
+            )
