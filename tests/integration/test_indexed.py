@@ -229,7 +229,7 @@ def test_the_crd_refuses_inconsistent_index_specs(
         client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
             G, V, namespace, names.PLURAL_LEASED_JOBS, "ok", {"spec": {"completions": 3}}
         )
-    assert "spec.completions is immutable" in str(refused.value.body)
+    assert "can only be modified in tandem with spec.parallelism" in str(refused.value.body)
 
 
 def test_a_finished_indexed_job_is_deleted_after_its_ttl_and_its_leases_stay(

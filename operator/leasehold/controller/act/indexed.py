@@ -365,6 +365,8 @@ class IndexedActor:
     ) -> _Done:
         """Stop or suspend an index: the lease first, then the attempt's pods.
 
+        A suspension is the job's ``spec.suspend``, or a scale-down that removed
+        the index (:func:`~leasehold.controller.plan.indexed.removed_indexes`).
         A completion that landed first stands (the write is refused).
         """
         namespace, job_name = lease.namespace, lease.record.job_name
@@ -382,10 +384,29 @@ class IndexedActor:
                 if not owes_stop(lease.record):
                     return _Done(None)  # a completion landed first: it stands
             return _Done(STOP_RETRY_SECONDS)
-        suspended = self._ctx.store.suspend(lease)
-        if not isinstance(suspended, Accepted):
-            return _Done(None)  # it moved: its watch event brings the next reconcile
+        # A suspension refused because a renewal moved the lease is tried again
+        # on the lease the refusal read, as a stop is (a renewal brings no reconcile).
+        for _ in range(STOP_TRIES):
+            suspended = self._ctx.store.suspend(lease)
+            if isinstance(suspended, Accepted):
+                break
+            lease = suspended.lease
+            if lease.record.completion is not None or lease.record.suspended:
+                return _Done(None)  # a completion landed first: it stands
+        else:
+            return _Done(STOP_RETRY_SECONDS)
         self._ctx.wrote_lease(suspended.lease)
+        if step.index >= indexed.completions(job):
+            log.info(
+                "%s/%s: index %d removed by a scale-down (spec.completions=%d): its lease %s"
+                " suspended at fencing token %d; its worker's writes are refused from now on",
+                namespace,
+                job_name,
+                step.index,
+                indexed.completions(job),
+                lease.name,
+                suspended.lease.record.fencing_token,
+            )
         if job.spec.template is not None:
             # The suspended attempt's pod; ended ones stay for `kubectl logs`.
             self._attempts.delete_index_pods(namespace, job_name, step.index, None, keep_ended=True)

@@ -24,6 +24,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Final
 
 from leasehold.controller.plan import replacement, suspension, terminal
 from leasehold.controller.plan import single as reconcile
@@ -35,6 +36,9 @@ from leasehold.lease import indexes as index_sets
 from leasehold.lease.api import CompletionMode, ConditionStatus, LeasedJob, LeasedJobStatus, Phase
 from leasehold.lease.indexes import index_hostname, index_lease_name
 from leasehold.lease.protocol import LeaseRecord, Outcome
+
+SCALED: Final = "Scaled"
+"""Event reason: ``spec.completions`` changed (an elastic Indexed job scaled)."""
 
 
 class IndexState(enum.StrEnum):
@@ -334,11 +338,15 @@ def plan_indexed(
     )
     events = _index_events(survey, known_failed, backoffs)
 
+    scaled = _scaled_event(job, status, leases)
+    if scaled is not None:
+        events.insert(0, scaled)
     _count(job, status, survey)
     end = _end(job, survey, completions(job), elapsed_seconds)
     if end is not None:
         return _stop_unfinished(job, leases, status, survey, end, events, now=now, generation=gen)
     steps, requeue = _steps(job, leases, survey, status)
+    steps = _scale_down_steps(job, leases, status) + steps
     status = _progress(job, status, survey, steps, now=now, generation=gen)
     flip = suspension.transition(job.status, status)
     if flip is not None:
@@ -520,6 +528,7 @@ def _stop_unfinished(
         and leases[i].completion is None
         and leases[i].job_uid == uid
     ]
+    stops += [s for s in _late_stops(job, leases, now=now) if s.index >= completions(job)]
     ended = JobEvent("Normal" if outcome == Outcome.SUCCEEDED else "Warning", reason, message)
     return IndexedPlan(status, stops, [*events, ended], delete_pods=job.spec.template is not None)
 
@@ -548,6 +557,108 @@ def _late_stops(
         for i, lease in sorted(leases.items())
         if reconcile.owes_stop(lease) and lease.job_uid == uid
     ]
+
+
+def removed_indexes(job: LeasedJob, leases: Mapping[int, LeaseRecord]) -> list[int]:
+    """The indexes a scale-down removed whose lease could still be claimed or renewed.
+
+    batch/v1's elastic Indexed Job (pkg/controller/job/job_controller.go,
+    indexed_job_utils.go): once ``spec.completions`` is lowered, the pods of
+    the indexes at or above it are deleted and not counted. Here each such
+    index's lease of this job (``spec.jobUID``) that has no completion and is
+    neither suspended nor stopped is suspended at the store before its pod
+    is deleted (:func:`_scale_down_steps`); a completion that landed first
+    stands (a Succeeded index counts again if the job scales back up).
+
+    Args:
+        job: the LeasedJob.
+        leases: the lease record of each index that has one, by index.
+
+    Returns:
+        Those indexes, lowest first.
+    """
+    uid = job.metadata.get("uid")
+    top = completions(job)
+    return [
+        i
+        for i, lease in sorted(leases.items())
+        if i >= top
+        and lease.job_uid == uid
+        and lease.completion is None
+        and not lease.suspended
+        and not reconcile.stopped(lease)
+    ]
+
+
+def _scale_down_steps(
+    job: LeasedJob, leases: Mapping[int, LeaseRecord], status: LeasedJobStatus
+) -> list[IndexStep]:
+    """A ``SUSPEND`` step for every index a scale-down removed (:func:`removed_indexes`).
+
+    Why a suspension and not a stop for good (``LeaseStore.stop`` lowers the
+    cap to the token): the index may come back (completions raised again).
+    The suspension is the store's stop *until resumed*: one conditional
+    write makes the lease unheld (the removed worker's renewals and
+    completion are refused from then on), refuses every claim while it
+    lasts, and raises the cap by one when it ended a held attempt, so the
+    attempt uses no budget (batch/v1 does not count the removed pods). A
+    scale-up resumes it as a job's resume does: only once the removed
+    worker's lease window has passed, then a claim above its token.
+    """
+    name = str(job.metadata.get("name", ""))
+    return [
+        IndexStep(i, index_lease_name(name, i), Plan(Action.SUSPEND, status))
+        for i in removed_indexes(job, leases)
+    ]
+
+
+def _scaled_event(
+    job: LeasedJob, status: LeasedJobStatus, leases: Mapping[int, LeaseRecord]
+) -> JobEvent | None:
+    """The ``Scaled`` Event when ``spec.completions`` differs from the status written last.
+
+    The completions last planned are read from ``status.completionProgress``
+    (``"<succeeded>/<completions>"``, written at every reconcile); a job
+    never planned tells nothing.
+
+    Args:
+        job: the LeasedJob.
+        status: its status as read (before this reconcile's counts).
+        leases: its index leases, by index.
+
+    Returns:
+        The Event naming the indexes stopped (scale-down) or added (scale-up).
+    """
+    progress = status.completion_progress or ""
+    before_text = progress.partition("/")[2]
+    if not before_text.isdigit():
+        return None
+    before, now_total = int(before_text), completions(job)
+    if before == now_total:
+        return None
+    if now_total > before:
+        added = index_sets.compress(set(range(before, now_total)))
+        return JobEvent(
+            "Normal",
+            SCALED,
+            f"Scaled up from completions={before} to {now_total}: indexes {added} start within"
+            f" parallelism={parallelism(job)}; an index stopped by an earlier scale-down runs"
+            " again under a token above its old one.",
+        )
+    stopped = removed_indexes(job, leases)
+    return JobEvent(
+        "Normal",
+        SCALED,
+        f"Scaled down from completions={before} to {now_total}: indexes"
+        f" {index_sets.compress(set(range(now_total, before)))} are no longer counted;"
+        + (
+            f" the leases of indexes {index_sets.compress(set(stopped))} were stopped (suspended"
+            " at the store), so their workers' renewals and completions are refused, and"
+            " their pods deleted."
+            if stopped
+            else " none of them had a lease to stop."
+        ),
+    )
 
 
 def _steps(

@@ -177,12 +177,18 @@ _JOB_RULES: Final[list[dict[str, str]]] = [
         "reason": "FieldValueForbidden",
     },
     {
+        # batch/v1 ElasticIndexedJob (pkg/apis/batch/validation/validation.go,
+        # validateCompletions): an Indexed job may change completions only to the
+        # new parallelism; a NonIndexed one never.
         "rule": "has(self.completions) == has(oldSelf.completions)"
-        " && (!has(self.completions) || self.completions == oldSelf.completions)",
-        "message": "spec.completions is immutable: each index is a JobLease of its own"
-        " (create a new LeasedJob)",
+        " && (!has(self.completions) || self.completions == oldSelf.completions"
+        " || (self.completionMode == 'Indexed' && has(self.parallelism)"
+        " && self.parallelism == self.completions))",
+        "message": "spec.completions can only be modified in tandem with spec.parallelism"
+        " (both to the same value), and only with completionMode: Indexed: the indexes"
+        " removed are stopped at their JobLeases, and those added get leases of their own",
         "fieldPath": ".completions",
-        "reason": "FieldValueForbidden",
+        "reason": "FieldValueInvalid",
     },
     {
         "rule": "self.completionMode == oldSelf.completionMode",
@@ -725,7 +731,10 @@ class LeasedJobSpec(ApiModel):
         le=MAX_COMPLETIONS,
         description="How many completions the job needs (batch/v1 Job's). Unset or 1: one"
         " lease, as always. More: one JobLease per completion (named <job>.<index>), each"
-        " its own fencing domain with its own attempts. Immutable.",
+        " its own fencing domain with its own attempts. Immutable, but for an Indexed job"
+        " that changes it together with spec.parallelism to the same value (batch/v1's"
+        " elastic Indexed Job): the indexes removed are stopped (their workers fenced) and"
+        " not counted; those added start.",
     )
     parallelism: int | None = Field(
         default=None,

@@ -18,7 +18,7 @@ from leasehold.controller.plan.indexed import IndexState
 from leasehold.controller.plan.pod import build_pod, pod_name
 from leasehold.controller.plan.single import Action, PodFacts
 from leasehold.lease import indexes
-from leasehold.lease.api import LeasedJob, Phase
+from leasehold.lease.api import LeasedJob, LeasedJobStatus, Phase
 from leasehold.lease.protocol import Completion, FencingToken, HolderIdentity, LeaseRecord, Outcome
 from leasehold.worker.holder import LeaseHolder
 
@@ -575,3 +575,50 @@ def test_a_fail_index_rule_fails_only_that_index() -> None:
         pods={1: {1: EXIT_42}},
     )
     assert counted.status.failed_indexes is None
+
+
+# -- elastic Indexed jobs: completions scaled with parallelism ---------------
+
+
+def test_a_scale_down_suspends_the_removed_indexes_and_counts_only_the_rest() -> None:
+    # batch/v1: the pods of indexes >= completions are deleted and not counted.
+    big = job(completions=2, parallelism=2)
+    big.status = LeasedJobStatus(completion_progress="1/4")
+    leases = {
+        0: done(0, 1),
+        1: lease(1, 1, "big-1-1"),
+        2: lease(2, 1, "big-2-1"),
+        3: done(3, 1, outcome=Outcome.FAILED),  # a completion stands; nothing to stop
+        4: lease(4, 1, "big-4-1", job_uid="u-0"),  # an earlier job's: not this job's to stop
+        5: lease(5, 1, suspended=True),  # already suspended
+    }
+    plan = indexed.plan_indexed(big, leases, now=NOW)
+    assert [(s.index, s.plan.action) for s in plan.steps if s.index >= 2] == [(2, Action.SUSPEND)]
+    assert (plan.status.completed_indexes, plan.status.failed_indexes) == ("0", None)
+    assert (plan.status.active, plan.status.completion_progress) == (1, "1/2")
+    assert [(e.reason, e.message) for e in plan.events if e.reason == indexed.SCALED] == [
+        (
+            "Scaled",
+            "Scaled down from completions=4 to 2: indexes 2,3 are no longer counted; the leases"
+            " of indexes 2 were stopped (suspended at the store), so their workers' renewals"
+            " and completions are refused, and their pods deleted.",
+        )
+    ]
+
+
+def test_a_scale_up_resumes_a_removed_index_and_creates_the_new_ones() -> None:
+    big = job(completions=4, parallelism=4)
+    big.status = LeasedJobStatus(completion_progress="0/2")
+    leases = {0: lease(0, 1, "big-0-1"), 1: lease(1, 1, "big-1-1"), 2: lease(2, 1, suspended=True)}
+    plan = indexed.plan_indexed(big, leases, now=NOW)
+    actions = {s.index: s.plan.action for s in plan.steps}
+    assert (actions[2], actions[3]) == (Action.RESUME, Action.CREATE_LEASE)
+    assert [e.reason for e in plan.events] == [indexed.SCALED]
+
+
+def test_a_job_that_ends_after_a_scale_down_stops_the_removed_leases_for_good() -> None:
+    big = job(completions=1, parallelism=1)
+    leases = {0: done(0, 1), 1: lease(1, 1, suspended=True), 2: lease(2, 1, "big-2-1")}
+    plan = indexed.plan_indexed(big, leases, now=NOW)
+    assert plan.status.phase == Phase.SUCCEEDED
+    assert [(s.index, s.plan.action) for s in plan.steps] == [(1, Action.STOP), (2, Action.STOP)]
