@@ -28,7 +28,7 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 cp "$here/lifecycle.pml" "$here/schedules.pml" "$here/indexes.pml" "$work/"
 cd "$work"
-all="-DS_RECREATE -DS_REPLACE -DS_FOREIGN -DS_HANDOVER -DS_SUSPEND -DS_EXCUSE"
+all="-DS_RECREATE -DS_REPLACE -DS_FOREIGN -DS_HANDOVER -DS_SUSPEND -DS_EXCUSE -DS_SCALE"
 
 # run NAME EXPECT PANFLAGS -- SPINFLAGS...: build pan and search; EXPECT: ok|caught;
 # PML: the model (default lifecycle.pml)
@@ -93,7 +93,7 @@ elif [[ "$mode" == deep ]]; then
   # bounds MODEL_DEEP, then the protocol with two renewals per worker, and
   # the pair of scenarios whose interaction the model once found wanting
   # (suspend and excuse). bench/model-check.md gives the figures of each.
-  for scenario in "" S_RECREATE S_REPLACE S_FOREIGN S_HANDOVER S_SUSPEND S_EXCUSE; do
+  for scenario in "" S_RECREATE S_REPLACE S_FOREIGN S_HANDOVER S_SUSPEND S_EXCUSE S_SCALE; do
     # shellcheck disable=SC2086
     PAN_W="${PAN_W:-27}" run "correct${scenario:+-${scenario#S_}}" ok "$exact" -- $deep ${scenario:+-D$scenario}
   done
@@ -133,6 +133,14 @@ mutations=(
   # exhaustive search found; the code waits: JobService.earlier_hold_wait).
   "no-hold-wait-recreate|-DS_RECREATE -DNO_HOLD_WAIT|-DTMAX=3"
   "no-hold-wait-suspend|-DS_SUSPEND -DNO_HOLD_WAIT|-DTMAX=3"
+  # An elastic Indexed job scaled down past the index, then up (S_SCALE): the
+  # scale-up resumes the suspended lease only after the hold wait, and the
+  # next claim is above the removed worker's token. Seeded: the resume
+  # without the wait, the lease handed back at the old token (inv 6), and
+  # the index's lease made anew at its base token (inv 2).
+  "no-hold-wait-scale|-DS_SCALE -DNO_HOLD_WAIT|-DTMAX=3"
+  "scale-reopen-old-token|-DS_SCALE -DSCALE_REOPEN_OLD_TOKEN|"
+  "scale-recreate-at-base|-DS_SCALE -DSCALE_RECREATE_AT_BASE|"
   # schedules.pml (a fourth field: the model): exhaustive in every mode, at
   # MODEL_SCHED_DEEP. Invariant A (two runs hold together, at the store or
   # in time) for Forbid and Replace, B (token ranges) for every policy.

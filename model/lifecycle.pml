@@ -7,10 +7,12 @@
  * the code"). Seeded protocol bugs (mutations) are switched on with
  * -D<NAME>; model/check.sh runs each one and expects Spin to catch it.
  * Scenarios (-DS_RECREATE, -DS_REPLACE, -DS_FOREIGN, -DS_HANDOVER,
- * -DS_SUSPEND, -DS_EXCUSE) switch on what users and the cluster do besides
- * the protocol: delete and recreate the job, replace a pod under its name,
- * pre-create a pod under the next name, hand the operator's leadership over,
- * suspend and resume the job, excuse an ended attempt (a disruption).
+ * -DS_SUSPEND, -DS_EXCUSE, -DS_SCALE) switch on what users and the cluster do
+ * besides the protocol: delete and recreate the job, replace a pod under its
+ * name, pre-create a pod under the next name, hand the operator's leadership
+ * over, suspend and resume the job, excuse an ended attempt (a disruption),
+ * scale an elastic Indexed job down past this lease's index and up again
+ * (the lease is then one index's: plan.indexed.removed_indexes).
  *
  * Time: `now` is real time in ticks. A worker's local deadline is
  * sent + D - WM measured on its own clock, which may run slow by up to E
@@ -59,6 +61,18 @@
 #define RENEW_BIND(uid) skip
 #endif
 
+/* S_SCALE: the index is at or above spec.completions (a scale-down removed
+ * it): the planner plans it no claim; its lease is suspended at the store.
+ * Mutations of the scale-up: SCALE_REOPEN_OLD_TOKEN (the lease handed back
+ * to the removed worker at its old token instead of a resume and a claim
+ * above it: inv 6 catches its renewal), SCALE_RECREATE_AT_BASE (the index's
+ * lease made anew at its base token, the old token not carried: inv 2). */
+#ifdef S_SCALE
+#define SCALED_OUT (scaled_out)
+#else
+#define SCALED_OUT (false)
+#endif
+
 /* The CRD: a suspended lease cannot be claimed. */
 #ifdef CLAIM_SUSPENDED
 #define UNSUSPENDED (true)
@@ -95,6 +109,7 @@ bool o_jok[2];
 byte job_uid = 1;
 byte job_phase[3];
 bool job_susp = false;  /* the job's spec.suspend */
+bool scaled_out = false;  /* S_SCALE: the index is removed (at or above spec.completions) */
 byte j_stok = 0;        /* status.attemptHistory: the token whose attempt a suspension ended */
 byte pending_stop = 0;  /* a deleted incarnation's stop, not yet delivered */
 
@@ -301,7 +316,7 @@ proctype Operator(byte r) {
 #endif
        l_base = l_tok; l_cap = l_tok + MAXATT; l_susp = job_susp; l_lut = 0; g_unc = 0; bump() }
   :: atomic { leader == r && job_uid != 0 && l_inc == job_uid && job_phase[job_uid] == RUNNING &&
-       !job_susp && !l_held && l_ctok == 0 && l_tok < l_cap && !cpod && !bpend &&
+       !job_susp && !SCALED_OUT && !l_held && l_ctok == 0 && l_tok < l_cap && !cpod && !bpend &&
        next_uid < NUID - 1 && UNSUSPENDED ->
        /* LeaseStore.claim (push mode), then the pod */
        l_tok++; l_held = true; l_huid = 0; bump();
@@ -357,7 +372,7 @@ proctype Operator(byte r) {
   :: atomic { leader == r && job_uid != 0 && l_inc == job_uid && job_phase[job_uid] == RUNNING &&
        l_ctok != 0 -> job_phase[job_uid] = SUCCEEDED }   /* reconcile: the completion ends the job */
   :: atomic { leader == r && job_uid != 0 && l_inc == job_uid && job_phase[job_uid] == RUNNING &&
-       !l_held && l_ctok == 0 && l_tok >= l_cap && !cpod ->   /* reconcile: AttemptsExhausted */
+       !SCALED_OUT && !l_held && l_ctok == 0 && l_tok >= l_cap && !cpod ->   /* reconcile: AttemptsExhausted */
        assert(l_tok >= l_base + MAXATT + g_unc);   /* inv 4: a job fails only after its attempts */
        job_phase[job_uid] = FAILED }
 #ifdef S_SUSPEND
@@ -373,8 +388,34 @@ proctype Operator(byte r) {
        :: else -> skip
        fi;
        l_held = false; l_huid = 0; l_susp = true; bump() }
-  :: atomic { leader == r && job_uid != 0 && l_inc == job_uid && !job_susp && l_susp &&
-       HOLD_ENDED(r) -> l_susp = false; bump() }   /* LeaseStore.resume */
+  :: atomic { leader == r && job_uid != 0 && l_inc == job_uid && !job_susp && !SCALED_OUT &&
+       l_susp && HOLD_ENDED(r) -> l_susp = false; bump() }   /* LeaseStore.resume */
+#endif
+#ifdef S_SCALE
+  /* A scale-down: the removed index's lease is suspended (the same write as
+   * a job's suspend: unheld, no claim, the ended attempt uses no budget)
+   * before its pod is deleted; a completion that landed first stands. */
+  :: atomic { leader == r && job_uid != 0 && l_inc == job_uid && job_phase[job_uid] == RUNNING &&
+       scaled_out && !l_susp && l_ctok == 0 ->   /* plan.indexed._scale_down_steps */
+       if
+       :: l_held -> l_cap++; g_unc++; j_stok = l_tok; l_lut = l_tok;
+            assert(g_unc + l_base <= l_tok)   /* inv 4: only attempts that ran */
+       :: else -> skip
+       fi;
+       l_held = false; l_huid = 0; l_susp = true; bump() }
+  /* A scale-up: the index is planned again; its suspended lease is resumed
+   * once the removed worker's hold surely ended, then claimed above it. */
+  :: atomic { leader == r && job_uid != 0 && l_inc == job_uid && !job_susp && !scaled_out &&
+       l_susp && HOLD_ENDED(r) ->
+#if defined(SCALE_REOPEN_OLD_TOKEN)
+       /* handed back to the removed worker, at its old token */
+       if :: pod_uid[l_tok] != 0 && l_lut == l_tok -> l_held = true; l_huid = pod_uid[l_tok]
+          :: else -> skip fi;
+#elif defined(SCALE_RECREATE_AT_BASE)
+       /* a new lease object at the base token: the old token not carried */
+       l_tok = l_base; l_cap = l_base + MAXATT; l_lut = 0; l_rtok = 0; g_unc = 0;
+#endif
+       l_susp = false; bump() }   /* LeaseStore.resume */
 #endif
 #ifdef S_EXCUSE
   :: atomic { leader == r && job_uid != 0 && l_inc == job_uid && job_phase[job_uid] == RUNNING &&
@@ -420,7 +461,7 @@ proctype Operator(byte r) {
  * that takes no further step, which every state here allows), and n, a
  * temporary, goes back to 0 in the step that used it. */
 proctype User() {
-  bool recreated = false, replaced = false, foreign = false, suspended = false;
+  bool recreated = false, replaced = false, foreign = false, suspended = false, scaled = false;
   byte n = 0;
 end:
   do
@@ -432,6 +473,11 @@ end:
 #ifdef S_SUSPEND
   :: atomic { job_uid != 0 && !suspended -> job_susp = true; suspended = true }   /* spec.suspend: true */
   :: atomic { job_susp -> job_susp = false }                                     /* and false again */
+#endif
+#ifdef S_SCALE
+  /* spec.completions (with spec.parallelism) lowered past the index, once, and raised again */
+  :: atomic { job_uid != 0 && !scaled -> scaled_out = true; scaled = true }
+  :: atomic { scaled_out -> scaled_out = false }
 #endif
 #ifdef S_REPLACE
   :: atomic { !replaced && l_tok > 0 && pod_uid[l_tok] != 0 && next_uid < NUID ->   /* kubectl replace --force */
