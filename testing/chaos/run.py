@@ -68,7 +68,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import psycopg
 import yaml
@@ -116,6 +116,11 @@ SUSPEND_SHARE: dict[str, float] = {
     "cron-run": 0.34,
 }
 """The share of each workload kind the suspender suspends once while it runs."""
+
+SCALE_SHARE: Final = 0.5
+"""The share of the picked ``indexed`` jobs scaled down (3 to 2 completions, with
+parallelism) and up again instead of suspended: the removed index's lease is
+suspended at the store, then resumed above its old token."""
 
 
 class Run:
@@ -395,6 +400,9 @@ class Run:
                 continue
             name, kind = rng.choice(candidates)
             done.add(name)
+            if kind == "indexed" and rng.random() < SCALE_SHARE:
+                self.scale_down_and_up(name, rng.uniform(2.0, 6.0))
+                continue
             if not self.set_suspend(name, True, deadline_seconds=10):
                 continue
             record(self.history, kind="suspend", job=f"{self.ns}/{name}", workload=kind)
@@ -406,12 +414,44 @@ class Run:
             else:
                 log(f"could not resume {name}")
 
+    def scale_down_and_up(self, name: str, pause_seconds: float) -> None:
+        """Scale an Indexed job (3 completions) down to 2 and, ``pause_seconds`` later, up to 3.
+
+        ``spec.completions`` with ``spec.parallelism`` (an elastic Indexed
+        job): index 2's lease is suspended at the store while it is removed;
+        scaled up, it runs again under a token above its old one. Scaled up
+        again whatever happens: the job ends either way, on 2 or 3 indexes.
+        """
+        if not self.patch_spec(name, {"completions": 2, "parallelism": 2}, deadline_seconds=10):
+            return
+        record(self.history, kind="scale", job=f"{self.ns}/{name}", completions=2)
+        log(f"scaled indexed {name} down to 2")
+        time.sleep(pause_seconds)
+        if self.patch_spec(name, {"completions": 3, "parallelism": 3}, deadline_seconds=300):
+            record(self.history, kind="scale", job=f"{self.ns}/{name}", completions=3)
+        else:
+            log(f"could not scale {name} up")
+
     def set_suspend(
         self, name: str, suspend: bool, deadline_seconds: float, plural: str = "leasedjobs"
     ) -> bool:
         """Patch ``spec.suspend``, retried while the API server is away; whether it was set.
 
         A job that is gone (a replaced cron run) is not retried.
+        """
+        return self.patch_spec(name, {"suspend": suspend}, deadline_seconds, plural)
+
+    def patch_spec(
+        self,
+        name: str,
+        spec: dict[str, Any],
+        deadline_seconds: float,
+        plural: str = "leasedjobs",
+    ) -> bool:
+        """Patch ``spec``, retried while the API server is away; whether it was set.
+
+        A job that is gone (a replaced cron run, a finished job's TTL) is not
+        retried; nor is a patch the API server refuses (422: a finished job).
         """
         deadline = time.monotonic() + deadline_seconds
         while time.monotonic() < deadline:
@@ -422,11 +462,11 @@ class Run:
                     self.ns,
                     plural,
                     name,
-                    {"spec": {"suspend": suspend}},
+                    {"spec": spec},
                 )
                 return True
             except client.ApiException as exc:
-                if exc.status == 404:
+                if exc.status in (404, 422):
                     return False
                 time.sleep(1)
             except Exception:
