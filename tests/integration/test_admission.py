@@ -230,3 +230,28 @@ def test_webhook_unreachable_admits_and_the_operator_still_refuses_to_run_it(
     condition = wait_for("Ready=False on nowhere", ready, 60)
     assert (condition["status"], condition["reason"]) == ("False", "InvalidSchedule")
     assert 'spec.timeZone: unknown time zone "bad-time-zone"' in condition["message"]
+
+
+def test_scaling_an_indexed_job_below_a_success_policy_index_is_refused_with_422(
+    api_client: client.ApiClient, namespace: str, serving: Webhook
+) -> None:
+    """batch/v1 validateJobSpec on update: succeededIndexes against the new completions."""
+    shape = {"completionMode": "Indexed", "successPolicy": {"rules": [{"succeededIndexes": "0,2"}]}}
+    create_job(api_client, namespace, "elastic", None, completions=3, parallelism=3, **shape)
+    custom = client.CustomObjectsApi(api_client)
+
+    def scale(to: int) -> object:
+        return custom.patch_namespaced_custom_object(
+            names.GROUP,
+            names.VERSION,
+            namespace,
+            names.PLURAL_LEASED_JOBS,
+            "elastic",
+            {"spec": {"completions": to, "parallelism": to}},
+        )
+
+    refused = refusal(lambda: scale(2))
+    assert refused.status == 422, refused.body
+    assert "spec.successPolicy.rules[0].succeededIndexes: Invalid value: '0,2'" in message(refused)
+    assert "too large index: '2' (completions=2)" in message(refused)
+    scale(4)  # up: every index still below completions

@@ -1,10 +1,12 @@
 """Create-time checks that CEL cannot make: the rules of the validating admission webhook.
 
 Why this module exists: the CRDs' schema and CEL rules refuse most bad input
-at the API server, but three checks need code the API server does not have:
+at the API server, but some checks need code the API server does not have:
 whether ``spec.timeZone`` is in the IANA database, whether ``spec.schedule``
 parses (leasehold's own cron parser, :func:`leasehold.lease.schedule.parse`),
-and how long ``spec.params`` is as JSON (CEL cannot size a free-form object).
+how long ``spec.params`` is as JSON (CEL cannot size a free-form object), and
+whether a ``successPolicy``'s ``succeededIndexes`` still fit when an elastic
+Indexed job changes ``spec.completions`` (CEL cannot walk the intervals).
 batch/v1 refuses a bad ``timeZone`` or ``schedule`` of a CronJob with 422
 (``pkg/apis/batch/validation/validation.go``, ``validateCronJobSpec``); the
 webhook (``leasehold.controller.handlers``) refuses with these messages.
@@ -29,6 +31,7 @@ from typing import Any
 
 from leasehold.lease import schedule
 from leasehold.lease.api.leasedjob import MAX_PARAMS_BYTES, params_size
+from leasehold.lease.indexes import parse_intervals
 
 Body = Mapping[str, Any]
 """An object as the admission request carries it (decoded JSON)."""
@@ -118,6 +121,44 @@ def _changed(new: Body, old: Body | None, *path: str) -> bool:
     return old is None or _at(new, *path) != _at(old, *path)
 
 
+def succeeded_indexes_errors(spec: object) -> list[str]:
+    """``successPolicy`` rules whose ``succeededIndexes`` do not fit ``spec.completions``.
+
+    batch/v1 judges them against the new ``completions`` when an elastic
+    Indexed Job scales (``validateJobSpec`` runs on every update:
+    pkg/apis/batch/validation/validation.go, ``validateIndexesFormat``), so a
+    scale-down below an index a rule names is refused with 422. CEL cannot
+    walk the intervals; the webhook checks them when ``completions`` changes
+    (at create the operator's ``InvalidSpec`` already tells).
+
+    Args:
+        spec: the LeasedJob's ``spec`` as the request carries it.
+
+    Returns:
+        One message per rule that does not parse, naming
+        ``spec.successPolicy.rules[i].succeededIndexes``.
+    """
+    if not isinstance(spec, Mapping):
+        return []
+    completions = spec.get("completions")
+    rules = _at(spec, "successPolicy", "rules")
+    if not isinstance(completions, int) or not isinstance(rules, list):
+        return []
+    errors = []
+    for i, rule in enumerate(rules):
+        text = rule.get("succeededIndexes") if isinstance(rule, Mapping) else None
+        if not isinstance(text, str):
+            continue
+        try:
+            parse_intervals(text, completions)
+        except ValueError as exc:
+            errors.append(
+                f"spec.successPolicy.rules[{i}].succeededIndexes: Invalid value: {text!r}:"
+                f" error parsing succeededIndexes: {exc}"
+            )
+    return errors
+
+
 def leased_job_errors(new: Body, old: Body | None = None) -> list[str]:
     """What the webhook refuses in a LeasedJob.
 
@@ -126,11 +167,15 @@ def leased_job_errors(new: Body, old: Body | None = None) -> list[str]:
         old: the stored object on an update; ``None`` on a create.
 
     Returns:
-        Messages naming the fields (empty: allowed). Only a changed field is checked.
+        Messages naming the fields (empty: allowed). Only a changed field is
+        checked: ``spec.params``; on an update that changes ``spec.completions``
+        (an elastic Indexed job), the ``successPolicy`` indexes against it.
     """
     errors = []
     if _changed(new, old, "spec", "params"):
         errors.append(params_error(_at(new, "spec", "params"), "spec.params"))
+    if old is not None and _changed(new, old, "spec", "completions"):
+        errors.extend(succeeded_indexes_errors(_at(new, "spec")))
     return [e for e in errors if e]
 
 

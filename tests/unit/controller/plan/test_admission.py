@@ -110,3 +110,17 @@ def test_malformed_objects_are_judged_without_raising() -> None:
     assert admission.leased_job_errors({"spec": {"params": {"x": {1, 2}}}}) == [
         "spec.params: must be a JSON object"
     ]
+
+
+def test_a_scale_down_below_a_success_policy_index_is_refused() -> None:
+    """batch/v1 validateJobSpec on update: succeededIndexes against the new completions."""
+    policy = {"rules": [{"succeededCount": 1}, {"succeededIndexes": "0,3-4"}]}
+    shape = {"completionMode": "Indexed", "successPolicy": policy}
+    stored = job(completions=5, parallelism=5, **shape)
+    assert admission.leased_job_errors(job(completions=3, parallelism=3, **shape), stored) == [
+        "spec.successPolicy.rules[1].succeededIndexes: Invalid value: '0,3-4': error parsing"
+        " succeededIndexes: too large index: '3' (completions=3)"
+    ]
+    assert admission.leased_job_errors(job(completions=6, parallelism=6, **shape), stored) == []
+    # only a change of completions is judged here (at create the operator tells)
+    assert admission.leased_job_errors(job(completions=3, parallelism=3, **shape)) == []
