@@ -236,7 +236,10 @@ def test_scaling_an_indexed_job_below_a_success_policy_index_is_refused_with_422
     api_client: client.ApiClient, namespace: str, serving: Webhook
 ) -> None:
     """batch/v1 validateJobSpec on update: succeededIndexes against the new completions."""
-    shape = {"completionMode": "Indexed", "successPolicy": {"rules": [{"succeededIndexes": "0,2"}]}}
+    shape: dict[str, Any] = {
+        "completionMode": "Indexed",
+        "successPolicy": {"rules": [{"succeededIndexes": "0,2"}]},
+    }
     create_job(api_client, namespace, "elastic", None, completions=3, parallelism=3, **shape)
     custom = client.CustomObjectsApi(api_client)
 
