@@ -55,13 +55,13 @@ class PodMemory:
     def observe(self, pod: Mapping[str, Any], *, gone: bool = False) -> bool:
         """Remember a pod's state (from a watch event's body).
 
-        Args:
-            pod: the pod as the API serves it.
-            gone: the event is the pod's deletion (it no longer exists).
-
         A pod no LeasedJob controls is ignored: only the operator's own
         attempt pods are ever judged or counted (no adoption, whatever the
         labels or a manual selector say).
+
+        Args:
+            pod: the pod as the API serves it.
+            gone: the event is the pod's deletion (it no longer exists).
 
         Returns:
             Whether the pod's place in the job's counts changed (ready,
