@@ -75,6 +75,24 @@ def _template_rules(schema: JsonDict) -> None:
             "reason": "FieldValueForbidden",
         }
     )
+    kept.append(
+        {  # batch/v1 ValidateJobTemplateSpec: each run's selector is generated
+            "rule": "!has(self.selector)",
+            "message": "spec.jobTemplate.spec.selector: `selector` will be auto-generated (each"
+            " run's pods are selected by leasehold.dev/controller-uid=<the run's uid>)",
+            "fieldPath": ".selector",
+            "reason": "FieldValueInvalid",
+        }
+    )
+    kept.append(
+        {
+            "rule": "!has(self.manualSelector) || !self.manualSelector",
+            "message": "spec.jobTemplate.spec.manualSelector: Unsupported value: true:"
+            " supported values: unset, false (as batch/v1 CronJob's jobTemplate)",
+            "fieldPath": ".manualSelector",
+            "reason": "FieldValueInvalid",
+        }
+    )
     schema["x-kubernetes-validations"] = cast("Any", kept)
 
 
