@@ -704,8 +704,8 @@ def _wind_down(
 
     batch/v1 creates no pod once one succeeded and lets the running ones
     finish (``wantActive = active``, pkg/controller/job/job_controller.go).
-    Here a held slot runs on (its plan is kept: binding its pod, a
-    suspension, a stop it owes), but one whose pod was never created is
+    Here a held slot runs on (its plan is kept: binding its pod in push
+    mode, a suspension, a stop it owes), but one whose pod was never created is
     stopped rather than started; every slot of this job that is not held
     and could still be claimed (no completion, not stopped) is stopped at
     the store, so neither the operator nor a pool can claim it any more. A
@@ -726,7 +726,8 @@ def _wind_down(
         if index in survey.active:
             if plan.action is Action.START_POD:
                 plan = replace_action(plan, Action.STOP)
-            steps.append(IndexStep(index, index_lease_name(name, index), plan))
+            if plan.action is not Action.NONE or job.spec.template is not None:  # bound yet?
+                steps.append(IndexStep(index, index_lease_name(name, index), plan))
             if plan.requeue_after_seconds is not None:
                 after = plan.requeue_after_seconds
                 requeue = after if requeue is None else min(requeue, after)
