@@ -38,6 +38,7 @@ from tests.integration.jobs import (
     condition,
     condition_true,
     create_job,
+    events,
     patch_spec,
     phase_is,
     status,
@@ -236,6 +237,12 @@ def test_work_queue_slot_not_held_at_the_first_success_is_stopped_and_refuses_a_
     wait_for("the idle slot's lease stopped", idle_stopped, 30)
     refused = store.claim(namespace, idle, "pool-2")
     assert isinstance(refused, Rejected) and refused.rejection == Rejection.EXHAUSTED
+    told = wait_for(
+        "the SlotsStopped Event",
+        lambda: [m for r, m in events(api_client, namespace, "wq-pull") if r == "SlotsStopped"],
+        10,
+    )
+    assert "stopping the slot leases not held (2)" in told[0], told
     # The slot held at the first success runs on: not stopped, and the job waits for it.
     wait_for("succeeded 1", lambda: status(api_client, namespace, "wq-pull").get("succeeded"), 10)
     st = status(api_client, namespace, "wq-pull")

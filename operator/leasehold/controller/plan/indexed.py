@@ -24,6 +24,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Final
 
 from leasehold.controller.plan import replacement, suspension, terminal
 from leasehold.controller.plan import single as reconcile
@@ -35,6 +36,9 @@ from leasehold.lease import indexes as index_sets
 from leasehold.lease.api import CompletionMode, ConditionStatus, LeasedJob, LeasedJobStatus, Phase
 from leasehold.lease.indexes import index_hostname, index_lease_name
 from leasehold.lease.protocol import LeaseRecord, Outcome
+
+SLOTS_STOPPED: Final = "SlotsStopped"
+"""The Event reason when a work queue stops its slots not held after its first success."""
 
 
 class IndexState(enum.StrEnum):
@@ -391,6 +395,7 @@ def plan_indexed(
     if end is not None:
         return _stop_unfinished(job, leases, status, survey, end, events, now=now, generation=gen)
     steps, requeue = _steps(job, leases, survey, status)
+    events.extend(_wind_down_events(job, survey, steps))
     status = _progress(job, status, survey, steps, now=now, generation=gen)
     flip = suspension.transition(job.status, status)
     if flip is not None:
@@ -736,6 +741,36 @@ def _wind_down(
                 IndexStep(index, index_lease_name(name, index), replace_action(plan, Action.STOP))
             )
     return steps, requeue
+
+
+def _wind_down_events(job: LeasedJob, survey: _Survey, steps: list[IndexStep]) -> list[JobEvent]:
+    """The Event of a work queue's stops after its first success (``SlotsStopped``).
+
+    Told for each reconcile that stops slot leases (one, unless a stop lost
+    a race with a claim or a renewal and is made again).
+
+    Args:
+        job: the LeasedJob.
+        survey: where each slot is.
+        steps: the steps planned.
+
+    Returns:
+        The Event, or none.
+    """
+    stops = sorted(s.index for s in steps if s.plan.action is Action.STOP)
+    if not is_work_queue(job) or not survey.done or not stops:
+        return []
+    held = len(survey.active - set(stops))
+    return [
+        JobEvent(
+            "Normal",
+            SLOTS_STOPPED,
+            f"Slot(s) {index_sets.compress(survey.done)} succeeded: no attempt starts any more"
+            " (a work queue ends at its first success); stopping the slot leases not held"
+            f" ({index_sets.compress(stops)}), so no claim lands on them; {held} held slot(s)"
+            " run on.",
+        )
+    ]
 
 
 def _progress(

@@ -63,6 +63,12 @@ def test_no_attempt_starts_after_the_first_success_and_unheld_slots_are_stopped(
     }
     decided = indexed.plan_indexed(queue(parallelism=5, backoffLimit=2), leases, now=NOW)
     assert actions(decided) == [(1, Action.NONE), (2, Action.STOP)]  # no slot 4 either
+    told = [e for e in decided.events if e.reason == indexed.SLOTS_STOPPED]
+    assert [e.message for e in told] == [
+        "Slot(s) 0 succeeded: no attempt starts any more (a work queue ends at its first"
+        " success); stopping the slot leases not held (2), so no claim lands on them; 1 held"
+        " slot(s) run on."
+    ]
     st = decided.status
     assert (st.succeeded, st.active, st.failed, st.phase) == (1, 1, 1, Phase.RUNNING)
     assert not decided.delete_pods
