@@ -33,7 +33,14 @@ from leasehold.controller.plan.failure_policy import POD_FAILURE_POLICY
 from leasehold.controller.plan.single import Action, JobEvent, Plan, PodFacts
 from leasehold.controller.plan.success_policy import SUCCESS_POLICY, matched_rule
 from leasehold.lease import indexes as index_sets
-from leasehold.lease.api import CompletionMode, ConditionStatus, LeasedJob, LeasedJobStatus, Phase
+from leasehold.lease.api import (
+    MAX_COMPLETIONS,
+    CompletionMode,
+    ConditionStatus,
+    LeasedJob,
+    LeasedJobStatus,
+    Phase,
+)
 from leasehold.lease.indexes import index_hostname, index_lease_name
 from leasehold.lease.protocol import LeaseRecord, Outcome
 
@@ -138,7 +145,9 @@ def indexes(job: LeasedJob, leases: Mapping[int, LeaseRecord]) -> range:
 
     A work queue has ``parallelism`` slots, and keeps planning the slots a
     higher ``parallelism`` made before it was lowered (their held leases run
-    on; the others claim only into a free slot).
+    on; the others claim only into a free slot), never more than
+    ``parallelism`` can be (a lease made by hand under a higher slot's name
+    cannot make the planner walk further).
 
     Args:
         job: the LeasedJob.
@@ -148,7 +157,7 @@ def indexes(job: LeasedJob, leases: Mapping[int, LeaseRecord]) -> range:
         The range of indexes to plan, lowest first.
     """
     if is_work_queue(job):
-        return range(max(parallelism(job), max(leases, default=-1) + 1))
+        return range(min(max(parallelism(job), max(leases, default=-1) + 1), MAX_COMPLETIONS))
     return range(completions(job))
 
 
