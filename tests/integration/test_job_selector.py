@@ -314,9 +314,9 @@ def test_scale_subresource_changes_parallelism(
 def test_scale_subresource_refuses_more_than_one_replica_of_a_single_job(
     api_client: client.ApiClient, namespace: str
 ) -> None:
-    """A job without completions runs one lease: /scale to 2 is refused, naming the field."""
+    """A job made without completions keeps one lease: /scale to 2 is refused, naming the field."""
     create_job(api_client, namespace, "single", "true", suspend=True)
     assert _scale(api_client, namespace, "single")["spec"]["replicas"] == 1
     message = _refused(lambda: _set_replicas(api_client, namespace, "single", 2))
-    assert "spec.parallelism above 1 needs spec.completions above 1" in message
+    assert "spec.parallelism: a job without spec.completions keeps its form" in message
     _set_replicas(api_client, namespace, "single", 1)  # the same value is fine

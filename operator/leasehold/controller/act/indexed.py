@@ -377,6 +377,13 @@ class IndexedActor:
                 stopped = self._ctx.store.stop(lease)
                 if isinstance(stopped, Accepted):
                     self._ctx.wrote_lease(stopped.lease)
+                    log.info(
+                        "%s/%s: index lease %s stopped at fencing token %d (no claim past it)",
+                        namespace,
+                        job_name,
+                        lease.name,
+                        stopped.lease.record.fencing_token,
+                    )
                     self._attempts.delete_index_pods(namespace, job_name, step.index, None)
                     return _Done(None)
                 lease = stopped.lease

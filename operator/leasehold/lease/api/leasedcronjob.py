@@ -57,10 +57,11 @@ def _template_rules(schema: JsonDict) -> None:
     kept.append(
         {  # each run is one lease, pre-created with its token range (docs/schedules.md)
             "rule": "(!has(self.completions) || self.completions == 1)"
-            " && self.completionMode != 'Indexed'",
+            " && self.completionMode != 'Indexed'"
+            " && (has(self.completions) || !has(self.parallelism) || self.parallelism == 1)",
             "message": "spec.jobTemplate.spec.completions: a LeasedCronJob's runs have one"
-            " completion each (completions above 1 and completionMode Indexed are not"
-            " supported yet)",
+            " completion each (completions above 1, completionMode Indexed and the work"
+            " queue form, parallelism above 1 without completions, are not supported yet)",
             "fieldPath": ".completions",
             "reason": "FieldValueForbidden",
         }

@@ -202,6 +202,16 @@ _JOB_RULES: Final[list[dict[str, Any]]] = [
         "reason": "FieldValueForbidden",
     },
     {
+        "rule": "has(self.completions)"
+        " || (has(self.parallelism) && self.parallelism > 1)"
+        " == (has(oldSelf.parallelism) && oldSelf.parallelism > 1)",
+        "message": "spec.parallelism: a job without spec.completions keeps its form: one lease"
+        " (parallelism 1) or a work queue of worker slots, each a JobLease of its own"
+        " (parallelism above 1); it may change within that form (create a new LeasedJob)",
+        "fieldPath": ".parallelism",
+        "reason": "FieldValueForbidden",
+    },
+    {
         "rule": "self.completionMode == oldSelf.completionMode",
         "message": "spec.completionMode is immutable (create a new LeasedJob)",
         "fieldPath": ".completionMode",
@@ -333,16 +343,6 @@ _JOB_RULES: Final[list[dict[str, Any]]] = [
         " spec.selector must select the pods spec.template makes",
         "fieldPath": ".selector",
         "reason": "FieldValueInvalid",
-    },
-    {
-        "rule": "self.parallelism <= 1 || (has(self.completions) && self.completions > 1)"
-        " || (oldSelf.hasValue() && oldSelf.value().parallelism == self.parallelism)",
-        "optionalOldSelf": True,
-        "message": "spec.parallelism above 1 needs spec.completions above 1: a job without"
-        " completions runs one lease at a time (batch/v1's work queue, parallelism without"
-        " completions, is not built), so scaling it above 1 would run nothing more",
-        "fieldPath": ".parallelism",
-        "reason": "FieldValueForbidden",
     },
     {
         "rule": "self.cancel || !oldSelf.cancel",
@@ -965,8 +965,11 @@ class LeasedJobSpec(ApiModel):
         json_schema_extra={"default": 1},
         description="At most this many completions held (running) at once; default 1, as"
         " batch/v1 Job's. May change (also through the scale subresource: kubectl scale"
-        " --replicas): it bounds the next claims, never stops a held one. Above 1 only with"
-        " completions above 1.",
+        " --replicas): it bounds the next claims, never stops a held one."
+        " Above 1 without completions: a work queue (batch/v1's): that many worker slots,"
+        " each a JobLease of its own (<job>.<slot>); the first slot that succeeds ends the"
+        " job once no slot is held, and no slot starts again after it. Without completions"
+        " it cannot move between 1 and above 1.",
     )
     completion_mode: CompletionMode = Field(
         default=CompletionMode.NON_INDEXED,
@@ -1118,10 +1121,13 @@ class LeasedJobStatus(ApiModel):
     active: int | None = Field(
         default=None,
         ge=0,
-        description="Jobs with several completions: indexes whose lease is held now.",
+        description="Jobs with several completions (or work-queue slots): indexes whose"
+        " lease is held now.",
     )
     succeeded: int | None = Field(
-        default=None, ge=0, description="Jobs with several completions: indexes that succeeded."
+        default=None,
+        ge=0,
+        description="Jobs with several completions (or work-queue slots): indexes that succeeded.",
     )
     ready: int | None = Field(
         default=None,
