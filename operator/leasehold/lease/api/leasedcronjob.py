@@ -57,10 +57,11 @@ def _template_rules(schema: JsonDict) -> None:
     kept.append(
         {  # each run is one lease, pre-created with its token range (docs/schedules.md)
             "rule": "(!has(self.completions) || self.completions == 1)"
-            " && self.completionMode != 'Indexed'",
+            " && self.completionMode != 'Indexed'"
+            " && (has(self.completions) || !has(self.parallelism) || self.parallelism == 1)",
             "message": "spec.jobTemplate.spec.completions: a LeasedCronJob's runs have one"
-            " completion each (completions above 1 and completionMode Indexed are not"
-            " supported yet)",
+            " completion each (completions above 1, completionMode Indexed and the work"
+            " queue form, parallelism above 1 without completions, are not supported yet)",
             "fieldPath": ".completions",
             "reason": "FieldValueForbidden",
         }
@@ -73,6 +74,24 @@ def _template_rules(schema: JsonDict) -> None:
             " token range)",
             "fieldPath": ".managedBy",
             "reason": "FieldValueForbidden",
+        }
+    )
+    kept.append(
+        {  # batch/v1 ValidateJobTemplateSpec: each run's selector is generated
+            "rule": "!has(self.selector)",
+            "message": "spec.jobTemplate.spec.selector: `selector` will be auto-generated (each"
+            " run's pods are selected by leasehold.dev/controller-uid=<the run's uid>)",
+            "fieldPath": ".selector",
+            "reason": "FieldValueInvalid",
+        }
+    )
+    kept.append(
+        {
+            "rule": "!has(self.manualSelector) || !self.manualSelector",
+            "message": "spec.jobTemplate.spec.manualSelector: Unsupported value: true:"
+            " supported values: unset, false (as batch/v1 CronJob's jobTemplate)",
+            "fieldPath": ".manualSelector",
+            "reason": "FieldValueInvalid",
         }
     )
     schema["x-kubernetes-validations"] = cast("Any", kept)
