@@ -119,9 +119,10 @@ SUSPEND_SHARE: dict[str, float] = {
 """The share of each workload kind the suspender suspends once while it runs."""
 
 SCALE_SHARE: Final = 0.5
-"""The share of the picked ``indexed`` jobs scaled down (3 to 2 completions, with
-parallelism) and up again instead of suspended: the removed index's lease is
-suspended at the store, then resumed above its old token."""
+"""The share of the picked Indexed jobs scaled down (3 to 2 completions, with
+parallelism; a successPolicy's succeededCount of 2 still fits) and up again
+instead of suspended: the removed index's lease is suspended at the store,
+then resumed above its old token."""
 
 
 class Run:
@@ -405,7 +406,7 @@ class Run:
                 continue
             name, kind = rng.choice(candidates)
             done.add(name)
-            if kind == "indexed" and rng.random() < SCALE_SHARE:
+            if kind in ("indexed", "indexed-success") and rng.random() < SCALE_SHARE:
                 self.scale_down_and_up(name, rng.uniform(2.0, 6.0))
                 continue
             if not self.set_suspend(name, True, deadline_seconds=10):
