@@ -407,7 +407,11 @@ class Run:
             name, kind = rng.choice(candidates)
             done.add(name)
             if kind in ("indexed", "indexed-success") and rng.random() < SCALE_SHARE:
-                self.scale_down_and_up(name, rng.uniform(2.0, 6.0))
+                # down to 1 (index 1, often running, is removed) unless a
+                # successPolicy's succeededCount of 2 needs 2 completions
+                self.scale_down_and_up(
+                    name, 2 if kind == "indexed-success" else 1, rng.uniform(2, 6)
+                )
                 continue
             if not self.set_suspend(name, True, deadline_seconds=10):
                 continue
@@ -420,18 +424,19 @@ class Run:
             else:
                 log(f"could not resume {name}")
 
-    def scale_down_and_up(self, name: str, pause_seconds: float) -> None:
-        """Scale an Indexed job (3 completions) down to 2 and, ``pause_seconds`` later, up to 3.
+    def scale_down_and_up(self, name: str, down_to: int, pause_seconds: float) -> None:
+        """Scale an Indexed job (3 completions) down to ``down_to`` and, ``pause_seconds`` later, up to 3.
 
         ``spec.completions`` with ``spec.parallelism`` (an elastic Indexed
-        job): index 2's lease is suspended at the store while it is removed;
-        scaled up, it runs again under a token above its old one. Scaled up
-        again whatever happens: the job ends either way, on 2 or 3 indexes.
+        job): the removed indexes' leases are suspended at the store while
+        they are removed; scaled up, each runs again under a token above its
+        old one. Scaled up again whatever happens: the job ends either way.
         """
-        if not self.patch_spec(name, {"completions": 2, "parallelism": 2}, deadline_seconds=10):
+        scaled = {"completions": down_to, "parallelism": down_to}
+        if not self.patch_spec(name, scaled, deadline_seconds=10):
             return
-        record(self.history, kind="scale", job=f"{self.ns}/{name}", completions=2)
-        log(f"scaled indexed {name} down to 2")
+        record(self.history, kind="scale", job=f"{self.ns}/{name}", completions=down_to)
+        log(f"scaled indexed {name} down to {down_to}")
         time.sleep(pause_seconds)
         if self.patch_spec(name, {"completions": 3, "parallelism": 3}, deadline_seconds=300):
             record(self.history, kind="scale", job=f"{self.ns}/{name}", completions=3)
