@@ -425,7 +425,9 @@ class Run:
                 log(f"could not resume {name}")
 
     def scale_down_and_up(self, name: str, down_to: int, pause_seconds: float) -> None:
-        """Scale an Indexed job (3 completions) down to ``down_to`` and, ``pause_seconds`` later, up to 3.
+        """Scale an Indexed job (3 completions) down to ``down_to``, then back up to 3.
+
+        The scale-up follows ``pause_seconds`` later.
 
         ``spec.completions`` with ``spec.parallelism`` (an elastic Indexed
         job): the removed indexes' leases are suspended at the store while
