@@ -56,6 +56,11 @@ class Context:
             ran). Dropped when the pod is created or the job is gone.
         lease_clock: when each lease version was first seen: the expiry
             judge's clock (the runtime sets the one its expiry watch uses).
+        decided_seen: ``(namespace, job name, job UID)`` -> when (:attr:`monotonic`,
+            seconds) this process first saw the job decided and not finished:
+            the bounded wait for its pods counts from there, never from a
+            wall-clock stamp (a clock step must neither end it early nor
+            stretch it). Dropped when the job finishes or is gone.
     """
 
     store: LeaseStore
@@ -72,6 +77,7 @@ class Context:
     locks: JobLocks = field(default_factory=JobLocks)
     quota_held: dict[tuple[str, str], str] = field(default_factory=dict)
     lease_clock: ExpiryClock = field(default_factory=lambda: ExpiryClock(1.0, time.monotonic))
+    decided_seen: dict[tuple[str, str, str], float] = field(default_factory=dict)
 
     def now(self) -> datetime:
         """The wall-clock time for status stamps (for people; never judged)."""

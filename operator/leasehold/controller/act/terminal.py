@@ -53,8 +53,13 @@ def settle(
     left = 0
     if job.spec.template is not None:
         left = attempts.pods_left(namespace, name, owner_uid=str(body["metadata"]["uid"]))
-    settled = terminal.settle(job, before, status, left, now=ctx.now())
+    key = (namespace, name, str(body["metadata"].get("uid", "")))
+    first_seen = ctx.decided_seen.setdefault(key, ctx.monotonic())
+    settled = terminal.settle(
+        job, before, status, left, now=ctx.now(), waited_seconds=ctx.monotonic() - first_seen
+    )
     if settled.finished:
+        ctx.decided_seen.pop(key, None)
         phase = settled.status.phase
         log.info("%s/%s: finished (%s); %d pod(s) left", namespace, name, phase, left)
     elif not terminal.decided(before):

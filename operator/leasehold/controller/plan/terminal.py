@@ -132,6 +132,7 @@ def settle(
     pods_left: int,
     *,
     now: datetime,
+    waited_seconds: float = 0.0,
 ) -> Terminal:
     """Put batch/v1's interim condition before the final one.
 
@@ -149,7 +150,10 @@ def settle(
         before: the status as read.
         after: the status planned.
         pods_left: the job's pods not yet terminal (Succeeded, Failed or gone).
-        now: the current time (condition stamps).
+        now: the current time (condition stamps only: never judged).
+        waited_seconds: how long the operator has seen the job decided, on its
+            monotonic clock (0 at the decision; from 0 again after a restart,
+            so the bound is never cut short).
 
     Returns:
         The :class:`Terminal`.
@@ -183,7 +187,7 @@ def settle(
         return Terminal(held, POLL_SECONDS)
     if not decided(after):
         return Terminal(after)
-    return _finish_decided(job, after, pods_left, now=now, generation=gen)
+    return _finish_decided(job, after, pods_left, now=now, waited=waited_seconds, generation=gen)
 
 
 def _finish_decided(
@@ -192,16 +196,14 @@ def _finish_decided(
     pods_left: int,
     *,
     now: datetime,
+    waited: float,
     generation: int | None,
 ) -> Terminal:
-    """The final condition of a decided job once its pods are gone (or waited out)."""
+    """The final condition of a decided job once its pods are gone (or waited out ``waited`` s)."""
     final = COMPLETE if _true(status, SUCCESS_CRITERIA_MET) is not None else FAILED
     interim = _true(status, INTERIM[final])
     assert interim is not None
     bound = grace_seconds(job)
-    # A condition added through /status may have no time: nothing to wait from.
-    since = interim.last_transition_time
-    waited = (now - since).total_seconds() if since is not None else bound
     if pods_left > 0 and waited < bound:
         return Terminal(status, min(POLL_SECONDS, bound - waited))
     message = interim.message

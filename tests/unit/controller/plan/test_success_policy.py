@@ -151,11 +151,26 @@ def test_a_pod_that_never_terminates_does_not_wedge_the_job() -> None:
     j = job(completions=5, cancel=True)
     held = terminal.settle(j, LeasedJobStatus(), _decided_now(False), pods_left=1, now=NOW)
     assert not held.finished
-    late = NOW + timedelta(seconds=terminal.grace_seconds(j) + 1)
-    end = terminal.settle(j, held.status, held.status, pods_left=1, now=late)
+    bound = terminal.grace_seconds(j)
+    end = terminal.settle(j, held.status, held.status, pods_left=1, now=NOW, waited_seconds=bound)
     assert end.finished and end.status.phase == Phase.FAILED
     failed = next(c for c in end.status.conditions or [] if c.type == "Failed")
-    assert "1 pod(s) still not terminated" in failed.message
+    assert f"1 pod(s) still not terminated {bound:.0f}s after the decision" in failed.message
+
+
+def test_the_wait_for_the_pods_is_timed_on_the_operators_monotonic_clock() -> None:
+    # A wall clock stepped back an hour after the decision (NTP, a VM
+    # restored) held a decided job Running for that hour; stepped forward,
+    # it cut the wait short. Only the monotonic wait counts.
+    j = job(completions=5, cancel=True)
+    held = terminal.settle(j, LeasedJobStatus(), _decided_now(False), pods_left=1, now=NOW)
+    bound = terminal.grace_seconds(j)
+    back = NOW - timedelta(hours=1)
+    end = terminal.settle(j, held.status, held.status, pods_left=1, now=back, waited_seconds=bound)
+    assert end.finished and end.status.phase == Phase.FAILED
+    ahead = NOW + timedelta(hours=1)
+    still = terminal.settle(j, held.status, held.status, pods_left=1, now=ahead, waited_seconds=1)
+    assert not still.finished and still.requeue_after_seconds == terminal.POLL_SECONDS
 
 
 def test_a_job_finished_before_keeps_its_conditions() -> None:
@@ -178,14 +193,16 @@ def test_a_decided_job_starts_nothing_and_makes_a_refused_stop_again() -> None:
     assert quiet.steps == [] and quiet.status == held  # index 2 on never starts
 
 
-def test_an_interim_condition_added_through_status_without_reason_or_time_does_not_hold() -> None:
+def test_an_interim_condition_added_through_status_without_reason_or_time_is_held_as_any() -> None:
     # Another client may add conditions through /status with type and status
-    # only (as batch/v1's JobCondition allows): nothing to wait from, so the
-    # final condition is written at once, with the type as its reason.
+    # only (as batch/v1's JobCondition allows): the wait counts from when the
+    # operator saw it, and the final condition has the type as its reason.
     j = policy({"succeededIndexes": "0"})
     added = LeasedJobStatus.model_validate(
         {"phase": "Running", "conditions": [{"type": "SuccessCriteriaMet", "status": "True"}]}
     )
-    end = terminal.settle(j, added, added, pods_left=1, now=NOW)
+    assert not terminal.settle(j, added, added, pods_left=1, now=NOW).finished
+    bound = terminal.grace_seconds(j)
+    end = terminal.settle(j, added, added, pods_left=1, now=NOW, waited_seconds=bound)
     assert end.finished and end.status.phase == Phase.SUCCEEDED
     assert _types(end.status)["Complete"] == ("True", "Complete")
