@@ -68,8 +68,8 @@ class Attempts:
         for key in [k for k, job in held.items() if k[0] == namespace and job == name]:
             del held[key]
         seen = self._ctx.decided_seen
-        for key in [k for k in seen if k[:2] == (namespace, name)]:
-            del seen[key]
+        for decided in [k for k in seen if k[:2] == (namespace, name)]:
+            del seen[decided]
 
     # -- starting ---------------------------------------------------------------
 
