@@ -124,7 +124,8 @@ class CronActor:
         """Apply the concurrency policy at the earlier runs' leases, then start the due run."""
         namespace, name = str(body["metadata"]["namespace"]), str(body["metadata"]["name"])
         leases = self._store.list_leases(namespace, label_selector=f"{names.LABEL_CRON_JOB}={name}")
-        earlier = [lease for lease in leases if lease.name != decided.run]
+        # A run's leases: its own, and one per index for a run of several completions.
+        earlier = [lease for lease in leases if plan.run_of(lease) != decided.run]
         wait: plan.Wait | None = None
         if decided.policy is not ConcurrencyPolicy.ALLOW and any(
             not plan.run_is_over(lease.record)
@@ -227,15 +228,20 @@ class CronActor:
         """Replace: close and take back every earlier run that is not over, then delete it.
 
         One write per lease (:meth:`LeaseStore.close` with ``release``): the
-        holder's next write is refused and no claim can take the lease again.
-        Only runs whose lease this call closed are deleted: a run that
-        succeeded first keeps its LeasedJob (its status may not say so yet).
+        holder's next write is refused and no claim can take the lease again;
+        a run of several completions has its run's lease (its range) and
+        every index lease closed so. Only runs whose lease this call closed are
+        deleted: a run that succeeded first keeps its LeasedJob (its status
+        may not say so yet; :func:`plan.replaced_runs`).
 
         Returns:
             The earlier runs' leases as they are now (closed, or as they were),
             and the names of the runs deleted.
         """
-        stopped: set[str] = set()
+        # A run of several completions: its own lease is only its range (never
+        # claimed); its Event names the index leases taken back.
+        multi = {str(r["metadata"]["name"]) for r in runs if plan.is_multi_run(r)}
+        closed: list[StoredLease] = []
         current: list[StoredLease] = []
         for lease in earlier:
             if plan.run_is_over(lease.record) and lease.record.holder_identity is None:
@@ -245,14 +251,17 @@ class CronActor:
             if not isinstance(result, Accepted):
                 raise TransientStoreError(f"close lease {lease.name}: it moved, retrying")
             current.append(result.lease)
-            stopped.add(lease.name)
-            self._record(body, [plan.replaced_event(lease.name, lease.record.fencing_token)])
-        deleted: set[str] = set()
+            closed.append(lease)
+            if not (plan.is_range_lease(lease) and plan.run_of(lease) in multi):
+                event = plan.replaced_event(
+                    plan.run_of(lease), lease.record.fencing_token, lease.name
+                )
+                self._record(body, [event])
+        deleted = plan.replaced_runs(closed, earlier, runs)
         for run in runs:
             meta = run["metadata"]
-            if meta["name"] in stopped:
+            if meta["name"] in deleted:
                 self._jobs.delete(str(meta["namespace"]), str(meta["name"]))
-                deleted.add(str(meta["name"]))
         return current, deleted
 
     # -- the fencing domain ---------------------------------------------------------
@@ -274,7 +283,12 @@ class CronActor:
         return written
 
     def _start_run(self, body: Body, start: plan.Start) -> None:
-        """Create the run's JobLease at its base (closed), then its LeasedJob, which takes it."""
+        """Create the run's JobLease at its base (closed), then its LeasedJob, which takes it.
+
+        A run of several completions never claims this lease: it holds the
+        run's range, and each index lease is made inside it (its base, its
+        ceiling) by the run's own reconciles (``IndexedActor._create_in_run``).
+        """
         namespace, name = str(body["metadata"]["namespace"]), str(body["metadata"]["name"])
         try:
             self._store.create(

@@ -55,17 +55,6 @@ def _template_rules(schema: JsonDict) -> None:
     rules = cast("list[dict[str, str]]", schema.pop("x-kubernetes-validations", None) or [])
     kept = [rule for rule in rules if "oldSelf" not in rule["rule"]]
     kept.append(
-        {  # each run is one lease, pre-created with its token range (docs/schedules.md)
-            "rule": "(!has(self.completions) || self.completions == 1)"
-            " && self.completionMode != 'Indexed'",
-            "message": "spec.jobTemplate.spec.completions: a LeasedCronJob's runs have one"
-            " completion each (completions above 1 and completionMode Indexed are not"
-            " supported yet)",
-            "fieldPath": ".completions",
-            "reason": "FieldValueForbidden",
-        }
-    )
-    kept.append(
         {  # the cron job makes each run's lease: its runs are this operator's
             "rule": f"!has(self.managedBy) || self.managedBy == '{names.MANAGED_BY_LEASEHOLD}'",
             "message": "spec.jobTemplate.spec.managedBy: a LeasedCronJob's runs are managed by"
