@@ -52,8 +52,12 @@ def _template_rules(schema: JsonDict) -> None:
     may change in a template: each run is a new LeasedJob made from the template
     as it is at that schedule time.
     """
-    rules = cast("list[dict[str, str]]", schema.pop("x-kubernetes-validations", None) or [])
-    kept = [rule for rule in rules if "oldSelf" not in rule["rule"]]
+    # This function replaces the LeasedJobSpec's own extra (a dict of its
+    # rules), so those rules are taken from it here.
+    extra = cast("JsonDict", LeasedJobSpec.model_config.get("json_schema_extra") or {})
+    rules = cast("list[dict[str, str]]", extra.get("x-kubernetes-validations") or [])
+    schema.pop("x-kubernetes-validations", None)
+    kept = [dict(rule) for rule in rules if "oldSelf" not in rule["rule"]]
     kept.append(
         {  # the cron job makes each run's lease: its runs are this operator's
             "rule": f"!has(self.managedBy) || self.managedBy == '{names.MANAGED_BY_LEASEHOLD}'",
