@@ -123,7 +123,7 @@ class CronActor:
     ) -> float | None:
         """Apply the concurrency policy at the earlier runs' leases, then start the due run."""
         namespace, name = str(body["metadata"]["namespace"]), str(body["metadata"]["name"])
-        leases = self._store.list_leases(namespace, label_selector=f"{names.LABEL_CRON_JOB}={name}")
+        leases = self._list_leases(namespace, name)
         # A run's leases: its own, and one per index for a run of several completions.
         earlier = [lease for lease in leases if plan.run_of(lease) != decided.run]
         wait: plan.Wait | None = None
@@ -135,6 +135,9 @@ class CronActor:
             body = self._commit_to(body, decided)
         if decided.policy is ConcurrencyPolicy.FORBID:
             current = self._close_earlier(earlier)
+            if _closed_any(earlier, current):  # then list again: see _list_again
+                leases = self._list_leases(namespace, name)
+                current = self._close_earlier(self._list_again(leases, decided))
             held = [lease for lease in current if lease.record.holder_identity is not None]
             wait = plan.forbid_wait(decided, held, now)
             if wait is None:
@@ -147,6 +150,10 @@ class CronActor:
                 wait = plan.replace_wait(decided, longest, now, replaced=False)
         elif decided.policy is ConcurrencyPolicy.REPLACE:
             current, deleted = self._replace_earlier(body, earlier, runs)
+            if _closed_any(earlier, current):  # then list again: see _list_again
+                leases = self._list_leases(namespace, name)
+                current, more = self._replace_earlier(body, self._list_again(leases, decided), runs)
+                deleted |= more
             decided = plan.without_runs(decided, deleted)
             longest = max(
                 (self._holds.earlier_hold_wait(lease, body) for lease in current), default=0.0
@@ -164,6 +171,24 @@ class CronActor:
         return decided.requeue_after_seconds
 
     # -- the concurrency policy, at the leases ---------------------------------------
+
+    def _list_leases(self, namespace: str, name: str) -> list[StoredLease]:
+        """Every lease labelled with the cron job: its runs' own and their index leases."""
+        return self._store.list_leases(namespace, label_selector=f"{names.LABEL_CRON_JOB}={name}")
+
+    @staticmethod
+    def _list_again(leases: list[StoredLease], decided: plan.CronPlan) -> list[StoredLease]:
+        """The earlier runs' leases of a list made after this reconcile closed some.
+
+        A run of several completions makes its index leases itself, at any
+        time: one made after the first list was not closed. Its take-over
+        reads its run's own lease first (``IndexedActor._closed_with_run``);
+        this list comes after that lease's close. So an index lease made
+        before this list is closed here, and one made after it reads the
+        close before it can be claimed. (The Spin model's
+        ``index-list-before-close`` mutation is the first list alone.)
+        """
+        return [lease for lease in leases if plan.run_of(lease) != decided.run]
 
     def _commit_to(self, body: Body, decided: plan.CronPlan) -> Body:
         """Before closing earlier runs: one conditional status write on the version read.
@@ -365,8 +390,7 @@ class CronActor:
 
     def _prune_leases(self, namespace: str, name: str, runs: set[str]) -> None:
         """Delete the JobLeases of runs that are gone (:func:`plan.prune_candidates`)."""
-        leases = self._store.list_leases(namespace, label_selector=f"{names.LABEL_CRON_JOB}={name}")
-        for lease in plan.prune_candidates(leases, runs):
+        for lease in plan.prune_candidates(self._list_leases(namespace, name), runs):
             if self._holds.hold_window_left(lease) > 0:
                 # A replaced run's worker may still run: its lease (and its
                 # expiry clock) stays until its window has surely ended, so a
@@ -394,6 +418,12 @@ class CronActor:
     def _record(self, body: Body, events: Iterable[JobEvent]) -> None:
         for event in events:
             self._ctx.events.record(body, event.type, event.reason, event.message)
+
+
+def _closed_any(before: list[StoredLease], after: list[StoredLease]) -> bool:
+    """Whether a policy pass wrote any lease (its version moved)."""
+    was = {lease.name: lease.resource_version for lease in before}
+    return any(was.get(lease.name) != lease.resource_version for lease in after)
 
 
 def build_queue(actor: CronActor, gate: ActivityGate, retry_delay_seconds: float) -> WorkQueue:
