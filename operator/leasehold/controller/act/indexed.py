@@ -8,7 +8,10 @@ step through the same store writes and pod handling as a single-lease job
 take-over, suspend, resume, excuse) and writes the job's status. Each index lease is a fencing
 domain of its own, with the same guarantees as a job's lease: no
 ownerReference, a finalizer, its ``jobUID`` and ``baseFencingToken``
-(docs/indexed.md). An index lease that an earlier build named
+(docs/indexed.md). A cron job's run of several completions makes its
+index leases inside the token range its cron job reserved, read from the
+run's own lease (:meth:`IndexedActor._create_in_run`, docs/schedules.md).
+An index lease that an earlier build named
 ``<job>-<index>`` is stopped for good, and the index's lease is created at
 its token.
 
