@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Check the Promela models with Spin: the lifecycle protocol (model/lifecycle.pml),
 # a LeasedCronJob's runs in one fencing domain (model/schedules.pml; S_INDEXED:
-# a run of several completions, its index leases inside its range) and an
-# Indexed job's index lease beside a job of its old name (model/indexes.pml).
+# a run of several completions, its index leases inside its range), an
+# Indexed job's index lease beside a job of its old name (model/indexes.pml),
+# and a work-queue job's slot leases after its first success (model/workqueue.pml).
 #
 # Usage: model/check.sh [quick|deep|mutations]
 #   quick  bitstate search (a 2^26-bit table, 8 MB) of every scenario together, then
@@ -14,8 +15,8 @@
 #          D=4 TMAX=9), up to MODEL_MEMLIM_MB (default 6000) of memory each,
 #          then the mutations, each an exhaustive search at the same bounds
 #   mutations  only the seeded mutations, as in deep
-#   schedules  only schedules.pml and indexes.pml, as in deep
-# In every mode schedules.pml and indexes.pml are searched exhaustively
+#   schedules  only schedules.pml, indexes.pml and workqueue.pml, as in deep
+# In every mode schedules.pml, indexes.pml and workqueue.pml are searched exhaustively
 # (-DCOLLAPSE): one search per concurrency policy with its scenarios (quick:
 # the fast ones; deep: each at the bounds MODEL_SCHED_DEEP, default the
 # model's own, D=4 TMAX=9, two runs), then their mutations.
@@ -27,7 +28,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 mode="${1:-quick}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-cp "$here/lifecycle.pml" "$here/schedules.pml" "$here/indexes.pml" "$work/"
+cp "$here/lifecycle.pml" "$here/schedules.pml" "$here/indexes.pml" "$here/workqueue.pml" "$work/"
 cd "$work"
 all="-DS_RECREATE -DS_REPLACE -DS_FOREIGN -DS_HANDOVER -DS_SUSPEND -DS_EXCUSE"
 
@@ -159,6 +160,8 @@ mutations=(
   "index-list-before-close|-DS_REPLACE -DS_INDEXED -DBACKOFF=0 -DTMAX=4 -DLIST_BEFORE_CLOSE||schedules.pml"
   "stop-by-name-index|-DS_COLLIDE -DSTOP_BY_NAME_INDEX||indexes.pml"
   "suspend-by-name-index|-DS_COLLIDE -DS_SUSPEND -DSUSPEND_BY_NAME_INDEX||indexes.pml"
+  # workqueue.pml: invariant W (no claim on a slot once the job is done with it)
+  "wq-no-stop|-DNO_WQ_STOP||workqueue.pml"
 )
 
 # schedules.pml (a LeasedCronJob's runs) and indexes.pml: exhaustive in
@@ -188,6 +191,7 @@ if [[ "$mode" != mutations ]]; then
     "index-collide|-DS_COLLIDE|indexes.pml|"
     "index-suspend|-DS_SUSPEND|indexes.pml|"
     "index-collide-suspend|-DS_COLLIDE -DS_SUSPEND|indexes.pml|"
+    "workqueue||workqueue.pml|"
   )
   for m in "${correct_more[@]}"; do
     IFS='|' read -r name flags pml quick <<<"$m"

@@ -42,6 +42,12 @@ ENV_JOB_COMPLETION_INDEX: Final = "JOB_COMPLETION_INDEX"
 # Labels and annotations the operator puts on an attempt's pod.
 LABEL_JOB: Final = f"{GROUP}/job"
 LABEL_TOKEN: Final = f"{GROUP}/fencing-token"
+LABEL_CONTROLLER_UID: Final = f"{GROUP}/controller-uid"
+"""On every attempt pod: the UID of the LeasedJob incarnation that made it (its generated
+selector, ``status.selector``, is ``leasehold.dev/controller-uid=<uid>``)."""
+BATCH_LABEL_CONTROLLER_UID: Final = "batch.kubernetes.io/controller-uid"
+"""The same UID under batch/v1 Job's label (its generated selector's key), so tools that
+select a job's pods by it find an attempt's pods too."""
 LABEL_COMPLETION_INDEX: Final = f"{GROUP}/completion-index"
 """Indexed jobs: on each index's JobLease and pods, the index (decimal)."""
 ANNOTATION_COMPLETION_INDEX: Final = f"{GROUP}/completion-index"

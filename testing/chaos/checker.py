@@ -60,7 +60,11 @@ Invariants (each violation is reported with the records that show it):
    minutes>``: the schedule time orders runs) is above every token an earlier
    run was granted. A run's granted tokens: those its lease showed held or
    completed, or above its ``baseFencingToken``, and those its workers wrote,
-   completed or pull-claimed under.
+   completed or pull-claimed under;
+8. a work-queue job (``job-created`` with ``workload: work-queue``) that
+   ends ``Succeeded`` has at least one slot lease (``jobName`` the job's)
+   whose watch showed a ``Succeeded`` completion: batch/v1's work queue
+   succeeds on its first success, never without one.
 
 Each lease (a plain job's, an index's, a cron run's) is its own fencing
 domain for 1 and 2; the runs of a cron job share theirs (7) and one target
@@ -116,11 +120,12 @@ INVARIANTS = (
     "cron-runs-one-at-a-time",
     "replaced-run-stops-before-next",
     "cron-run-tokens-ordered",
+    "work-queue-success-completed",
 )
 
 
 def check(history: list[dict[str, Any]]) -> Report:
-    """Check a history against the seven invariants.
+    """Check a history against the invariants.
 
     Args:
         history: the records, in the order they were recorded (``t`` is
@@ -145,7 +150,29 @@ def check(history: list[dict[str, Any]]) -> Report:
     _check_jobs(history, report)
     _check_deadlines(history, report)
     _check_cron_runs(history, report)
+    _check_work_queues(history, report)
     return report
+
+
+def _check_work_queues(history: list[dict[str, Any]], report: Report) -> None:
+    """Invariant 8: a work queue that succeeded had a slot whose Succeeded completion was seen."""
+    queues = {
+        str(r["job"])
+        for r in history
+        if r.get("kind") == "job-created" and r.get("workload") == "work-queue"
+    }
+    completed = {
+        str(r.get("job_name"))
+        for r in history
+        if r.get("kind") == "observed" and (r.get("completion") or {}).get("outcome") == "Succeeded"
+    }
+    for record in history:
+        job = str(record.get("job"))
+        ended = record.get("kind") == "job_end" and record.get("phase") == "Succeeded"
+        if ended and job in queues and job not in completed:
+            report.violations["work-queue-success-completed"].append(
+                f"{job}: a work queue ended Succeeded without a slot's Succeeded completion"
+            )
 
 
 def _check_claims_and_completions(history: list[dict[str, Any]], report: Report) -> None:

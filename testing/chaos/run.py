@@ -115,6 +115,7 @@ SUSPEND_SHARE: dict[str, float] = {
     "suspend": 1.0,
     "indexed": 0.5,
     "indexed-success": 0.5,
+    "work-queue": 0.5,
     "cron-run": 0.34,
 }
 """The share of each workload kind the suspender suspends once while it runs."""
@@ -137,7 +138,7 @@ class Run:
         self.prefix = ""
         """What the names of the run's jobs and cron jobs start with."""
         self.kinds: dict[str, str] = {}
-        """The workload of each job this run created (``plain``, ``suspend``, ``indexed``)."""
+        """The workload of each job this run created (``plain``, ``suspend``, ``indexed``, ...)."""
         self.crons: dict[str, str] = {}
         """The run's LeasedCronJobs and their concurrencyPolicy."""
         self.last_phases: dict[str, dict[str, Any]] = {}
@@ -287,6 +288,8 @@ class Run:
             spec.update(completions=3, parallelism=2, completionMode="Indexed")
         if kind == "indexed-success":  # done at 2 of 3: the index still running is stopped
             spec.update(successPolicy={"rules": [{"succeededCount": 2}]})
+        if kind == "work-queue":  # batch/v1's: 3 slots; the first success stops the idle ones
+            spec.update(parallelism=3)
         if kind == "indexed-cron":  # a cron job's runs of two completions, both at once
             spec.update(completions=2, parallelism=2, completionMode="Indexed")
         return spec
@@ -306,11 +309,13 @@ class Run:
         )
 
     def create_job(self, index: int) -> None:
-        """Create one LeasedJob (plain, suspended once, Indexed) whose pods run the worker."""
+        """Create one LeasedJob (plain, suspended once, Indexed, work queue) running the worker."""
         name = f"{self.prefix}job-{index:03d}"
         kind = self.rng.choice(["plain", "plain", "suspend", "indexed"])
         if kind == "indexed" and index % 2:  # half the Indexed jobs: a successPolicy
             kind = "indexed-success"
+        if kind == "plain" and index % 3 == 2:  # a third of the plain ones: a work queue
+            kind = "work-queue"  # (the same choices from the seed: scenarios replay)
         body = {
             "apiVersion": "leasehold.dev/v1alpha1",
             "kind": "LeasedJob",

@@ -1,8 +1,8 @@
-"""The Promela models (lifecycle, schedules, indexes), checked by Spin (bounded run).
+"""The Promela models (lifecycle, schedules, indexes, work queue), checked by Spin (bounded run).
 
 Runs ``model/check.sh quick``: a bitstate search of the lifecycle model with
-every scenario on, and the exhaustive searches of the schedules and indexes
-models that end in seconds, must find no error, and the seeded protocol
+every scenario on, and the exhaustive searches of the schedules, indexes and
+work-queue models that end in seconds, must find no error, and the seeded protocol
 bugs whose counterexample Spin finds within seconds must be caught, each
 with a trail Spin replays. ``make model-check`` runs the exhaustive search and every
 mutation (the figures are in bench/model-check.md; the exhaustive searches,
@@ -33,7 +33,7 @@ MUTATIONS = (
     "excuse-twice",
     "no-hold-wait-recreate",
     "no-hold-wait-suspend",
-    # model/schedules.pml and model/indexes.pml
+    # model/schedules.pml, model/indexes.pml and model/workqueue.pml
     "failed-retry-final",
     "failed-retry-final-replace",
     "closed-excuse",
@@ -44,9 +44,18 @@ MUTATIONS = (
     "forbid-no-hold-wait",
     "replace-no-hold-wait",
     "stop-by-name-index",
+    "wq-no-stop",
 )
 """The mutations caught within seconds; ``make model-check`` runs every one."""
-CORRECT = ("correct", "sched-forbid", "sched-replace", "sched-allow", "index", "index-collide")
+CORRECT = (
+    "correct",
+    "sched-forbid",
+    "sched-replace",
+    "sched-allow",
+    "index",
+    "index-collide",
+    "workqueue",
+)
 """The searches of the correct models in the quick mode."""
 
 

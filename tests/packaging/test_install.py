@@ -92,6 +92,10 @@ def test_the_sdk_and_run_work_without_the_operator_extra(core_venv: Path, tmp_pa
     assert helped.returncode == 0, helped.stderr
     assert "usage: leasehold run" in helped.stdout
 
+    plugin = _run([core_venv / "kubectl-leasehold", "--help"], tmp_path)  # the kubectl plugin
+    assert plugin.returncode == 0, plugin.stderr
+    assert "usage: kubectl leasehold" in plugin.stdout
+
     for framework in ("kopf", "prometheus_client", "pydantic_settings"):
         absent = _run([core_venv / "python", "-c", f"import {framework}"], tmp_path)
         assert absent.returncode == 1

@@ -103,6 +103,17 @@ def test_a_job_whose_last_attempt_never_started_is_not_lost() -> None:
     assert check([*CLEAN, unexplained]).violations["no-job-lost"]
 
 
+def test_a_work_queue_succeeds_on_one_slots_completion() -> None:
+    created = {"kind": "job-created", "job": "ns/q", "workload": "work-queue"}
+    slot = {**observed("ns/q.1", None, 1, done(1, "q-1-1")), "job_name": "ns/q"}
+    ended = {"kind": "job_end", "job": "ns/q", "phase": "Succeeded", "reason": None}
+    assert check([*CLEAN, created, slot, ended]).ok
+    lost = check([*CLEAN, created, {**slot, "completion": None}, ended])
+    assert lost.violations["work-queue-success-completed"] == [
+        "ns/q: a work queue ended Succeeded without a slot's Succeeded completion"
+    ]
+
+
 def with_(extra: list[dict[str, Any]], drop: int | None = None) -> list[dict[str, Any]]:
     base = [r for i, r in enumerate(CLEAN) if i != drop]
     return base + extra

@@ -35,6 +35,7 @@ from leasehold.controller.act.holds import HoldWaits, last_reclaim_reason
 from leasehold.controller.act.status import (
     report_index_lease_names_taken,
     with_pod_counts,
+    with_selector,
     write_status,
 )
 from leasehold.controller.plan import indexed, replacement
@@ -246,7 +247,7 @@ class IndexedActor:
             requeue = after if requeue is None else min(requeue, after)
         if taken:  # never silent: the job cannot finish while an index cannot start
             status = report_index_lease_names_taken(self._ctx, job, body, status, taken)
-        status = with_pod_counts(self._ctx, job, status)
+        status = with_pod_counts(self._ctx, job, with_selector(job, status))
         write_status(self._ctx, namespace, name, body, status)
         return Plan(Action.NONE, status, requeue_after_seconds=requeue)
 
@@ -399,6 +400,13 @@ class IndexedActor:
                 stopped = self._ctx.store.stop(lease)
                 if isinstance(stopped, Accepted):
                     self._ctx.wrote_lease(stopped.lease)
+                    log.info(
+                        "%s/%s: index lease %s stopped at fencing token %d (no claim past it)",
+                        namespace,
+                        job_name,
+                        lease.name,
+                        stopped.lease.record.fencing_token,
+                    )
                     self._attempts.delete_index_pods(namespace, job_name, step.index, None)
                     return _Done(None)
                 lease = stopped.lease

@@ -36,6 +36,7 @@ from leasehold.controller.act.status import (
     report_invalid,
     report_lease_name_taken,
     with_pod_counts,
+    with_selector,
     write_status,
 )
 from leasehold.controller.engines.deadline import JobClocks
@@ -214,7 +215,8 @@ class JobActor:
         )
         for event in planned.events:
             self._ctx.events.record(body, event.type, event.reason, event.message)
-        planned = replace(planned, status=with_pod_counts(self._ctx, job, planned.status))
+        counted = with_pod_counts(self._ctx, job, with_selector(job, planned.status))
+        planned = replace(planned, status=counted)
         written = write_status(self._ctx, namespace, name, body, planned.status)
         plan = self._finisher.after(job, body, planned, server_now)
         if not written and server_now is None:

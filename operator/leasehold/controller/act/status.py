@@ -22,6 +22,7 @@ from leasehold.controller.act.attempts import ns_name
 from leasehold.controller.act.context import Context
 from leasehold.controller.kube.objects import Refused
 from leasehold.controller.plan.conditions import set_condition, with_conditions
+from leasehold.controller.plan.pod import pod_selector
 from leasehold.lease import api
 from leasehold.lease.api import LeasedJob, LeasedJobStatus
 from leasehold.lease.store import StoredLease
@@ -99,6 +100,23 @@ def with_pod_counts(ctx: Context, job: LeasedJob, status: LeasedJobStatus) -> Le
     if counts is None:
         return status
     return status.model_copy(update={"ready": counts.ready, "terminating": counts.terminating})
+
+
+def with_selector(job: LeasedJob, status: LeasedJobStatus) -> LeasedJobStatus:
+    """``status`` with ``selector``: the job's pods as text (:func:`pod_selector`).
+
+    What the scale subresource reads (``labelSelectorPath: .status.selector``),
+    as batch/v1's ``spec.selector``; written with every status write, pull
+    mode too (it selects no pod there).
+
+    Args:
+        job: the job (its UID, ``manualSelector`` and ``selector``).
+        status: the status planned.
+
+    Returns:
+        ``status`` with ``selector`` set.
+    """
+    return status.model_copy(update={"selector": pod_selector(job)})
 
 
 def report_invalid(ctx: Context, body: dict[str, Any], exc: ValidationError) -> None:

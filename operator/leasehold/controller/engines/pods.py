@@ -55,6 +55,10 @@ class PodMemory:
     def observe(self, pod: Mapping[str, Any], *, gone: bool = False) -> bool:
         """Remember a pod's state (from a watch event's body).
 
+        A pod no LeasedJob controls is ignored: only the operator's own
+        attempt pods are ever judged or counted (no adoption, whatever the
+        labels or a manual selector say).
+
         Args:
             pod: the pod as the API serves it.
             gone: the event is the pod's deletion (it no longer exists).
@@ -73,6 +77,11 @@ class PodMemory:
         if parsed is None or not job:
             return False
         token, facts = parsed
+        if facts.owner_uid is None:
+            # No LeasedJob controls it: made by hand (or orphaned), never an attempt.
+            # Its job and token labels may copy a real attempt pod's, whose facts
+            # it must not replace (a manual selector matches such pods too).
+            return False
         if gone:
             facts = facts._replace(gone=True)
         raw = str(labels.get(names.LABEL_COMPLETION_INDEX, ""))

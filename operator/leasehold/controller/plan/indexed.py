@@ -24,6 +24,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Final
 
 from leasehold.controller.plan import replacement, suspension, terminal
 from leasehold.controller.plan import single as reconcile
@@ -32,9 +33,19 @@ from leasehold.controller.plan.failure_policy import POD_FAILURE_POLICY
 from leasehold.controller.plan.single import Action, JobEvent, Plan, PodFacts
 from leasehold.controller.plan.success_policy import SUCCESS_POLICY, matched_rule
 from leasehold.lease import indexes as index_sets
-from leasehold.lease.api import CompletionMode, ConditionStatus, LeasedJob, LeasedJobStatus, Phase
+from leasehold.lease.api import (
+    MAX_COMPLETIONS,
+    CompletionMode,
+    ConditionStatus,
+    LeasedJob,
+    LeasedJobStatus,
+    Phase,
+)
 from leasehold.lease.indexes import index_hostname, index_lease_name
 from leasehold.lease.protocol import LeaseRecord, Outcome
+
+SLOTS_STOPPED: Final = "SlotsStopped"
+"""The Event reason when a work queue stops its slots not held after its first success."""
 
 
 class IndexState(enum.StrEnum):
@@ -91,9 +102,63 @@ def is_multi(job: LeasedJob) -> bool:
         job: the LeasedJob.
 
     Returns:
-        ``True`` for ``completionMode: Indexed`` or ``completions`` above 1.
+        ``True`` for ``completionMode: Indexed``, ``completions`` above 1, or
+        the work-queue form (:func:`is_work_queue`).
     """
-    return job.spec.completion_mode == CompletionMode.INDEXED or (job.spec.completions or 1) > 1
+    spec = job.spec
+    return (
+        spec.completion_mode == CompletionMode.INDEXED
+        or (spec.completions or 1) > 1
+        or is_work_queue(job)
+    )
+
+
+def is_work_queue(job: LeasedJob) -> bool:
+    """Whether the job is batch/v1's work queue: ``completions`` unset, ``parallelism`` above 1.
+
+    Each of its ``parallelism`` worker slots is an index lease (``<job>.<slot>``,
+    its own fencing domain); the first slot that succeeds ends the job once
+    no slot is held (pkg/controller/job/job_controller.go: ``Completions ==
+    nil``, ``wantActive``, ``complete = succeeded > 0 && active == 0``). The
+    form is fixed at creation (the CRD refuses a ``parallelism`` edit that
+    would move a job between one lease and slots). A job that an earlier
+    operator already ran on one lease (``status.leaseName`` set) stays on it.
+
+    Args:
+        job: the LeasedJob.
+
+    Returns:
+        ``True`` for a NonIndexed job without ``completions`` whose
+        ``parallelism`` is above 1 and that holds no single lease.
+    """
+    spec = job.spec
+    return (
+        spec.completions is None
+        and spec.completion_mode == CompletionMode.NON_INDEXED
+        and (spec.parallelism or 1) > 1
+        and (job.status is None or job.status.lease_name is None)
+    )
+
+
+def indexes(job: LeasedJob, leases: Mapping[int, LeaseRecord]) -> range:
+    """The indexes the job plans: ``0..completions-1``, or a work queue's slots.
+
+    A work queue has ``parallelism`` slots, and keeps planning the slots a
+    higher ``parallelism`` made before it was lowered (their held leases run
+    on; the others claim only into a free slot), never more than
+    ``parallelism`` can be (a lease made by hand under a higher slot's name
+    cannot make the planner walk further).
+
+    Args:
+        job: the LeasedJob.
+        leases: the index leases that exist, by index.
+
+    Returns:
+        The range of indexes to plan, lowest first.
+    """
+    if is_work_queue(job):
+        return range(min(max(parallelism(job), max(leases, default=-1) + 1), MAX_COMPLETIONS))
+    return range(completions(job))
 
 
 def completions(job: LeasedJob) -> int:
@@ -339,6 +404,7 @@ def plan_indexed(
     if end is not None:
         return _stop_unfinished(job, leases, status, survey, end, events, now=now, generation=gen)
     steps, requeue = _steps(job, leases, survey, status)
+    events.extend(_wind_down_events(job, survey, steps))
     status = _progress(job, status, survey, steps, now=now, generation=gen)
     flip = suspension.transition(job.status, status)
     if flip is not None:
@@ -400,7 +466,7 @@ def _survey(
     states: dict[int, IndexState] = {}
     failures = 0
     attempts = 0
-    for index in range(completions(job)):
+    for index in indexes(job, leases):
         lease = leases.get(index)
         if lease is None:
             if index in known_done:
@@ -420,6 +486,8 @@ def _survey(
         if lease.job_uid == uid:
             failures += plan.status.failed or 0
             attempts += lease.fencing_token - lease.base_fencing_token
+    if is_work_queue(job) and IndexState.SUCCEEDED in states.values():
+        _wound_down(leases, states)
     return _Survey(
         plans,
         states,
@@ -435,6 +503,25 @@ def _survey(
             and (message := _failed_by(p, POD_FAILURE_POLICY)) is not None
         },
     )
+
+
+def _wound_down(leases: Mapping[int, LeaseRecord], states: dict[int, IndexState]) -> None:
+    """A work queue after its first success: a slot stopped then is idle, not failed.
+
+    Its lease was stopped (:func:`_wind_down`) so that no claim lands on it
+    after the job's success; its single-lease plan reads the lowered cap as
+    attempts used up, which is no failure of the job. ``states`` is updated
+    in place (``FAILED`` to ``PENDING`` for such a slot).
+    """
+    for index, state in states.items():
+        lease = leases.get(index)
+        if (
+            state is IndexState.FAILED
+            and lease is not None
+            and lease.completion is None
+            and reconcile.stopped(lease)
+        ):
+            states[index] = IndexState.PENDING
 
 
 def _failed_by(plan: Plan, reason: str) -> str | None:
@@ -460,7 +547,7 @@ def _count(job: LeasedJob, status: LeasedJobStatus, survey: _Survey) -> None:
     status.active = len(survey.active)
     status.failed = survey.failures
     status.attempts = survey.attempts
-    status.completion_progress = f"{len(done)}/{completions(job)}"
+    status.completion_progress = None if is_work_queue(job) else f"{len(done)}/{completions(job)}"
     status.lease_name = None
     status.holder_identity = None
     status.fencing_token = None
@@ -568,6 +655,8 @@ def _steps(
     (``NONE``) is kept when it has a backoff to remember, or a held push
     lease (to learn when its pod is bound).
     """
+    if is_work_queue(job) and survey.done:
+        return _wind_down(job, leases, survey)
     pull = job.spec.template is None
     name = str(job.metadata.get("name", ""))
     plans, states = survey.plans, survey.states
@@ -578,7 +667,7 @@ def _steps(
         open_slots = parallelism(job) - sum(
             1 for i in plans if states[i] in (IndexState.ACTIVE, IndexState.PENDING)
         )
-    for index in range(completions(job)):
+    for index in indexes(job, leases):
         found = plans.get(index)
         if found is None:
             if index in states:
@@ -622,6 +711,77 @@ def _steps(
     return steps, requeue
 
 
+def _wind_down(
+    job: LeasedJob, leases: Mapping[int, LeaseRecord], survey: _Survey
+) -> tuple[list[IndexStep], float | None]:
+    """The steps of a work queue after its first success: no attempt starts anywhere.
+
+    batch/v1 creates no pod once one succeeded and lets the running ones
+    finish (``wantActive = active``, pkg/controller/job/job_controller.go).
+    Here a held slot runs on (its plan is kept: binding its pod in push
+    mode, a suspension, a stop it owes), but one whose pod was never created is
+    stopped rather than started; every slot of this job that is not held
+    and could still be claimed (no completion, not stopped) is stopped at
+    the store, so neither the operator nor a pool can claim it any more. A
+    slot with a Failed completion is not retried (that lease takes no
+    claim until reopened).
+
+    Returns:
+        The steps, and the soonest requeue the held slots' plans ask.
+    """
+    uid = job.metadata.get("uid")
+    name = str(job.metadata.get("name", ""))
+    steps: list[IndexStep] = []
+    requeue: float | None = None
+    for index, plan in sorted(survey.plans.items()):
+        lease = leases[index]
+        if lease.job_uid != uid:
+            continue
+        if index in survey.active:
+            if plan.action is Action.START_POD:
+                plan = replace_action(plan, Action.STOP)
+            if plan.action is not Action.NONE or job.spec.template is not None:  # bound yet?
+                steps.append(IndexStep(index, index_lease_name(name, index), plan))
+            if plan.requeue_after_seconds is not None:
+                after = plan.requeue_after_seconds
+                requeue = after if requeue is None else min(requeue, after)
+        elif reconcile.owes_stop(lease):
+            steps.append(
+                IndexStep(index, index_lease_name(name, index), replace_action(plan, Action.STOP))
+            )
+    return steps, requeue
+
+
+def _wind_down_events(job: LeasedJob, survey: _Survey, steps: list[IndexStep]) -> list[JobEvent]:
+    """The Event of a work queue's stops after its first success (``SlotsStopped``).
+
+    Told for each reconcile that stops slot leases (one, unless a stop lost
+    a race with a claim or a renewal and is made again).
+
+    Args:
+        job: the LeasedJob.
+        survey: where each slot is.
+        steps: the steps planned.
+
+    Returns:
+        The Event, or none.
+    """
+    stops = sorted(s.index for s in steps if s.plan.action is Action.STOP)
+    if not is_work_queue(job) or not survey.done or not stops:
+        return []
+    held = len(survey.active - set(stops))
+    return [
+        JobEvent(
+            "Normal",
+            SLOTS_STOPPED,
+            f"Slot(s) {index_sets.compress(survey.done)} succeeded: no attempt starts any more"
+            " (a work queue ends at its first success); stopping the slot leases not held"
+            f" ({index_sets.compress(stops)}), so no claim lands on them; {held} held slot(s)"
+            " run on.",
+        )
+    ]
+
+
 def _progress(
     job: LeasedJob,
     status: LeasedJobStatus,
@@ -646,6 +806,13 @@ def _progress(
         f"{len(active)} of parallelism={parallelism(job)} indexes held; {len(done)} of"
         f" {completions(job)} succeeded" + (f", {len(failed)} failed" if failed else "") + "."
     )
+    if is_work_queue(job):
+        message = (
+            f"{len(active)} of parallelism={parallelism(job)} worker slots held;"
+            f" {len(done)} succeeded"
+            + (f", {len(failed)} failed" if failed else "")
+            + (": no slot starts again (a work queue ends at its first success)." if done else ".")
+        )
     conditions = list(status.conditions or [])
     for type_, cstatus, reason in (
         ("Ready", true, "Running" if running else "Waiting"),
@@ -788,6 +955,8 @@ def _end(
                 + "; the unfinished indexes were stopped."
             ),
         )
+    if is_work_queue(job):
+        return _work_queue_end(survey)
     matched = matched_rule(job, done)
     if matched is not None:
         return (
@@ -805,6 +974,28 @@ def _end(
             (f"Every index ran; {len(failed)} of {total} failed ({ranges})."),
         )
     return Outcome.SUCCEEDED, "Completed", f"All {total} indexes succeeded."
+
+
+def _work_queue_end(survey: _Survey) -> tuple[Outcome, str, str] | None:
+    """Whether a work queue succeeded: a slot succeeded and none is held any more.
+
+    batch/v1's ``complete = succeeded > 0 && active == 0`` for ``completions``
+    unset (pkg/controller/job/job_controller.go), judged after the failure
+    checks of :func:`_end`, as there.
+
+    Returns:
+        ``(SUCCEEDED, "Completed", message)``, else ``None``.
+    """
+    done = survey.done
+    if not done or survey.active:
+        return None
+    return (
+        Outcome.SUCCEEDED,
+        "Completed",
+        f"{len(done)} worker slot(s) succeeded ({index_sets.compress(done)}) and no slot is"
+        " held any more: a work queue (completions unset) ends at its first success once its"
+        " running slots finished; the slots not held then were stopped.",
+    )
 
 
 def _finish(

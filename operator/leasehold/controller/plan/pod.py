@@ -58,6 +58,27 @@ def pod_name(job_name: str, token: int) -> str:
     return job_name[: MAX_POD_NAME - len(suffix)] + suffix
 
 
+def pod_selector(job: LeasedJob) -> str:
+    """The job's pods as a label selector in text form: what ``status.selector`` says.
+
+    As batch/v1's ``generateSelector`` (``pkg/registry/batch/job/strategy.go``):
+    without ``manualSelector: true`` the selector is generated from the job's UID
+    (``leasehold.dev/controller-uid=<uid>``, a label every attempt pod gets);
+    with it, the user's ``spec.selector``. Which pods count as the job's is never
+    decided by the selector: only the pods this incarnation controls are.
+
+    Args:
+        job: the LeasedJob (its ``metadata.uid`` and selector fields).
+
+    Returns:
+        The selector, e.g. ``leasehold.dev/controller-uid=6f1c...`` or
+        ``app=etl,tier in (batch)``.
+    """
+    if job.spec.manual_selector and job.spec.selector is not None:
+        return job.spec.selector.to_string()
+    return f"{names.LABEL_CONTROLLER_UID}={job.metadata.get('uid', '')}"
+
+
 def build_pod(
     job: LeasedJob,
     *,
@@ -74,7 +95,10 @@ def build_pod(
     The fencing token and the lease coordinates are injected into every
     container's env and onto the pod as annotations (for the downward API);
     the pod is owned by the job (garbage-collected with it) and labelled with
-    the job and token so stale attempts can be found.
+    the job and token so stale attempts can be found, and with the job's UID
+    (``leasehold.dev/controller-uid``, and batch/v1's
+    ``batch.kubernetes.io/controller-uid``), which the generated selector
+    (:func:`pod_selector`) selects.
 
     Args:
         job: the LeasedJob; must have ``spec.template``.
@@ -108,6 +132,8 @@ def build_pod(
     meta = template.metadata or api.PodTemplateMetadata()
     lease = lease_name(job_name) if index is None else index_lease_name(job_name, index)
     labels, annotations = _marks(meta, job_name, lease, holder, token, index)
+    labels[names.LABEL_CONTROLLER_UID] = owner_uid
+    labels[names.BATCH_LABEL_CONTROLLER_UID] = owner_uid
     if index is not None and index_failures is not None:
         counted, excused = index_failures
         annotations[names.BATCH_ANNOTATION_INDEX_FAILURE_COUNT] = str(counted)

@@ -85,6 +85,8 @@ from leasehold.lease.api.leasedjob import (
     ExitCodeOperator,
     FailureAction,
     FailureRule,
+    LabelSelector,
+    LabelSelectorRequirement,
     LeasedJob,
     LeasedJobSpec,
     LeasedJobStatus,
@@ -95,6 +97,7 @@ from leasehold.lease.api.leasedjob import (
     PodReplacementPolicy,
     PodRetention,
     PodTemplate,
+    SelectorOperator,
 )
 
 __all__ = [
@@ -140,6 +143,8 @@ __all__ = [
     "JobLease",
     "JobLeaseSpec",
     "JobLeaseStatus",
+    "LabelSelector",
+    "LabelSelectorRequirement",
     "LeaseMode",
     "LeasedCronJob",
     "LeasedCronJobSpec",
@@ -161,4 +166,5 @@ __all__ = [
     "PodTemplate",
     "PodTemplateMetadata",
     "RunReference",
+    "SelectorOperator",
 ]

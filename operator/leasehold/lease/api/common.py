@@ -26,6 +26,8 @@ MAX_LEASE_DURATION_SECONDS: Final = 3600
 MAX_ATTEMPTS: Final = 100
 MAX_BACKOFF_LIMIT: Final = 100
 MAX_STARTUP_DEADLINE_SECONDS: Final = 24 * 3600
+MAX_LABEL_VALUE_LENGTH: Final = 63
+"""A label value's longest (apimachinery ``IsValidLabelValue``)."""
 MAX_PRIORITY: Final = 1_000_000
 """``spec.priority`` lies within plus or minus this."""
 
@@ -127,5 +129,9 @@ class CompletionRecord(ApiModel):
 class PodTemplateMetadata(ApiModel):
     """Labels and annotations copied onto each attempt's pod."""
 
-    labels: dict[str, str] | None = None
+    labels: dict[str, Annotated[str, Field(max_length=MAX_LABEL_VALUE_LENGTH)]] | None = Field(
+        default=None,
+        description="Labels; each value at most 63 characters, as the API server allows on"
+        " any object (the bound also lets the selector's CEL rule be costed).",
+    )
     annotations: dict[str, str] | None = None

@@ -4,8 +4,8 @@ Why this module exists: the models in :mod:`leasehold.lease.api` (one module per
 kind) are the single source of truth. This module turns their JSON schema into a *structural*
 OpenAPI v3 schema that the API server accepts (``$ref`` inlined, optional
 fields as plain properties, no ``title``), adds the Kubernetes parts a JSON
-schema cannot say (status subresource, printer columns, short names,
-categories), and writes ``deploy/crds/*.yaml``. ``make crds`` runs it; a test
+schema cannot say (status and scale subresources, printer columns, short
+names, categories), and writes ``deploy/crds/*.yaml``. ``make crds`` runs it; a test
 fails when the checked-in YAML is stale.
 
 Reference: Kubernetes docs, "Extend the Kubernetes API with
@@ -87,6 +87,7 @@ def _crd(
     description: str,
     columns: list[dict[str, Any]],
     rules: list[dict[str, Any]] | None = None,
+    scale: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     spec_schema = structural_schema(spec_model)
     spec_schema["description"] = spec_model.__doc__.strip() if spec_model.__doc__ else ""
@@ -115,7 +116,7 @@ def _crd(
                     "name": names.VERSION,
                     "served": True,
                     "storage": True,
-                    "subresources": {"status": {}},
+                    "subresources": {"status": {}, **({"scale": scale} if scale else {})},
                     "additionalPrinterColumns": columns,
                     "schema": {
                         "openAPIV3Schema": {
@@ -185,6 +186,13 @@ def leased_job_crd() -> dict[str, Any]:
         short_names=["ljob", "ljobs"],
         spec_model=leasedjob.LeasedJobSpec,
         status_model=leasedjob.LeasedJobStatus,
+        # batch/v1 Job has no /scale; this one lets kubectl scale --replicas=N set
+        # spec.parallelism (status.active: the indexes held; status.selector: its pods).
+        scale={
+            "specReplicasPath": ".spec.parallelism",
+            "statusReplicasPath": ".status.active",
+            "labelSelectorPath": ".status.selector",
+        },
         rules=[
             {
                 "rule": f"size(self.metadata.name) <= {leasedjob.MAX_JOB_NAME_LENGTH}",

@@ -59,6 +59,15 @@ def _template_rules(schema: JsonDict) -> None:
     schema.pop("x-kubernetes-validations", None)
     kept = [dict(rule) for rule in rules if "oldSelf" not in rule["rule"]]
     kept.append(
+        {  # a work queue's runs: not built (each run would be a work queue's slots)
+            "rule": "has(self.completions) || !has(self.parallelism) || self.parallelism == 1",
+            "message": "spec.jobTemplate.spec.completions: a LeasedCronJob's runs may not be"
+            " work queues (parallelism above 1 without completions is not supported yet)",
+            "fieldPath": ".completions",
+            "reason": "FieldValueForbidden",
+        }
+    )
+    kept.append(
         {  # the cron job makes each run's lease: its runs are this operator's
             "rule": f"!has(self.managedBy) || self.managedBy == '{names.MANAGED_BY_LEASEHOLD}'",
             "message": "spec.jobTemplate.spec.managedBy: a LeasedCronJob's runs are managed by"
@@ -66,6 +75,24 @@ def _template_rules(schema: JsonDict) -> None:
             " token range)",
             "fieldPath": ".managedBy",
             "reason": "FieldValueForbidden",
+        }
+    )
+    kept.append(
+        {  # batch/v1 ValidateJobTemplateSpec: each run's selector is generated
+            "rule": "!has(self.selector)",
+            "message": "spec.jobTemplate.spec.selector: `selector` will be auto-generated (each"
+            " run's pods are selected by leasehold.dev/controller-uid=<the run's uid>)",
+            "fieldPath": ".selector",
+            "reason": "FieldValueInvalid",
+        }
+    )
+    kept.append(
+        {
+            "rule": "!has(self.manualSelector) || !self.manualSelector",
+            "message": "spec.jobTemplate.spec.manualSelector: Unsupported value: true:"
+            " supported values: unset, false (as batch/v1 CronJob's jobTemplate)",
+            "fieldPath": ".manualSelector",
+            "reason": "FieldValueInvalid",
         }
     )
     schema["x-kubernetes-validations"] = cast("Any", kept)

@@ -20,6 +20,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from leasehold.lease.api.common import (
     MAX_ATTEMPTS,
     MAX_BACKOFF_LIMIT,
+    MAX_LABEL_VALUE_LENGTH,
     MAX_LEASE_DURATION_SECONDS,
     MAX_PRIORITY,
     MAX_STARTUP_DEADLINE_SECONDS,
@@ -132,7 +133,23 @@ class PodTemplate(ApiModel):
     )
 
 
-_JOB_RULES: Final[list[dict[str, str]]] = [
+_TEMPLATE_LABELS: Final = "self.?template.?metadata.?labels.orValue({})"
+_SELECTED: Final = (
+    f"(has(e.values) && e.key in {_TEMPLATE_LABELS} && {_TEMPLATE_LABELS}[e.key] in e.values)"
+)
+_SELECTOR_MATCHES_TEMPLATE: Final = (
+    "!has(self.selector) || ("
+    "(!has(self.selector.matchLabels) || self.selector.matchLabels.all(k,"
+    f" k in {_TEMPLATE_LABELS} && {_TEMPLATE_LABELS}[k] == self.selector.matchLabels[k]))"
+    " && (!has(self.selector.matchExpressions) || self.selector.matchExpressions.all(e,"
+    f" e.operator == 'In' ? {_SELECTED} : e.operator == 'NotIn' ? !{_SELECTED}"
+    f" : e.operator == 'Exists' ? e.key in {_TEMPLATE_LABELS}"
+    f" : !(e.key in {_TEMPLATE_LABELS}))))"
+)
+"""CEL: the selector selects the template's labels (``LabelSelectorAsSelector(...).Matches``,
+as batch/v1's ``ValidateJobSpec``, ``pkg/apis/batch/validation/validation.go``)."""
+
+_JOB_RULES: Final[list[dict[str, Any]]] = [
     {
         "rule": "self.leaseDurationSeconds == oldSelf.leaseDurationSeconds",
         "message": "spec.leaseDurationSeconds is immutable: the JobLease and every worker time"
@@ -182,6 +199,16 @@ _JOB_RULES: Final[list[dict[str, str]]] = [
         "message": "spec.completions is immutable: each index is a JobLease of its own"
         " (create a new LeasedJob)",
         "fieldPath": ".completions",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": "has(self.completions)"
+        " || (has(self.parallelism) && self.parallelism > 1)"
+        " == (has(oldSelf.parallelism) && oldSelf.parallelism > 1)",
+        "message": "spec.parallelism: a job without spec.completions keeps its form: one lease"
+        " (parallelism 1) or a work queue of worker slots, each a JobLease of its own"
+        " (parallelism above 1); it may change within that form (create a new LeasedJob)",
+        "fieldPath": ".parallelism",
         "reason": "FieldValueForbidden",
     },
     {
@@ -278,6 +305,43 @@ _JOB_RULES: Final[list[dict[str, str]]] = [
         "message": "spec.managedBy must be a domain-prefixed path, e.g."
         " leasehold.dev/leasedjob-controller or kueue.x-k8s.io/multikueue",
         "fieldPath": ".managedBy",
+        "reason": "FieldValueInvalid",
+    },
+    {
+        "rule": "has(self.selector) == has(oldSelf.selector)"
+        " && (!has(self.selector) || self.selector == oldSelf.selector)",
+        "message": "spec.selector is immutable (as batch/v1 Job's): it says which pods are"
+        " the job's (create a new LeasedJob)",
+        "fieldPath": ".selector",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": "(has(self.manualSelector) && self.manualSelector)"
+        " == (has(oldSelf.manualSelector) && oldSelf.manualSelector)",
+        "message": "spec.manualSelector is immutable: it decides whether spec.selector is the"
+        " user's or generated (create a new LeasedJob)",
+        "fieldPath": ".manualSelector",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": "!has(self.selector) || (has(self.manualSelector) && self.manualSelector)",
+        "message": "spec.selector: `selector` not auto-generated: without spec.manualSelector:"
+        " true the operator generates the selector (leasehold.dev/controller-uid=<uid>, in"
+        " status.selector); set manualSelector: true to choose the pods' labels",
+        "fieldPath": ".selector",
+        "reason": "FieldValueInvalid",
+    },
+    {
+        "rule": "!has(self.manualSelector) || !self.manualSelector || has(self.selector)",
+        "message": "spec.selector is required when spec.manualSelector is true",
+        "fieldPath": ".selector",
+        "reason": "FieldValueRequired",
+    },
+    {
+        "rule": _SELECTOR_MATCHES_TEMPLATE,
+        "message": "spec.template.metadata.labels: `selector` does not match template `labels`:"
+        " spec.selector must select the pods spec.template makes",
+        "fieldPath": ".selector",
         "reason": "FieldValueInvalid",
     },
     {
@@ -560,6 +624,151 @@ class SuccessPolicy(ApiModel):
     )
 
 
+LABEL_KEY_PATTERN: Final = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$"
+)
+"""A label key: an optional DNS-subdomain prefix and ``/``, then a name (a qualified name)."""
+_CEL_LABEL_KEY_PATTERN: Final = LABEL_KEY_PATTERN.replace("\\", "\\\\")
+"""The same, its backslashes escaped for a CEL string."""
+MAX_LABEL_KEY_LENGTH: Final = 317
+"""A prefix of at most 253 characters, ``/``, a name of at most 63."""
+LABEL_VALUE_PATTERN: Final = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+MAX_SELECTOR_TERMS: Final = 32
+"""Entries in ``matchLabels``, in ``matchExpressions``, and values of one expression."""
+MAX_SELECTOR_LENGTH: Final = 32 * 1024
+"""The longest ``status.selector`` text (every term of a selector at its limits fits)."""
+
+LabelKey = Annotated[
+    str, Field(min_length=1, max_length=MAX_LABEL_KEY_LENGTH, pattern=LABEL_KEY_PATTERN)
+]
+LabelValue = Annotated[str, Field(max_length=MAX_LABEL_VALUE_LENGTH, pattern=LABEL_VALUE_PATTERN)]
+
+
+class SelectorOperator(enum.StrEnum):
+    """How a ``matchExpressions`` entry relates its key to its values (metav1's)."""
+
+    IN = "In"
+    NOT_IN = "NotIn"
+    EXISTS = "Exists"
+    DOES_NOT_EXIST = "DoesNotExist"
+
+
+class LabelSelectorRequirement(ApiModel):
+    """One ``matchExpressions`` entry (``metav1.LabelSelectorRequirement``)."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cast(
+            "JsonDict",
+            {
+                "x-kubernetes-validations": [
+                    {
+                        "rule": "(self.operator == 'In' || self.operator == 'NotIn')"
+                        " == (has(self.values) && size(self.values) > 0)",
+                        "message": "spec.selector.matchExpressions[].values: must be specified"
+                        " when operator is In or NotIn, and empty when it is Exists or"
+                        " DoesNotExist",
+                        "fieldPath": ".values",
+                        "reason": "FieldValueInvalid",
+                    }
+                ]
+            },
+        )
+    )
+
+    key: LabelKey = Field(description="The label key the expression applies to.")
+    operator: SelectorOperator = Field(description="In, NotIn, Exists or DoesNotExist.")
+    values: list[LabelValue] | None = Field(
+        default=None,
+        max_length=MAX_SELECTOR_TERMS,
+        description="In and NotIn: the values (at least one); Exists and DoesNotExist: none.",
+    )
+
+    def matches(self, labels: dict[str, str]) -> bool:
+        """Whether ``labels`` meet this requirement (``labels.Requirement.Matches``)."""
+        present = self.key in labels
+        if self.operator == SelectorOperator.IN:
+            return present and labels[self.key] in (self.values or [])
+        if self.operator == SelectorOperator.NOT_IN:
+            return not present or labels[self.key] not in (self.values or [])
+        if self.operator == SelectorOperator.EXISTS:
+            return present
+        return not present
+
+    def term(self) -> str:
+        """This requirement in the string form of a label selector (``k in (a,b)``, ``!k``)."""
+        values = ",".join(sorted(set(self.values or [])))
+        if self.operator == SelectorOperator.IN:
+            return f"{self.key} in ({values})"
+        if self.operator == SelectorOperator.NOT_IN:
+            return f"{self.key} notin ({values})"
+        if self.operator == SelectorOperator.EXISTS:
+            return self.key
+        return f"!{self.key}"
+
+
+class LabelSelector(ApiModel):
+    """A label query over pods (``metav1.LabelSelector``): every term must hold.
+
+    An empty selector selects every pod, as metav1's does.
+    """
+
+    model_config = ConfigDict(
+        json_schema_extra=cast(
+            "JsonDict",
+            {
+                "x-kubernetes-validations": [
+                    {
+                        "rule": "!has(self.matchLabels) || self.matchLabels.all(k,"
+                        f" size(k) <= {MAX_LABEL_KEY_LENGTH}"
+                        f' && k.matches("{_CEL_LABEL_KEY_PATTERN}"))',
+                        "message": "spec.selector.matchLabels: each key must be a label key"
+                        " (an optional DNS subdomain prefix and '/', then a name of"
+                        " alphanumerics, '-', '_' or '.')",
+                        "fieldPath": ".matchLabels",
+                        "reason": "FieldValueInvalid",
+                    }
+                ]
+            },
+        )
+    )
+
+    match_labels: dict[str, LabelValue] | None = Field(
+        default=None,
+        json_schema_extra={"maxProperties": MAX_SELECTOR_TERMS},
+        description="Labels the pods must have with these values (at most 32).",
+    )
+    match_expressions: list[LabelSelectorRequirement] | None = Field(
+        default=None,
+        max_length=MAX_SELECTOR_TERMS,
+        description="Requirements on the pods' labels (at most 32).",
+    )
+
+    def matches(self, labels: dict[str, str]) -> bool:
+        """Whether a pod with ``labels`` is selected (``LabelSelectorAsSelector(...).Matches``).
+
+        Args:
+            labels: the pod's (the template's) labels.
+
+        Returns:
+            ``True`` when every ``matchLabels`` entry and every expression holds.
+        """
+        return all(labels.get(k) == v for k, v in (self.match_labels or {}).items()) and all(
+            e.matches(labels) for e in self.match_expressions or []
+        )
+
+    def to_string(self) -> str:
+        """The selector as text (``labels.Selector.String()``), as ``status.selector`` holds it.
+
+        Returns:
+            Terms sorted by key, joined by commas: ``k=v``, ``k in (a,b)``,
+            ``k notin (a,b)``, ``k``, ``!k``; ``""`` for the empty selector.
+        """
+        terms = [(k, f"{k}={v}") for k, v in (self.match_labels or {}).items()]
+        terms += [(e.key, e.term()) for e in self.match_expressions or []]
+        return ",".join(term for _, term in sorted(terms, key=lambda t: t[0]))
+
+
 class LeasedJobSpec(ApiModel):
     """What to run, and how long a worker may stall before it is replaced."""
 
@@ -604,6 +813,28 @@ class LeasedJobSpec(ApiModel):
                 raise ValueError(
                     f"{where}.succeededCount: must be less than or equal to {total} (the"
                     " number of indexes in the specified succeededIndexes field)"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _selector_rules(self) -> LeasedJobSpec:
+        """The CRD's selector rules, checked again by the operator before it acts.
+
+        As batch/v1's ``ValidateGeneratedSelector`` and ``ValidateJobSpec``: a
+        selector only with ``manualSelector: true``, and then one that selects
+        the template's labels. A job stored before the CRD had these rules is
+        reported (``Ready=False``, ``InvalidSpec``), never run with them broken.
+        """
+        manual = bool(self.manual_selector)
+        if self.selector is not None and not manual:
+            raise ValueError("spec.selector: `selector` not auto-generated")
+        if manual and self.selector is None:
+            raise ValueError("spec.selector: Required value (spec.manualSelector is true)")
+        if self.selector is not None:
+            meta = self.template.metadata if self.template is not None else None
+            if not self.selector.matches((meta.labels if meta else None) or {}):
+                raise ValueError(
+                    "spec.template.metadata.labels: `selector` does not match template `labels`"
                 )
         return self
 
@@ -731,8 +962,14 @@ class LeasedJobSpec(ApiModel):
         default=None,
         ge=1,
         le=MAX_COMPLETIONS,
+        json_schema_extra={"default": 1},
         description="At most this many completions held (running) at once; default 1, as"
-        " batch/v1 Job's. May change: it bounds the next claims, never stops a held one.",
+        " batch/v1 Job's. May change (also through the scale subresource: kubectl scale"
+        " --replicas): it bounds the next claims, never stops a held one."
+        " Above 1 without completions: a work queue (batch/v1's): that many worker slots,"
+        " each a JobLease of its own (<job>.<slot>); the first slot that succeeds ends the"
+        " job once no slot is held, and no slot starts again after it. Without completions"
+        " it cannot move between 1 and above 1.",
     )
     completion_mode: CompletionMode = Field(
         default=CompletionMode.NON_INDEXED,
@@ -772,6 +1009,20 @@ class LeasedJobSpec(ApiModel):
         " successPolicy): the job gets SuccessCriteriaMet (reason SuccessPolicy), the"
         " unfinished indexes' leases are stopped (their workers' writes refused from then"
         " on) and their pods deleted, then Complete once no pod of the job runs. Immutable.",
+    )
+    manual_selector: bool | None = Field(
+        default=None,
+        description="As batch/v1 Job's: true lets spec.selector choose the job's pods by the"
+        " template's own labels; unset or false: the operator generates the selector"
+        " (leasehold.dev/controller-uid=<uid>, in status.selector) and spec.selector must be"
+        " unset. Either way a pod is the job's only when this LeasedJob is its controller"
+        " owner: a pod the operator did not create is never adopted nor counted. Immutable.",
+    )
+    selector: LabelSelector | None = Field(
+        default=None,
+        description="With manualSelector: true, the label query over the job's pods"
+        " (matchLabels, matchExpressions); it must select the template's labels. Shown as"
+        " text in status.selector (the scale subresource's selector). Immutable.",
     )
     cancel: bool = Field(
         default=False,
@@ -870,10 +1121,13 @@ class LeasedJobStatus(ApiModel):
     active: int | None = Field(
         default=None,
         ge=0,
-        description="Jobs with several completions: indexes whose lease is held now.",
+        description="Jobs with several completions (or work-queue slots): indexes whose"
+        " lease is held now.",
     )
     succeeded: int | None = Field(
-        default=None, ge=0, description="Jobs with several completions: indexes that succeeded."
+        default=None,
+        ge=0,
+        description="Jobs with several completions (or work-queue slots): indexes that succeeded.",
     )
     ready: int | None = Field(
         default=None,
@@ -896,6 +1150,13 @@ class LeasedJobStatus(ApiModel):
         default=None,
         max_length=MAX_INDEX_LIST_LENGTH,
         description='Indexed jobs: the indexes that failed for good, as ranges ("1,3-5,7").',
+    )
+    selector: str | None = Field(
+        default=None,
+        max_length=MAX_SELECTOR_LENGTH,
+        description="The job's pods as a label selector in text form (batch/v1's"
+        " spec.selector, as the scale subresource's labelSelectorPath needs it):"
+        " leasehold.dev/controller-uid=<uid>, or spec.selector when manualSelector is true.",
     )
     completion_progress: str | None = Field(
         default=None,

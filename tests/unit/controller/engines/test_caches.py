@@ -79,8 +79,19 @@ def pod(job: str, token: int) -> dict[str, Any]:
             "namespace": "ns",
             "name": f"{job}-{token}",
             "labels": {names.LABEL_JOB: job, names.LABEL_TOKEN: str(token)},
+            "ownerReferences": [{"kind": "LeasedJob", "uid": "job-uid", "controller": True}],
         }
     }
+
+
+def test_pod_memory_ignores_a_pod_no_leased_job_controls() -> None:
+    memory = PodMemory()
+    memory.fed = True
+    memory.observe(pod("a", 1))
+    intruder = pod("a", 1)
+    del intruder["metadata"]["ownerReferences"]
+    assert not memory.observe({**intruder, "metadata": {**intruder["metadata"], "uid": "x"}})
+    assert [f.owner_uid for f in memory.recall("ns", "a").values()] == ["job-uid"]
 
 
 def test_pod_memory_says_when_no_pod_below_a_token_can_exist() -> None:

@@ -147,6 +147,7 @@ def test_pod_facts_read_codes_and_conditions_from_the_api_body() -> None:
                     **body["metadata"],
                     "namespace": "ns",
                     "labels": {names.LABEL_JOB: "j", names.LABEL_TOKEN: str(t)},
+                    "ownerReferences": [{"kind": "LeasedJob", "uid": "j", "controller": True}],
                 },
             }
         )

@@ -508,6 +508,7 @@ def test_pod_memory_keeps_each_indexs_tokens_apart() -> None:
                 "metadata": {
                     "namespace": "ns",
                     "uid": f"u-{index}",
+                    "ownerReferences": [{"kind": "LeasedJob", "uid": "b", "controller": True}],
                     "labels": {
                         names.LABEL_JOB: "big",
                         names.LABEL_TOKEN: "1",

@@ -1,0 +1,1 @@
+"""``kubectl leasehold``: the kubectl plugin for platform operators (views and commands)."""
