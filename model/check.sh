@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Check the Promela models with Spin: the lifecycle protocol (model/lifecycle.pml),
-# a LeasedCronJob's runs in one fencing domain (model/schedules.pml) and an
+# a LeasedCronJob's runs in one fencing domain (model/schedules.pml; S_INDEXED:
+# a run of several completions, its index leases inside its range), an
 # Indexed job's index lease beside a job of its old name (model/indexes.pml),
 # and a work-queue job's slot leases after its first success (model/workqueue.pml).
 #
@@ -157,6 +158,14 @@ mutations=(
   # its worker still in its window (docs/model.md).
   "forbid-no-hold-wait|-DS_FORBID -DS_SUSPEND -DFORBID_NO_HOLD_WAIT||schedules.pml"
   "replace-no-hold-wait|-DS_REPLACE -DREPLACE_NO_HOLD_WAIT||schedules.pml"
+  # A run of several completions (S_INDEXED): Forbid/Replace judge and close
+  # only its first index lease; an index lease's take-over that does not
+  # read its run's lease first; the cron job's one list made before its
+  # closes (the code lists again after them: CronActor._list_again).
+  "first-index-only|-DS_FORBID -DS_INDEXED -DBACKOFF=0 -DTMAX=4 -DFIRST_INDEX_ONLY||schedules.pml"
+  "first-index-only-replace|-DS_REPLACE -DS_INDEXED -DBACKOFF=0 -DTMAX=4 -DFIRST_INDEX_ONLY||schedules.pml"
+  "index-no-run-check|-DS_FORBID -DS_INDEXED -DBACKOFF=0 -DTMAX=4 -DNO_RUN_CHECK||schedules.pml"
+  "index-list-before-close|-DS_REPLACE -DS_INDEXED -DBACKOFF=0 -DTMAX=4 -DLIST_BEFORE_CLOSE||schedules.pml"
   "stop-by-name-index|-DS_COLLIDE -DSTOP_BY_NAME_INDEX||indexes.pml"
   "suspend-by-name-index|-DS_COLLIDE -DS_SUSPEND -DSUSPEND_BY_NAME_INDEX||indexes.pml"
   # workqueue.pml: invariant W (no claim on a slot once the job is done with it)
@@ -183,6 +192,9 @@ if [[ "$mode" != mutations ]]; then
     "sched-forbid-3runs|-DS_FORBID -DNR=3|schedules.pml|-"
     "sched-replace-3runs|-DS_REPLACE -DNR=3|schedules.pml|-"
     "sched-allow-3runs|-DS_ALLOW -DNR=3 -DTMAX=4|schedules.pml|-"
+    "sched-forbid-indexed|-DS_FORBID -DS_INDEXED -DBACKOFF=0 -DTMAX=4|schedules.pml|"
+    "sched-replace-indexed|-DS_REPLACE -DS_INDEXED -DBACKOFF=0 -DTMAX=4|schedules.pml|"
+    "sched-allow-indexed|-DS_ALLOW -DS_INDEXED -DBACKOFF=0 -DTMAX=4 -DTARGET|schedules.pml|-"
     "index|-DS_INDEX|indexes.pml|"
     "index-collide|-DS_COLLIDE|indexes.pml|"
     "index-suspend|-DS_SUSPEND|indexes.pml|"
@@ -209,6 +221,10 @@ for m in "${mutations[@]}"; do
   if [[ -n "$pml" ]]; then
     bounds=""
     if [[ "$pml" == schedules.pml ]]; then bounds="$sdeep"; fi
+    # a bound the mutation gives replaces the default's
+    for f in $flags; do
+      if [[ "$f" == -D*=* ]]; then bounds="$(sed "s/${f%%=*}=[0-9]*//" <<<"$bounds")"; fi
+    done
     # shellcheck disable=SC2086
     PML="$pml" PAN_W="${PAN_W_SCHED:-$sw}" run "$name" caught "$exact" -- $bounds $flags
   elif [[ "$mode" == quick ]]; then

@@ -14,9 +14,14 @@
  * Policy (one of): -DS_FORBID, -DS_REPLACE, -DS_ALLOW (default S_FORBID).
  * Scenarios: -DS_EXCUSE (an ended attempt is excused: an eviction, or a
  * Failed completion a rule ignores, reopened uncounted), -DS_SUSPEND (a
- * run's spec.suspend set and cleared).
+ * run's spec.suspend set and cleared), -DS_INDEXED (the first run has
+ * several completions: its own lease holds its range and is never claimed,
+ * and its two index leases are made by its own reconciles, each inside
+ * the range read from the run's lease, each taken over after a read of
+ * the run's lease; NR 2).
  * Mutations: -DFAILED_RETRY_FINAL, -DCLOSED_EXCUSE, -DUNTAKEN_FINAL,
- * -DNO_CEILING, -DFORBID_NO_HOLD_WAIT, -DREPLACE_NO_HOLD_WAIT
+ * -DNO_CEILING, -DFORBID_NO_HOLD_WAIT, -DREPLACE_NO_HOLD_WAIT,
+ * -DFIRST_INDEX_ONLY, -DNO_RUN_CHECK, -DLIST_BEFORE_CLOSE
  * (model/check.sh expects Spin to catch each).
  *
  * Time as in lifecycle.pml: a worker's deadline is sent + D - WM on a clock
@@ -53,6 +58,25 @@
  * too (the claim's guard), so its tokens do not wrap around a byte. */
 #define TOKMAX (NR * (BUDGET + ROOM))
 
+/* Lease slots. Without S_INDEXED slot k is run k's lease. With it (NR 2):
+ * slot 0 is the first run's own lease (its range: made with the run,
+ * never taken over or claimed), slots 2 and 3 its index leases 0 and 1,
+ * slot 1 the second run's lease. */
+#ifdef S_INDEXED
+#if NR > 2
+#error S_INDEXED models two runs
+#endif
+#define NL 4
+#define FIRST 2   /* the slot whose run the user suspends (S_SUSPEND) */
+#define RUN(s) ((s) >= 2 -> 0 : (s))
+#define IDX(s) ((s) >= 2)
+#else
+#define NL 3
+#define FIRST 0
+#define RUN(s) (s)
+#define IDX(s) (false)
+#endif
+
 #if !defined(S_REPLACE) && !defined(S_ALLOW) && !defined(S_FORBID)
 #define S_FORBID
 #endif
@@ -74,16 +98,16 @@ byte c_res = 0;
 byte c_next = 0;
 
 /* Each run's JobLease (index: the run). */
-byte tk[3];    /* spec.fencingToken */
-byte cp[3];    /* spec.maxFencingToken */
-byte ce[3];    /* spec.ceilingFencingToken */
-bool hd[3];    /* holderIdentity set */
-byte cm[3];    /* completion: NONE, SUCC, FAIL */
-byte fl[3];    /* spec.failures (reopened Failed completions) */
-byte lu[3];    /* spec.lastUncountedToken, 0: none */
-bool sp[3];    /* spec.suspended */
-bool tn[3];    /* taken over by its run's LeasedJob (spec.jobUID set) */
-bool rc[3];    /* the current token's hold was reclaimed (judged expired) */
+byte tk[NL];    /* spec.fencingToken */
+byte cp[NL];    /* spec.maxFencingToken */
+byte ce[NL];    /* spec.ceilingFencingToken */
+bool hd[NL];    /* holderIdentity set */
+byte cm[NL];    /* completion: NONE, SUCC, FAIL */
+byte fl[NL];    /* spec.failures (reopened Failed completions) */
+byte lu[NL];    /* spec.lastUncountedToken, 0: none */
+bool sp[NL];    /* spec.suspended */
+bool tn[NL];    /* taken over by its run's LeasedJob (spec.jobUID set) */
+bool rc[NL];    /* the current token's hold was reclaimed (judged expired) */
 /* The operator's watch of each lease (lifecycle.pml's o_seen_t): when it
  * last saw a change. Reduction: the watch sees each write at once (the
  * write sets it: bump). The watch time is read only by guards that let
@@ -92,23 +116,23 @@ bool rc[3];    /* the current token's hold was reclaimed (judged expired) */
  * so every run with a later watch is one of these (the same steps, each
  * at a time this model allows too). lifecycle.pml keeps the watch a step
  * of its own: there a hand-over makes a new leader count afresh. */
-byte sn[3];
+byte sn[NL];
 
-/* Each run's LeasedJob: live (created, not deleted by Replace), and its
- * spec.suspend (S_SUSPEND). */
-bool rl[3];
-bool rs[3];
-bool rsd[3];   /* the user's one suspension of that run was made */
+/* Each run's LeasedJob (index: the run): live (created, not deleted by
+ * Replace), and its spec.suspend (S_SUSPEND). */
+bool rl[NL];
+bool rs[NL];
+bool rsd[NL];   /* the user's one suspension of that run was made */
 
 /* Each run's current worker (the pod of its last claim). */
-byte wt[3];    /* its token, 0: no worker */
-byte wp[3];    /* renewal: 0 none in flight, 1 request sent, 2 reply in flight */
-byte ws[3];    /* the renew request's start while in flight */
-byte wd[3];    /* its local deadline (real ticks), 0: no open window */
-byte wn[3];    /* renewals done */
-bool we[3];    /* its effect started */
-bool wc[3];    /* its completion was sent */
-byte wo[3];    /* its completion in flight: NONE, SUCC, FAIL */
+byte wt[NL];    /* its token, 0: no worker */
+byte wp[NL];    /* renewal: 0 none in flight, 1 request sent, 2 reply in flight */
+byte ws[NL];    /* the renew request's start while in flight */
+byte wd[NL];    /* its local deadline (real ticks), 0: no open window */
+byte wn[NL];    /* renewals done */
+bool we[NL];    /* its effect started */
+bool wc[NL];    /* its completion was sent */
+byte wo[NL];    /* its completion in flight: NONE, SUCC, FAIL */
 
 /* Ghosts: the first token each run claimed (0: none yet), and (TARGET)
  * the fenced target's bar and the run of the write that set it.
@@ -116,9 +140,37 @@ byte wo[3];    /* its completion in flight: NONE, SUCC, FAIL */
  * time is checked where a window opens (two windows overlap only if one
  * opens while the other is open), which is every state in which an effect
  * could be made while another run's worker believes it holds. */
-byte gmin[3];
+byte gmin[NL];
 byte t_max = 0;
 byte t_run = 0;
+
+#ifdef S_INDEXED
+/* An index lease's reconciles (IndexedActor): made (mk), the run's lease
+ * read for its create (rd, the ceiling read: rv), the run's lease read
+ * before its take-over (ck, found closed: rcl). The cron job's last list of
+ * the runs' leases (ls: the slots it saw; lsc: it was made after the first
+ * run's own lease was closed). */
+bool mk[NL];
+bool rd[NL];
+byte rv[NL];
+bool ck[NL];
+bool rcl[NL];
+bool ls[NL];
+bool lsc = false;
+#define EX(j) (RUN(j) < c_next && (!IDX(j) || mk[j]))
+#else
+#define EX(j) ((j) < c_next)
+#endif
+/* The leases the cron job's policy judges: every lease of an earlier run
+ * that exists (S_INDEXED: that its last list saw; FIRST_INDEX_ONLY, the
+ * mutation: a run judged by its first index lease alone). */
+#if defined(S_INDEXED) && defined(FIRST_INDEX_ONLY)
+#define SEEN(j) (ls[j] && (j) != 3)
+#elif defined(S_INDEXED)
+#define SEEN(j) (ls[j])
+#else
+#define SEEN(j) EX(j)
+#endif
 
 
 inline bump(k) { sn[k] = now }
@@ -131,7 +183,7 @@ inline bump(k) { sn[k] = now }
 #elif defined(CLOSED_EXCUSE)
 /* (the mutation: only the range's top as reserved bounds the raise, not
  * the ceiling a close lowered) */
-byte rt[3];
+byte rt[NL];
 #define CAP_MAY_RISE(k) (cp[k] + 1 <= rt[k])
 #else
 #define CAP_MAY_RISE(k) (cp[k] + 1 <= ce[k])
@@ -166,22 +218,35 @@ byte rt[3];
 #define QUIET(k) (now >= sn[k] + D + OM - E)
 #define HOLD_DONE(k) (!HMO(k) || QUIET(k))
 
-/* For every earlier run j (j < c_next), P(j). */
-#define ALL(P) ((c_next <= 0 || P(0)) && (c_next <= 1 || P(1)) && (c_next <= 2 || P(2)))
+/* For every lease j the policy judges, P(j). */
+#if NL > 3
+#define ALL(P) ((!SEEN(0) || P(0)) && (!SEEN(1) || P(1)) && (!SEEN(2) || P(2)) && (!SEEN(3) || P(3)))
+#else
+#define ALL(P) ((!SEEN(0) || P(0)) && (!SEEN(1) || P(1)) && (!SEEN(2) || P(2)))
+#endif
+/* S_INDEXED: the start judges a list made after the first run's own lease
+ * was closed (CronActor: close, then list again), so an index lease made
+ * after that list reads the close before its take-over; LIST_BEFORE_CLOSE
+ * (the mutation): any list. */
+#if defined(S_INDEXED) && !defined(LIST_BEFORE_CLOSE)
+#define LISTED (lsc)
+#else
+#define LISTED (true)
+#endif
 
 /* Forbid: every earlier run's lease closed (or over) and unheld; and its
  * hold waited out as Replace's (see FORBID_NO_HOLD_WAIT below). */
 #define F_DONE(j) (FINAL(j) && !hd[j] && HOLD_DONE(j))
 #define F_HELD(j) (FINAL(j) && !hd[j])
 #ifdef FORBID_NO_HOLD_WAIT
-#define FORBID_READY ALL(F_HELD)
+#define FORBID_READY (LISTED && ALL(F_HELD))
 #else
-#define FORBID_READY ALL(F_DONE)
+#define FORBID_READY (LISTED && ALL(F_DONE))
 #endif
 #ifdef REPLACE_NO_HOLD_WAIT
-#define REPLACE_READY ALL(F_HELD)
+#define REPLACE_READY (LISTED && ALL(F_HELD))
 #else
-#define REPLACE_READY ALL(F_DONE)
+#define REPLACE_READY (LISTED && ALL(F_DONE))
 #endif
 
 /* The reserved floor: max(status.reservedFencingToken, every lease's
@@ -192,9 +257,14 @@ byte rt[3];
 #else
 #define LTOP(j) (ce[j] > cp[j] -> (ce[j] > tk[j] -> ce[j] : tk[j]) : (cp[j] > tk[j] -> cp[j] : tk[j]))
 #endif
-#define FLOOR0 (c_next > 0 && LTOP(0) > c_res -> LTOP(0) : c_res)
-#define FLOOR1 (c_next > 1 && LTOP(1) > FLOOR0 -> LTOP(1) : FLOOR0)
-#define FLOOR (c_next > 2 && LTOP(2) > FLOOR1 -> LTOP(2) : FLOOR1)
+#define FLOOR0 (EX(0) && LTOP(0) > c_res -> LTOP(0) : c_res)
+#define FLOOR1 (EX(1) && LTOP(1) > FLOOR0 -> LTOP(1) : FLOOR0)
+#if NL > 3
+#define FLOOR2 (EX(2) && LTOP(2) > FLOOR1 -> LTOP(2) : FLOOR1)
+#define FLOOR (EX(3) && LTOP(3) > FLOOR2 -> LTOP(3) : FLOOR2)
+#else
+#define FLOOR (EX(2) && LTOP(2) > FLOOR1 -> LTOP(2) : FLOOR1)
+#endif
 
 /* CronActor._reserve and _start_run: the run k's range from base, its
  * lease at token = cap = base (closed until taken over), ceiling at the
@@ -214,17 +284,26 @@ inline start(k) {
   rl[k] = true; sn[k] = now; c_next++; j = 0
 }
 
-/* Invariant A at the store: no two runs' leases held at once. */
-#define OTHER_HELD(k) ((k != 0 && hd[0]) || (k != 1 && hd[1]) || (k != 2 && hd[2]))
+/* Invariant A at the store: no two runs' leases held at once (two index
+ * leases of one run may be). */
+#define OH(k, j) (RUN(j) != RUN(k) && hd[j])
+#define OW(k, j) (RUN(j) != RUN(k) && wd[j] != 0)
+/* Invariant B: a claim's token is above every token of each earlier run's
+ * leases (its current token: tokens only rise) and below every token of
+ * each later run's (its first). */
+#define BELOW(k, j) (RUN(j) >= RUN(k) || gmin[j] == 0 || tk[j] < tk[k])
+#define ABOVE(k, j) (RUN(j) <= RUN(k) || gmin[j] == 0 || tk[k] < gmin[j])
+#if NL > 3
+#define OTHER_HELD(k) (OH(k, 0) || OH(k, 1) || OH(k, 2) || OH(k, 3))
+#define OTHER_WINDOW(k) (OW(k, 0) || OW(k, 1) || OW(k, 2) || OW(k, 3))
+#define ORDERED(k) (BELOW(k, 0) && BELOW(k, 1) && BELOW(k, 2) && BELOW(k, 3) && ABOVE(k, 0) && ABOVE(k, 1) && ABOVE(k, 2) && ABOVE(k, 3))
+#else
+#define OTHER_HELD(k) (OH(k, 0) || OH(k, 1) || OH(k, 2))
 /* Invariant A in time: no other run's worker believes it holds (an open
  * window: the tick that closes one sets wd to 0). */
-#define OTHER_WINDOW(k) ((k != 0 && wd[0] != 0) || (k != 1 && wd[1] != 0) || (k != 2 && wd[2] != 0))
-/* Invariant B: a claim's token is above every token of each earlier run
- * (its current token: tokens only rise) and below every token of each
- * later run (its first). */
-#define BELOW(k, j) (j >= k || gmin[j] == 0 || tk[j] < tk[k])
-#define ABOVE(k, j) (j <= k || gmin[j] == 0 || tk[k] < gmin[j])
+#define OTHER_WINDOW(k) (OW(k, 0) || OW(k, 1) || OW(k, 2))
 #define ORDERED(k) (BELOW(k, 0) && BELOW(k, 1) && BELOW(k, 2) && ABOVE(k, 0) && ABOVE(k, 1) && ABOVE(k, 2))
+#endif
 
 /* Reduction: a worker that can start nothing more (no window open, no
  * renewal in flight or left, or its completion sent) and has no completion
@@ -250,7 +329,31 @@ inline wfree(k) {
 proctype Run(byte k) {
 end:
   do
-  :: atomic { rl[k] && !tn[k] ->   /* LeaseStore.rearm: the run's first reconcile */
+#ifdef S_INDEXED
+  /* IndexedActor._create_in_run: read the run's own lease, then create the
+   * index lease at its token (the range's base), capped there, with the
+   * ceiling read (the range's top, or the base if the run was closed). */
+  :: atomic { IDX(k) && rl[RUN(k)] && !mk[k] && !rd[k] -> rd[k] = true; rv[k] = ce[0] }
+  :: atomic { IDX(k) && rd[k] && !mk[k] ->
+       tk[k] = tk[0]; cp[k] = tk[0]; ce[k] = rv[k]; mk[k] = true; rd[k] = false; rv[k] = 0; bump(k) }
+  /* IndexedActor._closed_with_run: before the take-over, read the run's
+   * own lease; found closed, close the index lease (NO_RUN_CHECK, the
+   * mutation: no read). A reconcile may act on a job read before a
+   * Replace deleted it: the take-over and the claim do not wait for the
+   * job (the store judges them). */
+  :: atomic { IDX(k) && mk[k] && !tn[k] && !ck[k] ->
+       ck[k] = true;
+#ifndef NO_RUN_CHECK
+       rcl[k] = (ce[0] <= tk[0])
+#endif
+     }
+  :: atomic { IDX(k) && mk[k] && !tn[k] && ck[k] ->
+       if :: rcl[k] && ce[k] > tk[k] -> cp[k] = tk[k]; ce[k] = tk[k] :: else -> skip fi;
+       tn[k] = true; ck[k] = false; rcl[k] = false;
+       cp[k] = (tk[k] + BUDGET < ce[k] -> tk[k] + BUDGET : ce[k]);
+       bump(k) }
+#endif
+  :: atomic { !IDX(k) && rl[RUN(k)] && !tn[k] ->   /* LeaseStore.rearm: the run's first reconcile */
        tn[k] = true;
 #ifdef UNTAKEN_FINAL
        cp[k] = tk[k] + BUDGET;   /* (the mutation: any cap) */
@@ -258,7 +361,7 @@ end:
        cp[k] = (tk[k] + BUDGET < ce[k] -> tk[k] + BUDGET : ce[k]);
 #endif
        bump(k) }
-  :: atomic { rl[k] && tn[k] && !hd[k] && !sp[k] && !rs[k] && cm[k] == NONE && tk[k] + 1 <= cp[k] &&
+  :: atomic { (IDX(k) || rl[RUN(k)]) && tn[k] && !hd[k] && !sp[k] && !rs[RUN(k)] && cm[k] == NONE && tk[k] + 1 <= cp[k] &&
        tk[k] < TOKMAX ->
        /* LeaseStore.claim (push: the operator claims for a pod), and the pod */
        /* one worker per run at a time: the slot's earlier worker can open no
@@ -274,33 +377,33 @@ end:
        /* the new pod in the slot; what the earlier worker still had in
         * flight carries a lower token: refused when it lands, as a lost one */
        wt[k] = tk[k]; wp[k] = 0; ws[k] = 0; wn[k] = 0; we[k] = false; wc[k] = false; wo[k] = NONE }
-  :: atomic { k < c_next && hd[k] && cm[k] == NONE && now >= sn[k] + D + OM - E ->   /* ExpiryClock.expired, LeaseStore.reclaim */
+  :: atomic { RUN(k) < c_next && hd[k] && cm[k] == NONE && now >= sn[k] + D + OM - E ->   /* ExpiryClock.expired, LeaseStore.reclaim */
        hd[k] = false; rc[k] = true; bump(k) }
-  :: atomic { rl[k] && cm[k] == FAIL && fl[k] < BACKOFF ->   /* LeaseStore.reopen (counted) */
+  :: atomic { rl[RUN(k)] && cm[k] == FAIL && fl[k] < BACKOFF ->   /* LeaseStore.reopen (counted) */
        cm[k] = NONE; fl[k]++; bump(k) }
 #ifdef S_EXCUSE
-  :: atomic { rl[k] && cm[k] == FAIL && lu[k] < tk[k] && CAP_MAY_RISE(k) ->
+  :: atomic { rl[RUN(k)] && cm[k] == FAIL && lu[k] < tk[k] && CAP_MAY_RISE(k) ->
        /* a Failed completion a rule ignores: reopen uncounted = an excuse in the same write */
        cm[k] = NONE; cp[k]++; lu[k] = tk[k]; bump(k) }
-  :: atomic { rl[k] && gmin[k] != 0 && !hd[k] && cm[k] == NONE && lu[k] < tk[k] &&
+  :: atomic { rl[RUN(k)] && gmin[k] != 0 && !hd[k] && cm[k] == NONE && lu[k] < tk[k] &&
        CAP_MAY_RISE(k) ->   /* an evicted attempt: LeaseStore.excuse */
        cp[k]++; lu[k] = tk[k]; bump(k) }
 #endif
 #ifdef S_SUSPEND
-  :: atomic { rl[k] && rs[k] && !sp[k] && cm[k] == NONE ->   /* LeaseStore.suspend */
+  :: atomic { rl[RUN(k)] && rs[RUN(k)] && !sp[k] && cm[k] == NONE ->   /* LeaseStore.suspend */
        if
        :: hd[k] && CAP_MAY_RISE(k) -> cp[k]++; lu[k] = tk[k]
        :: hd[k] && !CAP_MAY_RISE(k) -> lu[k] = tk[k]   /* at the ceiling: the attempt counts */
        :: else -> skip
        fi;
        hd[k] = false; sp[k] = true; bump(k) }
-  :: atomic { rl[k] && !rs[k] && sp[k] && HOLD_DONE(k) ->   /* LeaseStore.resume, after the hold wait */
+  :: atomic { rl[RUN(k)] && !rs[RUN(k)] && sp[k] && HOLD_DONE(k) ->   /* LeaseStore.resume, after the hold wait */
        sp[k] = false; bump(k) }
   /* the user sets the first run's spec.suspend, once (reduction: the one a
    * later run's start depends on; a later run's own suspension and resume
    * are one lease's protocol, lifecycle.pml's S_SUSPEND) */
-  :: atomic { k == 0 && rl[k] && !rsd[k] -> rs[k] = true; rsd[k] = true }
-  :: atomic { rs[k] -> rs[k] = false }                            /* and false again */
+  :: atomic { k == FIRST && rl[RUN(k)] && !rsd[RUN(k)] -> rs[RUN(k)] = true; rsd[RUN(k)] = true }
+  :: atomic { rs[RUN(k)] -> rs[RUN(k)] = false }                            /* and false again */
 #endif
   od
 }
@@ -329,8 +432,8 @@ end:
        we[k] = true;
        if
        :: wt[k] >= t_max ->   /* the target's fence accepts it */
-            assert(k >= t_run);   /* inv C: never an earlier run's write after a later run's */
-            t_max = wt[k]; t_run = k
+            assert(RUN(k) >= t_run);   /* inv C: never an earlier run's write after a later run's */
+            t_max = wt[k]; t_run = RUN(k)
        :: else -> skip
        fi }
 #endif
@@ -354,11 +457,15 @@ proctype Cron() {
   byte j = 0;
 end:
   do
+#ifdef S_INDEXED
+  :: atomic { c_next < NR ->   /* list the runs' leases (label selector) */
+       ls[0] = EX(0); ls[1] = EX(1); ls[2] = EX(2); ls[3] = EX(3); lsc = (ce[0] <= tk[0]) }
+#endif
 #ifdef S_FORBID
   :: atomic { c_next < NR && c_next > 0 ->   /* CronActor._close_earlier: LeaseStore.close */
-       select(j : 0 .. c_next - 1);
+       select(j : 0 .. NL - 1);
        if
-       :: !FINAL(j) -> cp[j] = tk[j]; ce[j] = tk[j]; bump(j)
+       :: SEEN(j) && !FINAL(j) -> cp[j] = tk[j]; ce[j] = tk[j]; bump(j)
        :: else -> skip
        fi;
        j = 0 }
@@ -366,9 +473,9 @@ end:
 #endif
 #ifdef S_REPLACE
   :: atomic { c_next < NR && c_next > 0 ->   /* CronActor._replace_earlier: LeaseStore.close(release) */
-       select(j : 0 .. c_next - 1);
+       select(j : 0 .. NL - 1);
        if
-       :: !(FINAL(j) && !hd[j]) -> cp[j] = tk[j]; ce[j] = tk[j]; hd[j] = false; bump(j); rl[j] = false
+       :: SEEN(j) && !(FINAL(j) && !hd[j]) -> cp[j] = tk[j]; ce[j] = tk[j]; hd[j] = false; bump(j); rl[RUN(j)] = false
        :: else -> skip
        fi;
        j = 0 }
@@ -391,7 +498,11 @@ end:
   do
   :: atomic { now < TMAX -> now++;
        EXPIRE(0); EXPIRE(1); EXPIRE(2);
-       SEEN_PAST(0); SEEN_PAST(1); SEEN_PAST(2) }
+       SEEN_PAST(0); SEEN_PAST(1); SEEN_PAST(2);
+#if NL > 3
+       EXPIRE(3); SEEN_PAST(3);
+#endif
+       skip }
   od
 }
 
@@ -401,7 +512,12 @@ init {
     /* The first run starts at time 0 (nothing happens before it). */
     start(0);
     run Cron();
+#ifdef S_INDEXED
+    run Run(2); run Worker(2);   /* the first run's index leases */
+    run Run(3); run Worker(3);
+#else
     run Run(0); run Worker(0);
+#endif
     run Run(1); run Worker(1);
 #if NR > 2
     run Run(2); run Worker(2);

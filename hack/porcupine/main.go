@@ -17,7 +17,8 @@
 //     <cron>-<unix minutes>): the watch's states of its run leases, in the
 //     store's order, and every token a run's worker was granted (its writes,
 //     completions, pull claims). Two invariants: with Forbid or Replace, no two
-//     runs' leases are held at once; every token of a later run is above every
+//     runs' leases are held at once (a run of several completions holds its
+//     index leases together: each is a run lease of the same run); every token of a later run is above every
 //     token of an earlier run. With Replace, also: no write of a run is
 //     accepted whose lease check began ("check_raw") after a later run's claim
 //     was seen by the watch.
@@ -100,6 +101,7 @@ type input struct {
 	// a cron job's operations
 	Run     int64  // the run's schedule time (unix minutes)
 	Held    bool   // opRun: the run's lease is held in this state
+	Lease   string // opRun: which lease of the run (its own, or an index lease of a run of several completions)
 	Granted bool   // opRun: Token was granted (held, completed or above the lease's base)
 	Check   bool   // opUse: an accepted write whose lease check must precede later runs' claims
 	Policy  string // the cron job's concurrencyPolicy
@@ -108,11 +110,11 @@ type input struct {
 // cronState: a cron job's runs. Maps are never changed in place (porcupine
 // keeps earlier states); the model compares states with reflect.DeepEqual.
 type cronState struct {
-	Seq     int             // run-lease states linearized so far
-	Held    map[int64]bool  // runs whose lease is held now
-	Claimed int64           // the latest run ever seen held (0: none)
-	Low     map[int64]int64 // per run: its lowest granted token
-	High    map[int64]int64 // per run: its highest granted token
+	Seq     int              // run-lease states linearized so far
+	Held    map[string]int64 // the run leases held now, each with its run
+	Claimed int64            // the latest run ever seen held (0: none)
+	Low     map[int64]int64  // per run: its lowest granted token
+	High    map[int64]int64  // per run: its highest granted token
 }
 
 func exclusive(policy string) bool { return policy == "Forbid" || policy == "Replace" }
@@ -155,16 +157,22 @@ func cronStep(s cronState, in input) (bool, cronState) {
 		}
 		n := s
 		n.Seq = in.Seq
-		if in.Held != n.Held[in.Run] {
-			n.Held = copyMap(s.Held)
-			if in.Held {
-				if exclusive(in.Policy) && len(n.Held) > 0 {
-					return false, s // two runs of a Forbid or Replace cron job hold at once
-				}
-				n.Held[in.Run] = true
-			} else {
-				delete(n.Held, in.Run)
+		if _, was := n.Held[in.Lease]; in.Held != was {
+			held := make(map[string]int64, len(s.Held)+1)
+			for lease, run := range s.Held {
+				held[lease] = run
 			}
+			if in.Held {
+				for _, run := range held {
+					if exclusive(in.Policy) && run != in.Run {
+						return false, s // two runs of a Forbid or Replace cron job hold at once
+					}
+				}
+				held[in.Lease] = in.Run // (a run's index leases may hold together)
+			} else {
+				delete(held, in.Lease)
+			}
+			n.Held = held
 		}
 		if in.Held && in.Run > n.Claimed {
 			n.Claimed = in.Run
@@ -359,7 +367,7 @@ var model = porcupine.NondeterministicModel{
 		case opWrite:
 			return fmt.Sprintf("write(%d) -> %s", in.Token, out)
 		case opRun:
-			return fmt.Sprintf("run#%d %d held=%v token=%d granted=%v", in.Seq, in.Run, in.Held, in.Token, in.Granted)
+			return fmt.Sprintf("run#%d %d %s held=%v token=%d granted=%v", in.Seq, in.Run, in.Lease, in.Held, in.Token, in.Granted)
 		case opUse:
 			return fmt.Sprintf("use %d token=%d check=%v", in.Run, in.Token, in.Check)
 		}
@@ -473,7 +481,7 @@ func operations(records []record) []porcupine.Operation {
 					seq[cpart]++
 					ops = append(ops, porcupine.Operation{
 						ClientId: client("watch"),
-						Input: input{Part: cpart, Op: opRun, Seq: seq[cpart], Run: run.run, Held: holder != "",
+						Input: input{Part: cpart, Op: opRun, Seq: seq[cpart], Run: run.run, Lease: r.Lease, Held: holder != "",
 							Token: r.Token, Granted: granted, Policy: policy[run.cron]},
 						Call: begin, Output: resOk, Return: nanos(r.T),
 					})

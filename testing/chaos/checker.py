@@ -330,7 +330,9 @@ def _check_cron_runs(history: list[dict[str, Any]], report: Report) -> None:
                 held[cron].discard(lease)
                 continue
             first_claim.setdefault(lease, float(record["t"]))
-            others = held[cron] - {lease}
+            # A run of several completions holds its index leases together:
+            # only another run's lease is an overlap.
+            others = {o for o in held[cron] if runs[o][1] != runs[lease][1]}
             held[cron].add(lease)
             if policies.get(cron) in ("Forbid", "Replace"):
                 for other in sorted(others):
@@ -346,20 +348,33 @@ def _check_cron_runs(history: list[dict[str, Any]], report: Report) -> None:
                 granted[str(record["job"])].add(int(record["token"]))
         elif kind == "pull-claim" and str(record.get("lease")) in runs:
             granted[str(record["lease"])].add(int(record["token"]))
-    by_cron: dict[str, list[tuple[int, str]]] = defaultdict(list)
-    for lease, (cron, minute) in runs.items():
-        by_cron[cron].append((minute, lease))
-    for cron, listed in by_cron.items():
-        listed.sort()
-        _check_run_tokens(cron, listed, granted, report)
+    # Per run (its schedule minute): its leases' tokens and first claim
+    # together (a run of several completions has one lease per index).
+    by_cron: dict[str, dict[int, str]] = defaultdict(dict)
+    run_tokens: dict[str, set[int]] = defaultdict(set)
+    run_claim: dict[str, float] = {}
+    run_name: dict[str, str] = {}  # lease -> the run's name (its lowest lease name)
+    for lease, (cron, minute) in sorted(runs.items()):
+        name = by_cron[cron].setdefault(minute, lease)
+        run_name[lease] = name
+        run_tokens[name] |= granted.get(lease, set())
+        if lease in first_claim:
+            run_claim[name] = min(first_claim[lease], run_claim.get(name, first_claim[lease]))
+    for cron, by_minute in by_cron.items():
+        listed = sorted(by_minute.items())
+        _check_run_tokens(cron, listed, run_tokens, report)
         if policies.get(cron) == "Replace":
-            _check_replaced_writes(cron, listed, first_claim, history, report)
+            _check_replaced_writes(cron, listed, run_claim, run_name, history, report)
 
 
 def _check_run_tokens(
     cron: str, runs: list[tuple[int, str]], granted: dict[str, set[int]], report: Report
 ) -> None:
-    """Invariant 7: each run's lowest granted token is above every earlier run's highest."""
+    """Invariant 7: each run's lowest granted token is above every earlier run's highest.
+
+    ``runs``: (schedule minute, run) in order; ``granted``: per run, the
+    tokens of all its leases (its index leases' for a run of several completions).
+    """
     highest: tuple[int, str] | None = None
     for _, lease in runs:
         tokens = granted.get(lease)
@@ -378,10 +393,15 @@ def _check_replaced_writes(
     cron: str,
     runs: list[tuple[int, str]],
     first_claim: dict[str, float],
+    run_name: dict[str, str],
     history: list[dict[str, Any]],
     report: Report,
 ) -> None:
-    """Invariant 6 for Replace: no accepted write checked its lease after a later run's claim."""
+    """Invariant 6 for Replace: no accepted write checked its lease after a later run's claim.
+
+    ``runs``: (schedule minute, run) in order; ``first_claim``: per run, the
+    first claim of any of its leases; ``run_name``: each lease's run.
+    """
     later_claim: dict[str, tuple[float, str]] = {}  # run lease -> first claim of any later run
     soonest: tuple[float, str] | None = None
     for _, lease in reversed(runs):
@@ -393,7 +413,8 @@ def _check_replaced_writes(
     for record in history:
         if record.get("kind") != "write" or not record.get("ok"):
             continue
-        bound = later_claim.get(str(record.get("job")))
+        lease = str(record.get("job"))
+        bound = later_claim.get(run_name.get(lease, lease))
         check_raw = record.get("check_raw")
         if bound is None or check_raw is None or float(check_raw) <= bound[0]:
             continue

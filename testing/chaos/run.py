@@ -23,8 +23,10 @@ resumed a few seconds later (``spec.suspend``), Indexed jobs (3 completions,
 2 succeeded indexes, so the index still running then is stopped), and one LeasedCronJob per
 ``--cron-policies`` entry (Forbid, Replace, Allow; schedule ``* * * * *``)
 whose runs work for about ``--cron-hold-seconds`` under their lease, so a run
-often meets the next schedule time; the runs of a cron job write to one
-target key (``namespace/<cron>``), their shared fencing domain. Some Indexed
+often meets the next schedule time, plus one whose runs have two completions
+(Indexed, ``--cron-indexed-policy``, default Replace); the runs of a cron job
+(each index's worker too) write to one target key (``namespace/<cron>``),
+their shared fencing domain. Some Indexed
 jobs and cron runs are suspended and resumed as well. The cron jobs are
 suspended when the faulty phase ends, so the drain ends.
 
@@ -294,6 +296,8 @@ class Run:
             spec.update(successPolicy={"rules": [{"succeededCount": 2}]})
         if kind == "work-queue":  # batch/v1's: 3 slots; the first success stops the idle ones
             spec.update(parallelism=3)
+        if kind == "indexed-cron":  # a cron job's runs of two completions, both at once
+            spec.update(completions=2, parallelism=2, completionMode="Indexed")
         return spec
 
     def lease_seconds(self) -> int:
@@ -335,10 +339,18 @@ class Run:
         Each run makes ``--cron-writes`` writes over about
         ``--cron-hold-seconds`` (so it often still holds its lease, and has
         written, when the next minute is due) to the cron job's own target
-        key, the runs' shared fencing domain.
+        key, the runs' shared fencing domain. One more cron job
+        (``--cron-indexed-policy``) runs two completions per run (Indexed,
+        both at once): each index's worker writes to that key under its own
+        index lease's token, every one above the earlier run's.
         """
-        for policy in self.args.cron_policies:
-            name = f"{self.prefix}cron-{policy.lower()}"
+        crons = [(f"{self.prefix}cron-{p.lower()}", p, "plain") for p in self.args.cron_policies]
+        if crons and self.args.cron_indexed_policy:
+            # Runs of two completions: each index's worker writes to the cron
+            # job's key too, under its index lease's token (inside its run's range).
+            policy = self.args.cron_indexed_policy
+            crons.append((f"{self.prefix}cron-idx-{policy.lower()}", policy, "indexed-cron"))
+        for name, policy, kind in crons:
             env = [
                 *(e for e in self.worker_env() if e["name"] != "CHAOS_WRITES"),
                 {"name": "CHAOS_WRITES", "value": str(self.args.cron_writes)},
@@ -355,13 +367,13 @@ class Run:
                     # every run kept to the end, so each says how it ended (job_end)
                     "successfulJobsHistoryLimit": 100,
                     "failedJobsHistoryLimit": 100,
-                    "jobTemplate": {"spec": self.job_spec(env)},
+                    "jobTemplate": {"spec": self.job_spec(env, kind)},
                 },
             }
             self.create_object("leasedcronjobs", body)
             self.crons[name] = policy
             record(self.history, kind="cron-created", cron=f"{self.ns}/{name}", policy=policy)
-            log(f"cron job {name}: {policy}, schedule * * * * *")
+            log(f"cron job {name}: {policy}, {kind}, schedule * * * * *")
 
     def suspend_crons(self) -> None:
         """Suspend every cron job of the run: no new run starts, the drain can end."""
@@ -867,6 +879,14 @@ def _policies(text: str) -> list[str]:
     return chosen
 
 
+def _indexed_policy(text: str) -> str | None:
+    """``--cron-indexed-policy``: one concurrency policy, or ``none``."""
+    chosen = _policies(text)
+    if len(chosen) > 1:
+        raise argparse.ArgumentTypeError("one concurrency policy, or none")
+    return chosen[0] if chosen else None
+
+
 def add_cron_arguments(parser: argparse.ArgumentParser, hold_seconds: float) -> None:
     """The cron jobs' options, the same for ``chaos.run`` and ``chaos.kind``."""
     parser.add_argument(
@@ -875,6 +895,13 @@ def add_cron_arguments(parser: argparse.ArgumentParser, hold_seconds: float) -> 
         default=list(POLICIES),
         help="a LeasedCronJob (schedule '* * * * *') per concurrency policy in this"
         " comma-separated list (default Forbid,Replace,Allow; 'none': no cron jobs)",
+    )
+    parser.add_argument(
+        "--cron-indexed-policy",
+        type=_indexed_policy,
+        default="Replace",
+        help="with cron jobs, one more whose runs have two completions (Indexed), under this"
+        " concurrency policy (default Replace; 'none': left out)",
     )
     parser.add_argument(
         "--cron-runs",

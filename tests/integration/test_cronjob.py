@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import shlex
 import time
 from collections.abc import Iterator
 from functools import partial
@@ -29,7 +30,8 @@ from leasehold import names
 from leasehold.fencing import StaleToken
 from leasehold.fencing.postgres import fence, install
 from leasehold.lease.errors import LeaseNotFoundError
-from leasehold.lease.protocol import Outcome
+from leasehold.lease.indexes import index_lease_name
+from leasehold.lease.protocol import LeaseRecord, Outcome
 from leasehold.lease.store import LeaseStore, Rejected
 from operatorproc import OperatorProcess
 from podrunner import PodRunner
@@ -247,16 +249,20 @@ def test_the_crd_refuses_a_malformed_cron_job_naming_the_field(
         "good",
         {"spec": {"jobTemplate": {"spec": {"leaseDurationSeconds": 7, "maxAttempts": 5}}}},
     )
-    with pytest.raises(client.ApiException) as indexed:  # a run is one lease, for now
-        client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
-            G,
-            V,
-            namespace,
-            names.PLURAL_LEASED_CRON_JOBS,
-            "good",
-            {"spec": {"jobTemplate": {"spec": {"completions": 3}}}},
+    # A run of several completions: one lease per index, inside the run's range.
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        G,
+        V,
+        namespace,
+        names.PLURAL_LEASED_CRON_JOBS,
+        "good",
+        {"spec": {"jobTemplate": {"spec": {"completions": 3, "completionMode": "Indexed"}}}},
+    )
+    with pytest.raises(client.ApiException) as indexed:  # the LeasedJob's own checks
+        create_cron(
+            api_client, namespace, "nocount", "true", job_spec={"completionMode": "Indexed"}
         )
-    assert "spec.jobTemplate.spec.completions" in str(indexed.value.body)
+    assert "an Indexed job needs spec.completions" in str(indexed.value.body)
     cron = get_cron(api_client, namespace, "good")
     assert cron["spec"]["concurrencyPolicy"] == "Allow"
     assert (cron["spec"]["successfulJobsHistoryLimit"], cron["spec"]["failedJobsHistoryLimit"]) == (
@@ -774,3 +780,223 @@ def test_forbid_waits_out_the_window_of_a_run_suspended_while_it_held(
     reasons = [r for r, _ in cron_events(api_client, namespace, "paused")]
     assert "WaitingForEarlierHolder" in reasons, reasons
     assert second
+
+
+# -- runs of several completions (an Indexed jobTemplate) ----------------------------
+#
+# batch/v1's CronJob makes an Indexed Job at each schedule time like any other
+# Job; here each run's index leases take their tokens inside the range the cron
+# job reserved for that run (docs/schedules.md), so every index of run N is
+# above every index of run N-1, and Forbid / Replace close every index lease of
+# an earlier run.
+
+INDEXED = {"completions": 2, "parallelism": 2, "completionMode": "Indexed"}
+"""The runs' template: two indexes at once."""
+
+
+def index_records(store: LeaseStore, namespace: str, run_name: str) -> list[LeaseRecord]:
+    """The run's index leases (index 0 and 1), as stored."""
+    return [store.get(namespace, index_lease_name(run_name, i)).record for i in range(2)]
+
+
+def held_indexes(
+    store: LeaseStore, namespace: str, run_name: str
+) -> list[tuple[str, int, str]] | None:
+    """(holder, token, holder UID) of both index leases once both are held and bound."""
+    out: list[tuple[str, int, str]] = []
+    for i in range(2):
+        try:
+            record = store.get(namespace, index_lease_name(run_name, i)).record
+        except LeaseNotFoundError:
+            return None
+        if record.holder_identity is None or record.holder_uid is None:
+            return None
+        out.append((record.holder_identity, record.fencing_token, record.holder_uid))
+    return out
+
+
+def other_run(api: client.ApiClient, namespace: str, cron: str, first: str) -> str | None:
+    return next((n for n in runs(api, namespace, cron) if n != first), None)
+
+
+def phase(api: client.ApiClient, namespace: str, cron: str, name: str) -> Any:
+    return (runs(api, namespace, cron).get(name, {}).get("status") or {}).get("phase")
+
+
+def test_indexed_cron_runs_take_index_tokens_inside_their_range_above_the_previous_run(
+    api_client: client.ApiClient,
+    namespace: str,
+    store: LeaseStore,
+    operator_ahead: OperatorProcess,
+    local_pod_runner: PodRunner,
+) -> None:
+    create_cron(api_client, namespace, "idx", run(2), job_spec=INDEXED)
+    first = wait_for("the first run", lambda: next(iter(runs(api_client, namespace, "idx")), None))
+    assert wait_for(
+        "the first run to succeed",
+        lambda: phase(api_client, namespace, "idx", first) == "Succeeded",
+        60,
+    )
+    second = wait_for("the second run", lambda: other_run(api_client, namespace, "idx", first), 90)
+    assert wait_for(
+        "the second run to succeed",
+        lambda: phase(api_client, namespace, "idx", second) == "Succeeded",
+        60,
+    )
+    ranges = {}
+    for name in (first, second):
+        own = store.get(namespace, name).record  # the run's range, never claimed
+        assert own.holder_identity is None and own.ceiling_fencing_token is not None
+        base, top = own.fencing_token, own.ceiling_fencing_token
+        for record in index_records(store, namespace, name):
+            # each index: taken over at the run's base, claimed above it, within the top
+            assert record.base_fencing_token == base, record
+            assert base < record.fencing_token <= top, (base, record.fencing_token, top)
+            assert record.ceiling_fencing_token == top
+            assert record.completion is not None
+            assert record.completion.outcome == Outcome.SUCCEEDED
+        ranges[name] = (base, top)
+    # every index of the second run is above every index of the first
+    assert ranges[second][0] >= ranges[first][1]
+    second_tokens = [r.fencing_token for r in index_records(store, namespace, second)]
+    first_tokens = [r.fencing_token for r in index_records(store, namespace, first)]
+    assert min(second_tokens) > max(first_tokens)
+    # the runs' history and status as for runs of one completion
+    status = wait_for(
+        "lastSuccessfulTime",
+        lambda: (get_cron(api_client, namespace, "idx").get("status") or {}).get(
+            "lastSuccessfulTime"
+        ),
+    )
+    assert status
+    saw = wait_for(
+        "SawCompletedJob for both runs",
+        lambda: (
+            [m for r, m in cron_events(api_client, namespace, "idx") if r == "SawCompletedJob"]
+            if len(
+                [r for r, _ in cron_events(api_client, namespace, "idx") if r == "SawCompletedJob"]
+            )
+            >= 2
+            else None
+        ),
+        30,
+    )
+    assert any(first in m and "Complete" in m for m in saw), saw
+
+
+def test_forbid_with_an_indexed_template_waits_until_every_index_lease_is_unheld(
+    api_client: client.ApiClient,
+    namespace: str,
+    store: LeaseStore,
+    clock: Clock,
+    operator_ahead: OperatorProcess,
+    local_pod_runner: PodRunner,
+    tmp_path: Path,
+) -> None:
+    # Index 0 ends when the test says so; index 1 runs on (frozen).
+    done = tmp_path / "index-0-may-end"
+    script = (
+        f'if [ "$JOB_COMPLETION_INDEX" = 0 ]; then while [ ! -e {done} ]; do sleep 0.5; done;'
+        " else sleep 600; fi"
+    )
+    command = f"leasehold run -- sh -c {shlex.quote(script)}"
+    create_cron(api_client, namespace, "fb", command, concurrencyPolicy="Forbid", job_spec=INDEXED)
+    first = wait_for("the first run", lambda: next(iter(runs(api_client, namespace, "fb")), None))
+    held = wait_for("both indexes held", lambda: held_indexes(store, namespace, first), 30)
+    clock.wait_until_second(50)
+    local_pod_runner.pause(namespace, held[1][0])  # index 1's worker stops renewing
+    frozen_at = time.monotonic()
+    waited = wait_for(
+        "the cron job to wait for the first run",
+        lambda: [
+            m for r, m in cron_events(api_client, namespace, "fb") if r == "EarlierRunHoldsLease"
+        ],
+        40,
+    )
+    assert index_lease_name(first, 1) in waited[0], waited
+    # Both index leases were closed (ceiling at their token): no claim can take them.
+    for record in index_records(store, namespace, first):
+        assert record.ceiling_fencing_token == record.fencing_token, record
+    # Index 0 ends (unheld) while index 1 is still held: no second run yet.
+    done.touch()
+    wait_for(
+        "index 0 unheld",
+        lambda: index_records(store, namespace, first)[0].holder_identity is None,
+        40,
+    )
+    while index_records(store, namespace, first)[1].holder_identity is not None:
+        assert other_run(api_client, namespace, "fb", first) is None
+        assert time.monotonic() - frozen_at < 45, "index 1's lease never expired"
+        time.sleep(0.2)
+    assert cron_condition(api_client, namespace, "fb", "Waiting") is not None
+    second = wait_for("the second run", lambda: other_run(api_client, namespace, "fb", first), 30)
+    tokens = wait_for("the second run's claims", lambda: held_indexes(store, namespace, second), 30)
+    first_max = max(r.fencing_token for r in index_records(store, namespace, first))
+    assert min(token for _, token, _ in tokens) > first_max
+    # The frozen index's worker, resumed, cannot complete.
+    holder, token, uid = held[1]
+    late = store.complete(
+        namespace, index_lease_name(first, 1), holder, token, Outcome.SUCCEEDED, holder_uid=uid
+    )
+    assert isinstance(late, Rejected), late
+    local_pod_runner.resume(namespace, holder)
+
+
+def test_replace_with_an_indexed_template_fences_every_index_of_the_replaced_run(
+    api_client: client.ApiClient,
+    namespace: str,
+    store: LeaseStore,
+    operator_ahead: OperatorProcess,
+    pod_runner: PodRunner | None,
+    pg: str,
+) -> None:
+    create_cron(
+        api_client, namespace, "rp", run(600), concurrencyPolicy="Replace", job_spec=INDEXED
+    )
+    first = wait_for("the first run", lambda: next(iter(runs(api_client, namespace, "rp")), None))
+    held = wait_for("both indexes held", lambda: held_indexes(store, namespace, first), 30)
+    for _, token, _ in held:  # each index writes to the cron's shared target key
+        write_report(pg, token, f"first run, token {token}")
+    second = wait_for(
+        "the second run",
+        lambda: other_run(api_client, namespace, "rp", first),
+        120,  # the next minute, then the replaced workers' lease window (20 s + margin)
+    )
+    # Every index lease of the replaced run was closed and taken back.
+    for i in range(2):
+        try:
+            old = store.get(namespace, index_lease_name(first, i)).record
+        except LeaseNotFoundError:
+            continue  # gone with its run: nothing can claim it
+        assert old.holder_identity is None, old
+        assert old.ceiling_fencing_token == old.fencing_token == held[i][1], old
+    new = wait_for("the second run's claims", lambda: held_indexes(store, namespace, second), 30)
+    # Each replaced worker's completion is refused at the store...
+    for i, (holder, token, uid) in enumerate(held):
+        try:
+            late = store.complete(
+                namespace,
+                index_lease_name(first, i),
+                holder,
+                token,
+                Outcome.SUCCEEDED,
+                holder_uid=uid,
+            )
+            assert isinstance(late, Rejected), late
+        except LeaseNotFoundError:
+            pass
+    # ...and once the new run has written, each replaced index's late write at the target.
+    assert min(t for _, t, _ in new) > max(t for _, t, _ in held)
+    write_report(pg, new[0][1], "second run")
+    for _, token, _ in held:
+        with pytest.raises(StaleToken):
+            write_report(pg, token, "first run, late")
+    assert report(pg) == "second run"
+    wait_for(
+        "the replaced run's LeasedJob to go",
+        lambda: first not in runs(api_client, namespace, "rp"),
+        30,
+    )
+    replaced = [m for r, m in cron_events(api_client, namespace, "rp") if r == "Replaced"]
+    for i in range(2):
+        assert any(index_lease_name(first, i) in m for m in replaced), replaced

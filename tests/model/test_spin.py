@@ -45,6 +45,11 @@ MUTATIONS = (
     "replace-no-hold-wait",
     "stop-by-name-index",
     "wq-no-stop",
+    # a cron job's run of several completions (schedules.pml S_INDEXED)
+    "first-index-only",
+    "first-index-only-replace",
+    "index-no-run-check",
+    "index-list-before-close",
 )
 """The mutations caught within seconds; ``make model-check`` runs every one."""
 CORRECT = (
@@ -52,6 +57,8 @@ CORRECT = (
     "sched-forbid",
     "sched-replace",
     "sched-allow",
+    "sched-forbid-indexed",
+    "sched-replace-indexed",
     "index",
     "index-collide",
     "workqueue",

@@ -208,3 +208,74 @@ def test_a_run_is_ordered_by_its_schedule_time_not_its_name() -> None:
     assert checker.schedule_minute("ns/c", "ns/c-29000001") == 29000001
     assert checker.schedule_minute("ns/c", "ns/c-x-1") is None
     assert checker.schedule_minute("ns/c", "ns/cc-1") is None
+
+
+# A run of several completions: its index leases (ns/c-<run>.<index>, spec.jobName
+# its run) hold together; its own lease (its range) is never claimed.
+def seen_index(
+    t: float, run: int, index: int, token: int, holder: str | None, base: int
+) -> dict[str, Any]:
+    return {**seen(t, run, token, holder, base), "lease": f"ns/c-{run}.{index}", "index": index}
+
+
+def write_index(
+    run: int, index: int, check: float, t: float, token: int, holder: str, ok: bool
+) -> dict[str, Any]:
+    return {**write(run, check, t, token, holder, ok), "job": f"ns/c-{run}.{index}"}
+
+
+@pytest.mark.parametrize("policy", ["Forbid", "Replace"])
+def test_a_runs_index_leases_held_together_pass_both_checkers(tmp_path: Path, policy: str) -> None:
+    records = history(
+        policy,
+        seen_index(3.0, 100, 0, 0, None, 0),
+        seen_index(3.1, 100, 1, 0, None, 0),
+        seen_index(3.5, 100, 0, 1, "i0", 0),
+        seen_index(3.6, 100, 1, 1, "i1", 0),  # two indexes of one run: one token each
+        write_index(100, 1, 3.7, 3.8, 1, "i1", ok=True),
+        write_index(100, 0, 3.9, 4.0, 1, "i0", ok=True),
+        seen_index(4.5, 100, 0, 1, None, 0),
+        seen_index(4.6, 100, 1, 1, None, 0),
+        seen(60.0, 100, 1, None, 0),
+        seen(60.5, 101, 20, None, 20),
+        seen(80.0, 101, 21, "r2", 20),
+        write(101, 80.1, 80.2, 21, "r2", ok=True),
+        applied=(1, 1, 1, 21),
+    )
+    verdict = judged(tmp_path, records)
+    assert verdict.ok and verdict.agree, verdict.table()
+
+
+@pytest.mark.parametrize("policy", ["Forbid", "Replace"])
+def test_an_earlier_runs_index_lease_held_with_a_later_run_is_caught_by_both(
+    tmp_path: Path, policy: str
+) -> None:
+    records = history(
+        policy,
+        seen(3.0, 100, 1, None, 0),
+        seen_index(3.1, 100, 1, 0, None, 0),
+        seen_index(3.6, 100, 1, 1, "i1", 0),  # index 1 of run 100 held...
+        seen(60.5, 101, 20, None, 20),
+        seen(61.0, 101, 21, "r2", 20),  # ...when run 101 claims
+        seen_index(62.0, 100, 1, 1, None, 0),
+        applied=(1,),
+    )
+    verdict = judged(tmp_path, records)
+    assert verdict.report.violations["cron-runs-one-at-a-time"], verdict.table()
+    assert verdict.porcupine.illegal == ["cron ns/c"]
+    assert verdict.agree and not verdict.ok
+
+
+def test_an_index_of_a_later_run_below_an_earlier_runs_token_is_caught_by_both(
+    tmp_path: Path,
+) -> None:
+    records = history(
+        "Allow",
+        seen_index(60.5, 101, 0, 0, None, 0),
+        seen_index(61.0, 101, 0, 1, "x", 0),  # run 101's index at run 100's token
+        seen_index(62.0, 101, 0, 1, None, 0),
+        applied=(1,),
+    )
+    verdict = judged(tmp_path, records)
+    assert verdict.report.violations["cron-run-tokens-ordered"], verdict.table()
+    assert verdict.porcupine.illegal == ["cron ns/c"]

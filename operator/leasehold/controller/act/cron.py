@@ -123,8 +123,9 @@ class CronActor:
     ) -> float | None:
         """Apply the concurrency policy at the earlier runs' leases, then start the due run."""
         namespace, name = str(body["metadata"]["namespace"]), str(body["metadata"]["name"])
-        leases = self._store.list_leases(namespace, label_selector=f"{names.LABEL_CRON_JOB}={name}")
-        earlier = [lease for lease in leases if lease.name != decided.run]
+        leases = self._list_leases(namespace, name)
+        # A run's leases: its own, and one per index for a run of several completions.
+        earlier = [lease for lease in leases if plan.run_of(lease) != decided.run]
         wait: plan.Wait | None = None
         if decided.policy is not ConcurrencyPolicy.ALLOW and any(
             not plan.run_is_over(lease.record)
@@ -134,6 +135,9 @@ class CronActor:
             body = self._commit_to(body, decided)
         if decided.policy is ConcurrencyPolicy.FORBID:
             current = self._close_earlier(earlier)
+            if _closed_any(earlier, current):  # then list again: see _list_again
+                leases = self._list_leases(namespace, name)
+                current = self._close_earlier(self._list_again(leases, decided))
             held = [lease for lease in current if lease.record.holder_identity is not None]
             wait = plan.forbid_wait(decided, held, now)
             if wait is None:
@@ -146,6 +150,10 @@ class CronActor:
                 wait = plan.replace_wait(decided, longest, now, replaced=False)
         elif decided.policy is ConcurrencyPolicy.REPLACE:
             current, deleted = self._replace_earlier(body, earlier, runs)
+            if _closed_any(earlier, current):  # then list again: see _list_again
+                leases = self._list_leases(namespace, name)
+                current, more = self._replace_earlier(body, self._list_again(leases, decided), runs)
+                deleted |= more
             decided = plan.without_runs(decided, deleted)
             longest = max(
                 (self._holds.earlier_hold_wait(lease, body) for lease in current), default=0.0
@@ -163,6 +171,24 @@ class CronActor:
         return decided.requeue_after_seconds
 
     # -- the concurrency policy, at the leases ---------------------------------------
+
+    def _list_leases(self, namespace: str, name: str) -> list[StoredLease]:
+        """Every lease labelled with the cron job: its runs' own and their index leases."""
+        return self._store.list_leases(namespace, label_selector=f"{names.LABEL_CRON_JOB}={name}")
+
+    @staticmethod
+    def _list_again(leases: list[StoredLease], decided: plan.CronPlan) -> list[StoredLease]:
+        """The earlier runs' leases of a list made after this reconcile closed some.
+
+        A run of several completions makes its index leases itself, at any
+        time: one made after the first list was not closed. Its take-over
+        reads its run's own lease first (``IndexedActor._closed_with_run``);
+        this list comes after that lease's close. So an index lease made
+        before this list is closed here, and one made after it reads the
+        close before it can be claimed. (The Spin model's
+        ``index-list-before-close`` mutation is the first list alone.)
+        """
+        return [lease for lease in leases if plan.run_of(lease) != decided.run]
 
     def _commit_to(self, body: Body, decided: plan.CronPlan) -> Body:
         """Before closing earlier runs: one conditional status write on the version read.
@@ -227,15 +253,20 @@ class CronActor:
         """Replace: close and take back every earlier run that is not over, then delete it.
 
         One write per lease (:meth:`LeaseStore.close` with ``release``): the
-        holder's next write is refused and no claim can take the lease again.
-        Only runs whose lease this call closed are deleted: a run that
-        succeeded first keeps its LeasedJob (its status may not say so yet).
+        holder's next write is refused and no claim can take the lease again;
+        a run of several completions has its run's lease (its range) and
+        every index lease closed so. Only runs whose lease this call closed are
+        deleted: a run that succeeded first keeps its LeasedJob (its status
+        may not say so yet; :func:`plan.replaced_runs`).
 
         Returns:
             The earlier runs' leases as they are now (closed, or as they were),
             and the names of the runs deleted.
         """
-        stopped: set[str] = set()
+        # A run of several completions: its own lease is only its range (never
+        # claimed); its Event names the index leases taken back.
+        multi = {str(r["metadata"]["name"]) for r in runs if plan.is_multi_run(r)}
+        closed: list[StoredLease] = []
         current: list[StoredLease] = []
         for lease in earlier:
             if plan.run_is_over(lease.record) and lease.record.holder_identity is None:
@@ -245,14 +276,17 @@ class CronActor:
             if not isinstance(result, Accepted):
                 raise TransientStoreError(f"close lease {lease.name}: it moved, retrying")
             current.append(result.lease)
-            stopped.add(lease.name)
-            self._record(body, [plan.replaced_event(lease.name, lease.record.fencing_token)])
-        deleted: set[str] = set()
+            closed.append(lease)
+            if not (plan.is_range_lease(lease) and plan.run_of(lease) in multi):
+                event = plan.replaced_event(
+                    plan.run_of(lease), lease.record.fencing_token, lease.name
+                )
+                self._record(body, [event])
+        deleted = plan.replaced_runs(closed, earlier, runs)
         for run in runs:
             meta = run["metadata"]
-            if meta["name"] in stopped:
+            if meta["name"] in deleted:
                 self._jobs.delete(str(meta["namespace"]), str(meta["name"]))
-                deleted.add(str(meta["name"]))
         return current, deleted
 
     # -- the fencing domain ---------------------------------------------------------
@@ -274,7 +308,12 @@ class CronActor:
         return written
 
     def _start_run(self, body: Body, start: plan.Start) -> None:
-        """Create the run's JobLease at its base (closed), then its LeasedJob, which takes it."""
+        """Create the run's JobLease at its base (closed), then its LeasedJob, which takes it.
+
+        A run of several completions never claims this lease: it holds the
+        run's range, and each index lease is made inside it (its base, its
+        ceiling) by the run's own reconciles (``IndexedActor._create_in_run``).
+        """
         namespace, name = str(body["metadata"]["namespace"]), str(body["metadata"]["name"])
         try:
             self._store.create(
@@ -351,8 +390,7 @@ class CronActor:
 
     def _prune_leases(self, namespace: str, name: str, runs: set[str]) -> None:
         """Delete the JobLeases of runs that are gone (:func:`plan.prune_candidates`)."""
-        leases = self._store.list_leases(namespace, label_selector=f"{names.LABEL_CRON_JOB}={name}")
-        for lease in plan.prune_candidates(leases, runs):
+        for lease in plan.prune_candidates(self._list_leases(namespace, name), runs):
             if self._holds.hold_window_left(lease) > 0:
                 # A replaced run's worker may still run: its lease (and its
                 # expiry clock) stays until its window has surely ended, so a
@@ -380,6 +418,12 @@ class CronActor:
     def _record(self, body: Body, events: Iterable[JobEvent]) -> None:
         for event in events:
             self._ctx.events.record(body, event.type, event.reason, event.message)
+
+
+def _closed_any(before: list[StoredLease], after: list[StoredLease]) -> bool:
+    """Whether a policy pass wrote any lease (its version moved)."""
+    was = {lease.name: lease.resource_version for lease in before}
+    return any(was.get(lease.name) != lease.resource_version for lease in after)
 
 
 def build_queue(actor: CronActor, gate: ActivityGate, retry_delay_seconds: float) -> WorkQueue:

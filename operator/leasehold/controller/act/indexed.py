@@ -8,7 +8,10 @@ step through the same store writes and pod handling as a single-lease job
 take-over, suspend, resume, excuse) and writes the job's status. Each index lease is a fencing
 domain of its own, with the same guarantees as a job's lease: no
 ownerReference, a finalizer, its ``jobUID`` and ``baseFencingToken``
-(docs/indexed.md). An index lease that an earlier build named
+(docs/indexed.md). A cron job's run of several completions makes its
+index leases inside the token range its cron job reserved, read from the
+run's own lease (:meth:`IndexedActor._create_in_run`, docs/schedules.md).
+An index lease that an earlier build named
 ``<job>-<index>`` is stopped for good, and the index's lease is created at
 its token.
 
@@ -42,7 +45,7 @@ from leasehold.controller.plan.single import Action, Plan, PodFacts, owes_stop
 from leasehold.lease.api import LeasedJob, Phase, PodRetention
 from leasehold.lease.errors import LeaseNotFoundError, WriteRefusedError
 from leasehold.lease.indexes import INDEX_SEPARATOR, index_lease_name, legacy_index_lease_name
-from leasehold.lease.protocol import LeaseRecord, lease_is_final
+from leasehold.lease.protocol import LeaseRecord, lease_is_closed, lease_is_final
 from leasehold.lease.store import Accepted, StoredLease
 
 log = logging.getLogger(__name__)
@@ -58,6 +61,22 @@ MAX_REPLANS = 4
 NAME_TAKEN_RECHECK_SECONDS = 60.0
 """How soon to try again an index whose lease name another lease holds: that
 lease is not this job's, so its deletion brings no event for this job."""
+
+
+def cron_of(body: dict[str, Any]) -> str | None:
+    """The LeasedCronJob whose run this job is (its controller ownerReference), or ``None``.
+
+    A run of several completions makes its index leases inside the token
+    range its cron job reserved (:meth:`IndexedActor._create_in_run`).
+    """
+    for ref in body["metadata"].get("ownerReferences") or []:
+        if (
+            ref.get("controller")
+            and ref.get("kind") == "LeasedCronJob"
+            and ref.get("apiVersion") == names.API_VERSION
+        ):
+            return str(ref.get("name"))
+    return None
 
 
 def index_of(lease: StoredLease) -> int | None:
@@ -328,6 +347,10 @@ class IndexedActor:
             if wait > 0:
                 return _Done(wait)
         if action is Action.TAKE_OVER_LEASE:
+            checked = self._closed_with_run(body, lease)
+            if checked is None:
+                return _Done(None)  # it moved: its watch event brings the next reconcile
+            lease = checked
             taken = store.rearm(
                 lease,
                 job_uid=str(body["metadata"]["uid"]),
@@ -475,6 +498,9 @@ class IndexedActor:
         """
         meta = body["metadata"]
         namespace, name = str(meta["namespace"]), str(meta["name"])
+        cron = cron_of(body)
+        if cron is not None:
+            return self._create_in_run(job, body, step, cron)
         start = self._start_token(namespace, name, step, legacy)
         if start is None:
             return None
@@ -503,6 +529,123 @@ class IndexedActor:
             return self._existing(namespace, name, step)
         self._tell_carried(body, step, legacy, start)
         return created
+
+    def _run_lease(self, namespace: str, run: str, cron: str) -> StoredLease | None:
+        """A cron job's run's own lease (its token range), read from the API server.
+
+        Returns:
+            It, or ``None`` when it is missing or not that cron job's.
+        """
+        try:
+            lease = self._ctx.store.get(namespace, run)
+        except LeaseNotFoundError:
+            return None
+        labels = lease.body["metadata"].get("labels") or {}
+        if labels.get(names.LABEL_CRON_JOB) != cron or lease.record.job_name != run:
+            return None
+        if lease.record.ceiling_fencing_token is None:
+            return None
+        return lease
+
+    def _create_in_run(
+        self, job: LeasedJob, body: dict[str, Any], step: IndexStep, cron: str
+    ) -> StoredLease | _Done | None:
+        """Create an index lease of a cron job's run inside the run's token range.
+
+        The run's own lease (made by the cron job, never claimed) holds the
+        range: the index lease starts at its token (the range's base), capped
+        there (closed) until this job takes it over, with its ceiling (the
+        range's top, or the base if a later run closed the run already). So
+        every index of run N is above every index of run N-1
+        (docs/schedules.md). The take-over checks the run's lease again
+        (:meth:`_closed_with_run`): an index lease made after a ``Forbid`` or
+        ``Replace`` listed the run's leases is closed before it can be claimed.
+
+        Returns:
+            As :meth:`_create`; :class:`_Done` to look again later when the
+            run's lease is missing (the index does not start).
+        """
+        meta = body["metadata"]
+        namespace, name = str(meta["namespace"]), str(meta["name"])
+        run = self._run_lease(namespace, name, cron)
+        if run is None:
+            log.warning(
+                "%s/%s: index %d not started: the run's JobLease %s (its token range,"
+                " made by LeasedCronJob %s) is missing",
+                namespace,
+                name,
+                step.index,
+                name,
+                cron,
+            )
+            return _Done(NAME_TAKEN_RECHECK_SECONDS)
+        base = run.record.fencing_token
+        # A lease that went missing is made again above its pods' tokens.
+        start = max(base, max(self._ctx.pod_memory.recall(namespace, name, step.index), default=0))
+        ceiling = run.record.ceiling_fencing_token
+        assert ceiling is not None
+        try:
+            created = self._ctx.store.create(
+                namespace,
+                step.lease_name,
+                job_name=name,
+                lease_duration_seconds=job.spec.lease_duration_seconds,
+                max_fencing_token=start,  # closed until this job takes it over
+                ceiling_fencing_token=max(ceiling, start),
+                initial_fencing_token=start,
+                labels={
+                    names.LABEL_JOB: name,
+                    names.LABEL_COMPLETION_INDEX: str(step.index),
+                    names.LABEL_CRON_JOB: cron,
+                },
+                mode=domain.mode(job),
+                finalizers=[names.FINALIZER_DOMAIN],
+            )
+        except WriteRefusedError:
+            return self._existing(namespace, name, step)
+        log.info(
+            "%s/%s: index lease %s made in the run's range (%d, %d]",
+            namespace,
+            name,
+            step.lease_name,
+            start,
+            ceiling,
+        )
+        return created
+
+    def _closed_with_run(self, body: dict[str, Any], lease: StoredLease) -> StoredLease | None:
+        """Before a take-over: close an index lease of a run that a later run closed.
+
+        ``Forbid`` and ``Replace`` close every lease of an earlier run that
+        they list; an index lease made after that list is not among them. Its
+        take-over therefore reads the run's own lease first (the write of the
+        index lease came before this read): closed there (or gone), the index
+        lease is closed too, so the take-over caps it at its token and no claim
+        takes it. (The close came before the list; a list that missed the
+        index lease came before its create; so this read sees the close.)
+
+        Returns:
+            The lease to take over (closed or as it was), or ``None`` when
+            the close was refused (it moved).
+        """
+        cron = cron_of(body)
+        record = lease.record
+        if cron is None or record.ceiling_fencing_token is None or lease_is_closed(record):
+            return lease
+        run = self._run_lease(lease.namespace, record.job_name, cron)
+        if run is not None and not lease_is_closed(run.record):
+            return lease
+        closed = self._ctx.store.close(lease)
+        if not isinstance(closed, Accepted):
+            return None
+        self._ctx.wrote_lease(closed.lease)
+        log.info(
+            "%s/%s: closed at fencing token %d: its run was closed (a later run is due)",
+            lease.namespace,
+            lease.name,
+            record.fencing_token,
+        )
+        return closed.lease
 
     def _start_token(
         self, namespace: str, name: str, step: IndexStep, legacy: StoredLease | None

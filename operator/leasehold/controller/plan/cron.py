@@ -163,8 +163,76 @@ def prune_candidates(leases: Sequence[L], runs: set[str]) -> list[L]:
     return [
         lease
         for lease in leases
-        if lease is not top and lease.name not in runs and lease_is_final(lease.record)
+        if lease is not top and lease.record.job_name not in runs and lease_is_final(lease.record)
     ]
+
+
+def run_of(lease: RunLease) -> str:
+    """The run a lease belongs to: its run's lease, or one of its run's index leases.
+
+    A run of several completions has its run's lease (named like the run:
+    its token range, never claimed) and one index lease per index
+    (``<run>.<index>``), all labelled with the cron job; ``spec.jobName`` is
+    the run's name on each.
+    """
+    return lease.record.job_name
+
+
+def is_range_lease(lease: RunLease) -> bool:
+    """Whether ``lease`` is a run's own lease (named like its run), not an index lease."""
+    return lease.name == lease.record.job_name
+
+
+def is_multi_run(run: Body) -> bool:
+    """Whether a run's LeasedJob has several completions (one lease per index).
+
+    As :func:`leasehold.controller.plan.indexed.is_multi`, on the raw body.
+    """
+    spec = run.get("spec") or {}
+    return spec.get("completionMode") == "Indexed" or int(spec.get("completions") or 1) > 1
+
+
+def replaced_runs(closed: Sequence[L], leases: Sequence[L], runs: list[Body]) -> set[str]:
+    """``Replace``: the runs to delete, given the earlier leases this reconcile closed.
+
+    A run one of whose leases was taken back is replaced (deleted), but a
+    run of several completions whose only lease closed was its run's lease
+    (its range, never claimed) and that is over (its LeasedJob Succeeded, or
+    every index lease Succeeded) keeps its LeasedJob, as a single run that
+    succeeded first does (its status may not say so yet).
+
+    Args:
+        closed: the leases this reconcile closed (and released).
+        leases: every earlier lease of the cron job, as read.
+        runs: the runs' LeasedJob bodies.
+
+    Returns:
+        The names of the runs to delete.
+    """
+    by_name = {str(r["metadata"]["name"]): r for r in runs}
+    out: set[str] = set()
+    for lease in closed:
+        run = run_of(lease)
+        body = by_name.get(run)
+        if body is None:
+            continue
+        if is_range_lease(lease) and is_multi_run(body) and _run_succeeded(body, leases):
+            continue
+        out.add(run)
+    return out
+
+
+def _run_succeeded(run: Body, leases: Sequence[RunLease]) -> bool:
+    """A run of several completions that succeeded: its phase, or all its index leases say so."""
+    if (run.get("status") or {}).get("phase") == api.Phase.SUCCEEDED.value:
+        return True
+    name = str(run["metadata"]["name"])
+    indexes = [x for x in leases if run_of(x) == name and not is_range_lease(x)]
+    wanted = int((run.get("spec") or {}).get("completions") or 1)
+    return len(indexes) >= wanted and all(
+        x.record.completion is not None and x.record.completion.outcome == Outcome.SUCCEEDED
+        for x in indexes
+    )
 
 
 def deleted_event(run: str) -> JobEvent:
@@ -172,12 +240,16 @@ def deleted_event(run: str) -> JobEvent:
     return JobEvent("Normal", "SuccessfulDelete", f"Deleted finished run {run}.")
 
 
-def replaced_event(run: str, token: int) -> JobEvent:
-    """The Event of an earlier run whose lease ``Replace`` took back at ``token``."""
+def replaced_event(run: str, token: int, lease: str | None = None) -> JobEvent:
+    """The Event of an earlier run whose lease ``Replace`` took back at ``token``.
+
+    ``lease``: the lease's name when it is one of the run's index leases.
+    """
+    which = "its lease" if lease is None or lease == run else f"its index lease {lease}"
     return JobEvent(
         "Normal",
         "Replaced",
-        f"Run {run} replaced: its lease was taken back at fencing token {token};"
+        f"Run {run} replaced: {which} was taken back at fencing token {token};"
         " its late writes are refused.",
     )
 
@@ -594,8 +666,9 @@ class Start:
         scheduled_time: the schedule time it is for.
         base: its lease is created at this token, its cap there until its
             LeasedJob takes it over; its tokens are above it.
-        budget: ``maxAttempts + backoffLimit`` (the template's): the take-over's cap
-            is ``base + budget``.
+        budget: ``maxAttempts + backoffLimit`` (the template's; ``backoffLimitPerIndex``
+            in place of ``backoffLimit`` where set): a take-over's cap is
+            ``base + budget``, for the run's lease or each of its index leases.
         reserved: the range's top (``status.reservedFencingToken``, its lease's
             ``spec.ceilingFencingToken``): ``base + budget + RUN_UNCOUNTED_ROOM``.
         lease_duration_seconds: its lease's duration.
@@ -654,7 +727,10 @@ def plan_start(
     status = _not_waiting(plan.status, now)
     spec = cron.spec.job_template.spec
     base = max(status.reserved_fencing_token or 0, reserved_floor(records))
-    budget = spec.max_attempts + spec.backoff_limit
+    # Per lease: each index of a run of several completions is a lease of its
+    # own, taken over at the run's base with at most this many claims above it.
+    per_index = spec.backoff_limit_per_index
+    budget = spec.max_attempts + (spec.backoff_limit if per_index is None else per_index)
     reserved = base + budget + RUN_UNCOUNTED_ROOM
     status.reserved_fencing_token = reserved
     status.last_schedule_time = plan.scheduled_time

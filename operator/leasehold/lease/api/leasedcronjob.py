@@ -52,16 +52,17 @@ def _template_rules(schema: JsonDict) -> None:
     may change in a template: each run is a new LeasedJob made from the template
     as it is at that schedule time.
     """
-    rules = cast("list[dict[str, str]]", schema.pop("x-kubernetes-validations", None) or [])
-    kept = [rule for rule in rules if "oldSelf" not in rule["rule"]]
+    # This function replaces the LeasedJobSpec's own extra (a dict of its
+    # rules), so those rules are taken from it here.
+    extra = cast("JsonDict", LeasedJobSpec.model_config.get("json_schema_extra") or {})
+    rules = cast("list[dict[str, str]]", extra.get("x-kubernetes-validations") or [])
+    schema.pop("x-kubernetes-validations", None)
+    kept = [dict(rule) for rule in rules if "oldSelf" not in rule["rule"]]
     kept.append(
-        {  # each run is one lease, pre-created with its token range (docs/schedules.md)
-            "rule": "(!has(self.completions) || self.completions == 1)"
-            " && self.completionMode != 'Indexed'"
-            " && (has(self.completions) || !has(self.parallelism) || self.parallelism == 1)",
-            "message": "spec.jobTemplate.spec.completions: a LeasedCronJob's runs have one"
-            " completion each (completions above 1, completionMode Indexed and the work"
-            " queue form, parallelism above 1 without completions, are not supported yet)",
+        {  # a work queue's runs: not built (each run would be a work queue's slots)
+            "rule": "has(self.completions) || !has(self.parallelism) || self.parallelism == 1",
+            "message": "spec.jobTemplate.spec.completions: a LeasedCronJob's runs may not be"
+            " work queues (parallelism above 1 without completions is not supported yet)",
             "fieldPath": ".completions",
             "reason": "FieldValueForbidden",
         }

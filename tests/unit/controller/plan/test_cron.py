@@ -356,12 +356,17 @@ def test_a_run_is_the_template_owned_by_its_cron_job() -> None:
     assert job["spec"] == body["spec"]["jobTemplate"]["spec"]
 
 
+def run_lease(name: str, rec: LeaseRecord, run: str | None = None) -> Lease:
+    """A lease of run ``run`` (default: ``name``, the run's own lease)."""
+    return Lease(name, replace(rec, job_name=run or name))
+
+
 def test_only_gone_final_leases_below_the_top_are_pruned() -> None:
-    top = Lease("c-9", record(9, 9))
+    top = run_lease("c-9", record(9, 9))
     leases = [
-        Lease("c-1", record(1, 1)),  # gone, final: pruned
-        Lease("c-2", record(2, 2)),  # its run exists
-        Lease("c-3", record(3, 5, holder="p")),  # not final
+        run_lease("c-1", record(1, 1)),  # gone, final: pruned
+        run_lease("c-2", record(2, 2)),  # its run exists
+        run_lease("c-3", record(3, 5, holder="p")),  # not final
         top,
     ]
     assert plan.prune_candidates(leases, {"c-2"}) == [leases[0]]
@@ -430,3 +435,54 @@ def test_a_run_made_this_reconcile_is_matched_by_name() -> None:
     made = _with_uid(run("c-5", 5, "Succeeded"), "00000005")
     ended = plan.ended_runs(cron, [made], plan.Reported())
     assert [e.message for e in ended.events] == ["Saw completed job: c-5, condition: Complete"]
+
+
+def test_index_leases_of_a_gone_run_are_pruned_and_an_existing_runs_are_kept() -> None:
+    top = run_lease("c-9", record(9, 9))
+    leases = [
+        run_lease("c-1", record(1, 1)),  # the gone run's own lease (its range)
+        run_lease("c-1.0", record(2, 2), run="c-1"),  # its index leases, final
+        run_lease("c-1.1", record(3, 3), run="c-1"),
+        run_lease("c-2.0", record(4, 4), run="c-2"),  # an index lease of a run that exists
+        top,
+    ]
+    assert plan.prune_candidates(leases, {"c-2"}) == leases[:3]
+
+
+def multi_run(name: str, phase: str | None = None, completions: int = 2) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "ns"},
+        "spec": {"completions": completions, "completionMode": "Indexed"},
+        "status": {"phase": phase} if phase else {},
+    }
+
+
+def test_replace_deletes_a_run_of_several_completions_whose_index_lease_it_closed() -> None:
+    own = run_lease("c-1", record(10, 10, ceiling=20))
+    index = run_lease("c-1.0", record(11, 14, holder="p", ceiling=20), run="c-1")
+    runs = [multi_run("c-1", "Running")]
+    assert plan.replaced_runs([own, index], [own, index], runs) == {"c-1"}
+    # a run that has no index lease yet is replaced too (its range was closed)
+    assert plan.replaced_runs([own], [own], runs) == {"c-1"}
+
+
+def test_replace_keeps_a_succeeded_run_of_several_completions_whose_range_it_closed() -> None:
+    own = run_lease("c-1", record(10, 10, ceiling=20))
+    done = [run_lease(f"c-1.{i}", record(11, 14, done=True, ceiling=20), run="c-1") for i in (0, 1)]
+    # its status does not say so yet: its index leases do
+    assert plan.replaced_runs([own], [own, *done], [multi_run("c-1", "Running")]) == set()
+    assert plan.replaced_runs([own], [own], [multi_run("c-1", "Succeeded")]) == set()
+    # one index of two succeeded: the run is replaced
+    assert plan.replaced_runs([own], [own, done[0]], [multi_run("c-1", "Running")]) == {"c-1"}
+
+
+def test_a_run_of_several_completions_reserves_a_range_per_index_not_per_completion() -> None:
+    body = cron_body(status={**WAITING, "reservedFencingToken": 7})
+    body["spec"]["jobTemplate"]["spec"].update(
+        completions=5, completionMode="Indexed", backoffLimitPerIndex=4
+    )
+    due = decide(body, T10 + timedelta(minutes=1))
+    start = plan.plan_start(due, parsed(body).cron, [], T10)
+    # each index is a lease of its own: maxAttempts + backoffLimitPerIndex, not x completions
+    assert (start.base, start.budget) == (7, 3 + 4)
+    assert start.reserved == 7 + 7 + api.RUN_UNCOUNTED_ROOM
