@@ -277,18 +277,3 @@ def test_work_queue_parallelism_may_change_but_not_the_form(
         assert "spec.parallelism: a job without spec.completions keeps its form" in str(
             refused.value.body
         )
-    cron = {
-        "apiVersion": names.API_VERSION,
-        "kind": "LeasedCronJob",
-        "metadata": {"name": "wq-cron"},
-        "spec": {
-            "schedule": "* * * * *",
-            "jobTemplate": {"spec": {"leaseDurationSeconds": 30, "parallelism": 2}},
-        },
-    }
-    with pytest.raises(ApiException) as refused:
-        client.CustomObjectsApi(api_client).create_namespaced_custom_object(
-            G, V, namespace, names.PLURAL_LEASED_CRON_JOBS, cron
-        )
-    assert refused.value.status == 422
-    assert "spec.jobTemplate.spec.completions" in str(refused.value.body)

@@ -59,15 +59,6 @@ def _template_rules(schema: JsonDict) -> None:
     schema.pop("x-kubernetes-validations", None)
     kept = [dict(rule) for rule in rules if "oldSelf" not in rule["rule"]]
     kept.append(
-        {  # a work queue's runs: not built (each run would be a work queue's slots)
-            "rule": "has(self.completions) || !has(self.parallelism) || self.parallelism == 1",
-            "message": "spec.jobTemplate.spec.completions: a LeasedCronJob's runs may not be"
-            " work queues (parallelism above 1 without completions is not supported yet)",
-            "fieldPath": ".completions",
-            "reason": "FieldValueForbidden",
-        }
-    )
-    kept.append(
         {  # the cron job makes each run's lease: its runs are this operator's
             "rule": f"!has(self.managedBy) || self.managedBy == '{names.MANAGED_BY_LEASEHOLD}'",
             "message": "spec.jobTemplate.spec.managedBy: a LeasedCronJob's runs are managed by"
