@@ -33,8 +33,6 @@ from leasehold.worker import pull
 from operatorproc import OperatorProcess
 from podrunner import PodRunner
 from tests.integration.jobs import (
-    G,
-    V,
     condition,
     condition_true,
     create_job,
