@@ -400,6 +400,10 @@ def decide(
         waiting_time=status.waiting_schedule_time,
     )
     until_next = (d.next_time - now).total_seconds() if d.next_time else None
+    if d.missed_deadline is not None and _run_exists(cron, d.missed_deadline, runs):
+        # Started in time: its run was made before status.lastScheduleTime said so
+        # (a reconcile between the run's create and that status write).
+        d = replace(d, missed_deadline=None)
     events, reported = _schedule_events(cron, d, reported)
     if d.scheduled_time is None:
         return CronPlan(_not_waiting(status, now), reported, events, until_next)
@@ -417,6 +421,12 @@ def decide(
         scheduled_time=d.scheduled_time,
         policy=ConcurrencyPolicy(cron.spec.concurrency_policy),
     )
+
+
+def _run_exists(cron: LeasedCronJob, scheduled_time: datetime, runs: list[Body]) -> bool:
+    """Whether the run for ``scheduled_time`` is among ``runs`` (made already)."""
+    run = schedule.run_name(str(cron.metadata["name"]), scheduled_time)
+    return any(r["metadata"]["name"] == run for r in runs)
 
 
 def _schedule_events(

@@ -232,6 +232,18 @@ def test_a_missed_deadline_is_told_once() -> None:
     assert [e.reason for e in later.events] == ["MissSchedule"]  # the next time missed
 
 
+def test_a_time_whose_run_exists_is_not_told_missed() -> None:
+    # The run was made in time; a reconcile between its create and the status
+    # write of lastScheduleTime, with a startingDeadlineSeconds set meanwhile,
+    # judged its time missed (a CI run, test_replace_fences_...: MissSchedule).
+    body = cron_body(startingDeadlineSeconds=15)
+    now = T10 + timedelta(seconds=40)
+    made = run(f"nightly-{int(T10.timestamp()) // 60}", 0, "Running")
+    d = decide(body, now, runs=[made])
+    assert d.run is None and d.events == []
+    assert decide(body, now).events[0].reason == "MissSchedule"  # without the run: missed
+
+
 def test_forbid_waits_while_an_earlier_lease_is_held_telling_it_once() -> None:
     due = decide(cron_body(concurrencyPolicy="Forbid", status=WAITING), T10 + timedelta(minutes=1))
     held = Lease("nightly-1", record(4, 4, holder="pod-4"))
