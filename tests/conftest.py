@@ -11,6 +11,7 @@ from typing import Any, cast
 import pytest
 from kubernetes import client, config
 
+from leasehold.lease.store import LeaseStore
 from operatorproc import OperatorProcess
 
 pytest_plugins = ["localcluster.pytest_plugin", "podrunner.pytest_plugin", "pgserver.pytest_plugin"]
@@ -148,3 +149,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             report.sections.append(
                 (f"operator log, last {len(lines)} lines ({value.log_path})", "\n".join(lines))
             )
+
+
+@pytest.fixture
+def store(api_client: client.ApiClient) -> LeaseStore:
+    """The lease store on the test cluster, as the operator and workers use it."""
+    return LeaseStore(api_client)

@@ -118,11 +118,6 @@ def report(dsn: str) -> str:
     return str(row[0])
 
 
-@pytest.fixture
-def store(api_client: client.ApiClient) -> LeaseStore:
-    return LeaseStore(api_client)
-
-
 def create_cron(
     api: client.ApiClient,
     namespace: str,

@@ -37,11 +37,6 @@ from tests.integration.jobs import (
 )
 
 
-@pytest.fixture
-def store(api_client: client.ApiClient) -> LeaseStore:
-    return LeaseStore(api_client)
-
-
 def sh(script: str) -> str:
     return f"leasehold run -- sh -c '{script}'"
 

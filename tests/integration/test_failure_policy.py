@@ -25,11 +25,6 @@ from tests.integration.jobs import condition, create_job, events, phase_is, stat
 from tests.integration.leases import refused_lease_patch
 
 
-@pytest.fixture
-def store(api_client: client.ApiClient) -> LeaseStore:
-    return LeaseStore(api_client)
-
-
 def on_token(first: str, then: str) -> str:
     """A worker command: ``first`` under fencing token 1, ``then`` under any later one."""
     script = f'if [ "$LEASEHOLD_FENCING_TOKEN" = 1 ]; then {first}; else {then}; fi'

@@ -41,11 +41,6 @@ UID_A = "00000000-0000-0000-0000-00000000000a"
 UID_B = "00000000-0000-0000-0000-00000000000b"
 
 
-@pytest.fixture
-def store(api_client: client.ApiClient) -> LeaseStore:
-    return LeaseStore(api_client)
-
-
 def delete_job(api: client.ApiClient, namespace: str, name: str) -> None:
     custom = client.CustomObjectsApi(api)
     custom.delete_namespaced_custom_object(G, V, namespace, "leasedjobs", name)

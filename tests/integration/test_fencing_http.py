@@ -20,7 +20,6 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
-from kubernetes import client
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
@@ -150,11 +149,6 @@ def target() -> Iterator[Target]:
     target.url = f"http://127.0.0.1:{server.port}"
     yield target
     server.stop()
-
-
-@pytest.fixture
-def store(api_client: client.ApiClient) -> LeaseStore:
-    return LeaseStore(api_client)
 
 
 def test_worked_example_a_delayed_write_arrives_after_b_and_is_rejected(

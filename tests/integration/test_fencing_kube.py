@@ -98,11 +98,6 @@ def fencing_policy(kubectl: Kubectl, crds_installed: Path) -> Iterator[str]:
         kubectl("delete", "-f", str(POLICY), "--ignore-not-found", check=False)
 
 
-@pytest.fixture
-def store(api_client: client.ApiClient) -> LeaseStore:
-    return LeaseStore(api_client)
-
-
 def _proxied_client(kubeconfig: Path, proxy: TcpProxy) -> client.ApiClient:
     """A client whose requests go through ``proxy``; TLS still verifies the API server."""
     configuration = client.Configuration()

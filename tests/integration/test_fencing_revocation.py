@@ -53,11 +53,6 @@ class Reader:
 
 
 @pytest.fixture
-def store(api_client: client.ApiClient) -> LeaseStore:
-    return LeaseStore(api_client)
-
-
-@pytest.fixture
 def reader(api_client: client.ApiClient) -> Reader:
     return Reader(api_client)
 

@@ -51,11 +51,6 @@ RACED_INDEXES = 4
 RACE_ROUNDS = 3
 
 
-@pytest.fixture
-def store(api_client: client.ApiClient) -> LeaseStore:
-    return LeaseStore(api_client)
-
-
 def sh(script: str) -> str:
     return f"leasehold run -- sh -c {shlex.quote(script)}"
 

@@ -11,7 +11,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import pytest
 from kubernetes import client
 
 from leasehold import names, worker
@@ -32,11 +31,6 @@ from tests.integration.jobs import (
     wait_for,
 )
 from tests.integration.test_failure_policy import evict
-
-
-@pytest.fixture
-def store(api_client: client.ApiClient) -> LeaseStore:
-    return LeaseStore(api_client)
 
 
 def sh(script: str) -> str:

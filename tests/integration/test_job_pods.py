@@ -302,8 +302,3 @@ def test_record_the_failure_count_in_the_pod_annotation_when_using_backoff_limit
         notes = meta.annotations or {}
         seen[meta.name] = (notes.get(failures), notes.get(ignored))
     assert seen == {"fc-0-1": ("0", None), "fc-0-2": ("1", None), "fc-0-3": ("1", "1")}
-
-
-@pytest.fixture
-def store(api_client: client.ApiClient) -> LeaseStore:
-    return LeaseStore(api_client)

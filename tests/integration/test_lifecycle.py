@@ -40,11 +40,6 @@ from tests.integration.jobs import (
 G, V = names.GROUP, names.VERSION
 
 
-@pytest.fixture
-def store(api_client: client.ApiClient) -> LeaseStore:
-    return LeaseStore(api_client)
-
-
 # -- item: timing comes from the lease ------------------------------------------
 
 

@@ -11,7 +11,6 @@ import time
 from datetime import UTC, datetime
 from typing import Any, cast
 
-import pytest
 from kubernetes import client, watch
 
 from leasehold import names, worker
@@ -33,11 +32,6 @@ from tests.integration.jobs import (
     status,
     wait_for,
 )
-
-
-@pytest.fixture
-def store(api_client: client.ApiClient) -> LeaseStore:
-    return LeaseStore(api_client)
 
 
 def test_job_runs_to_completion(

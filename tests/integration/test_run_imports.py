@@ -14,9 +14,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-from kubernetes import client
-
 from leasehold.lease.httpclient import HttpLeaseClient, load_cluster_config
 from leasehold.lease.protocol import Outcome, Rejection
 from leasehold.lease.store import Accepted, LeaseStore, Rejected
@@ -38,11 +35,6 @@ from leasehold.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 """The real command line, reporting the top-level packages it imported right before it exits."""
-
-
-@pytest.fixture
-def store(api_client: client.ApiClient) -> LeaseStore:
-    return LeaseStore(api_client)
 
 
 def test_leasehold_run_imports_neither_kubernetes_nor_pydantic(

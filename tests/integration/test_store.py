@@ -23,11 +23,6 @@ from tests.integration.leases import claim_ok, count_requests, wait_expired
 CLAIMERS = 50
 
 
-@pytest.fixture
-def store(api_client: client.ApiClient) -> LeaseStore:
-    return LeaseStore(api_client)
-
-
 def _claimer(
     kubeconfig: str, namespace: str, index: int, barrier: Any, results: Any
 ) -> None:  # runs in a child process

@@ -47,11 +47,6 @@ indexes stay running (held) instead of failing, so the success policy must
 stop them."""
 
 
-@pytest.fixture
-def store(api_client: client.ApiClient) -> LeaseStore:
-    return LeaseStore(api_client)
-
-
 def _time(cond: dict[str, Any]) -> datetime:
     return datetime.fromisoformat(str(cond["lastTransitionTime"]).replace("Z", "+00:00"))
 

@@ -39,11 +39,6 @@ from tests.integration.test_attempts import on_token
 from tests.integration.test_fencing_kube import fencing_policy  # noqa: F401 - a fixture
 
 
-@pytest.fixture
-def store(api_client: client.ApiClient) -> LeaseStore:
-    return LeaseStore(api_client)
-
-
 def _pods(api: client.ApiClient, namespace: str, job: str) -> list[Any]:
     return list(
         client.CoreV1Api(api)

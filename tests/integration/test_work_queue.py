@@ -54,11 +54,6 @@ SLOT_0_SUCCEEDS_SLOT_1_FAILS = "leasehold run -- sh -c " + shlex.quote(
 """Slot 0 succeeds at once; slot 1 fails 10 s later, after the job's first success."""
 
 
-@pytest.fixture
-def store(api_client: client.ApiClient) -> LeaseStore:
-    return LeaseStore(api_client)
-
-
 def test_claim_any_takes_the_highest_priority_first_and_hands_over_the_params(
     operator: OperatorProcess, api_client: client.ApiClient, store: LeaseStore, namespace: str
 ) -> None:

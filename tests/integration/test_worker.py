@@ -39,11 +39,6 @@ RUN = [sys.executable, "-m", "leasehold.cli", "run"]
 """``leasehold run`` as its own process, through the real command line."""
 
 
-@pytest.fixture
-def store(api_client: client.ApiClient) -> LeaseStore:
-    return LeaseStore(api_client)
-
-
 def take_away(store: LeaseStore, namespace: str, name: str, thief: str) -> float:
     """Reclaim the lease as the operator would, then claim it as ``thief``.
 
