@@ -720,9 +720,14 @@ def _scaled_event(
     """
     progress = status.completion_progress or ""
     before_text = progress.partition("/")[2]
-    if not before_text.isdigit():
+    # Written by this operator, but /status is open to others: only ASCII digits
+    # within the completions' bound are a number of completions (never "²", never
+    # a range of billions to walk).
+    if not (before_text.isascii() and before_text.isdigit()) or len(before_text) > 6:
         return None
     before, now_total = int(before_text), completions(job)
+    if before > MAX_COMPLETIONS:
+        return None
     if before == now_total:
         return None
     if now_total > before:

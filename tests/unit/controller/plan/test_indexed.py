@@ -617,6 +617,16 @@ def test_a_scale_up_resumes_a_removed_index_and_creates_the_new_ones() -> None:
     assert [e.reason for e in plan.events] == [indexed.SCALED]
 
 
+@pytest.mark.parametrize("progress", ["0/\u00b2", "0/30000000", "0/" + "9" * 30, "0/-3", "x"])
+def test_a_completion_progress_written_by_another_client_is_no_scale(progress: str) -> None:
+    # /status is open to other writers: a superscript digit crashed the
+    # reconcile (int("\u00b2")), a huge number walked a range of millions.
+    big = job(completions=2, parallelism=2)
+    big.status = LeasedJobStatus(completion_progress=progress)
+    plan = indexed.plan_indexed(big, {0: lease(0, 1, "big-0-1")}, now=NOW)
+    assert [e for e in plan.events if e.reason == indexed.SCALED] == []
+
+
 def test_a_job_that_ends_after_a_scale_down_stops_the_removed_leases_for_good() -> None:
     big = job(completions=1, parallelism=1)
     leases = {0: done(0, 1), 1: lease(1, 1, suspended=True), 2: lease(2, 1, "big-2-1")}
