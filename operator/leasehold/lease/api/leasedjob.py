@@ -208,6 +208,20 @@ _JOB_RULES: Final[list[dict[str, Any]]] = [
         "reason": "FieldValueInvalid",
     },
     {
+        # Stricter than batch/v1, which lets the scale-down through when the
+        # rules' indexes fit: CEL cannot walk succeededIndexes, and the webhook
+        # that can may be skipped (failurePolicy Ignore). A scale-down it missed
+        # would make the running job invalid, and an invalid job is not
+        # reconciled: its removed indexes would never be fenced.
+        "rule": "!has(self.successPolicy) || !has(self.completions)"
+        " || !has(oldSelf.completions) || self.completions >= oldSelf.completions"
+        " || self.successPolicy.rules.all(r, !has(r.succeededIndexes))",
+        "message": "spec.completions: an Indexed job whose spec.successPolicy names"
+        " succeededIndexes cannot be scaled down (it may be scaled up)",
+        "fieldPath": ".completions",
+        "reason": "FieldValueForbidden",
+    },
+    {
         "rule": "has(self.completions)"
         " || (has(self.parallelism) && self.parallelism > 1)"
         " == (has(oldSelf.parallelism) && oldSelf.parallelism > 1)",
