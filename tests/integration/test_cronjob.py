@@ -1008,3 +1008,53 @@ def test_replace_with_an_indexed_template_fences_every_index_of_the_replaced_run
     replaced = [m for r, m in cron_events(api_client, namespace, "rp") if r == "Replaced"]
     for i in range(2):
         assert any(index_lease_name(first, i) in m for m in replaced), replaced
+
+
+def test_replace_keeps_a_finished_work_queue_run_whose_idle_slot_was_stopped(
+    api_client: client.ApiClient,
+    namespace: str,
+    store: LeaseStore,
+    operator_ahead: OperatorProcess,
+    local_pod_runner: PodRunner,
+) -> None:
+    """batch/v1's Replace deletes only active Jobs: a finished run stays in the history.
+
+    Slot 1 of the first run fails at once and waits out a long backoff, so it
+    is not held when slot 0 succeeds and is never retried; its lease is not
+    closed, so the lease alone does not say the run is over. The run is
+    finished (Succeeded); the next run's Replace must neither delete it nor
+    say it replaced it.
+    """
+    script = 'if [ "$JOB_COMPLETION_INDEX" = 1 ]; then exit 1; fi; sleep 2'
+    create_cron(
+        api_client,
+        namespace,
+        "wq",
+        f"leasehold run -- sh -c {shlex.quote(script)}",
+        concurrencyPolicy="Replace",
+        job_spec={
+            **WORK_QUEUE,
+            "backoffLimit": 2,
+            "backoff": {"initialDelaySeconds": 120, "maxDelaySeconds": 120},
+        },
+    )
+    first = wait_for("the first run", lambda: next(iter(runs(api_client, namespace, "wq")), None))
+    assert wait_for(
+        "the first run to succeed",
+        lambda: phase(api_client, namespace, "wq", first) == "Succeeded",
+        60,
+    )
+    idle = index_records(store, namespace, first)[1]
+    # Its Failed completion is never retried (the run is finished), yet the lease
+    # alone does not say so: not closed at its ceiling, and its cap has room.
+    assert idle.holder_identity is None and idle.completion is not None
+    assert idle.fencing_token < idle.max_fencing_token < (idle.ceiling_fencing_token or 0)
+    second = wait_for("the second run", lambda: other_run(api_client, namespace, "wq", first), 90)
+    assert wait_for(
+        "the second run to succeed",
+        lambda: phase(api_client, namespace, "wq", second) == "Succeeded",
+        60,
+    )
+    assert first in runs(api_client, namespace, "wq")  # kept in the history
+    reasons = [r for r, _ in cron_events(api_client, namespace, "wq")]
+    assert "Replaced" not in reasons, reasons

@@ -257,7 +257,8 @@ class CronActor:
         a run of several completions has its run's lease (its range) and
         every index lease closed so. Only runs whose lease this call closed are
         deleted: a run that succeeded first keeps its LeasedJob (its status
-        may not say so yet; :func:`plan.replaced_runs`).
+        may not say so yet; :func:`plan.replaced_runs`), and a finished run's
+        leases are closed quietly (:func:`plan.finished_runs`).
 
         Returns:
             The earlier runs' leases as they are now (closed, or as they were),
@@ -266,6 +267,7 @@ class CronActor:
         # A run of several completions: its own lease is only its range (never
         # claimed); its Event names the index leases taken back.
         multi = {str(r["metadata"]["name"]) for r in runs if plan.is_multi_run(r)}
+        finished = plan.finished_runs(runs)  # closed, not replaced: kept, no Event
         closed: list[StoredLease] = []
         current: list[StoredLease] = []
         for lease in earlier:
@@ -276,6 +278,8 @@ class CronActor:
             if not isinstance(result, Accepted):
                 raise TransientStoreError(f"close lease {lease.name}: it moved, retrying")
             current.append(result.lease)
+            if plan.run_of(lease) in finished:
+                continue
             closed.append(lease)
             if not (plan.is_range_lease(lease) and plan.run_of(lease) in multi):
                 event = plan.replaced_event(

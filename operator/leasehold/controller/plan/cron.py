@@ -192,6 +192,28 @@ def is_multi_run(run: Body) -> bool:
     return spec.get("completionMode") == "Indexed" or int(spec.get("completions") or 1) > 1
 
 
+def finished_runs(runs: list[Body]) -> set[str]:
+    """The runs whose LeasedJob finished (phase ``Succeeded`` or ``Failed``).
+
+    ``Replace`` deletes only the active runs, as batch/v1's CronJob does; a
+    finished run is planned no further (it never claims again), so its leases
+    are closed without a ``Replaced`` Event and it stays in the history. A work
+    queue's slots stopped at its first success, or an index stopped by a
+    successPolicy or a scale-down, are stopped at their cap, not at their
+    ceiling: :func:`run_is_over` alone would take them for a run still going.
+
+    Args:
+        runs: the runs' LeasedJob bodies.
+
+    Returns:
+        Their names.
+    """
+    final = {api.Phase.SUCCEEDED.value, api.Phase.FAILED.value}
+    return {
+        str(r["metadata"]["name"]) for r in runs if (r.get("status") or {}).get("phase") in final
+    }
+
+
 def replaced_runs(closed: Sequence[L], leases: Sequence[L], runs: list[Body]) -> set[str]:
     """``Replace``: the runs to delete, given the earlier leases this reconcile closed.
 

@@ -498,3 +498,11 @@ def test_a_run_of_several_completions_reserves_a_range_per_index_not_per_complet
     # each index is a lease of its own: maxAttempts + backoffLimitPerIndex, not x completions
     assert (start.base, start.budget) == (7, 3 + 4)
     assert start.reserved == 7 + 7 + api.RUN_UNCOUNTED_ROOM
+
+
+def test_finished_runs_are_those_whose_job_succeeded_or_failed() -> None:
+    # Replace deletes only active runs (batch/v1): a work queue whose slots
+    # were stopped at its first success is finished, though its stopped
+    # slots are not closed at their ceiling.
+    runs = [run("a", 0, "Succeeded"), run("b", 0, "Failed"), run("c", 0, "Running")]
+    assert plan.finished_runs(runs) == {"a", "b"}
