@@ -1048,7 +1048,7 @@ def test_replace_keeps_a_finished_work_queue_run_whose_idle_slot_was_stopped(
     # Its Failed completion is never retried (the run is finished), yet the lease
     # alone does not say so: not closed at its ceiling, and its cap has room.
     assert idle.holder_identity is None and idle.completion is not None
-    assert idle.fencing_token < idle.max_fencing_token < (idle.ceiling_fencing_token or 0)
+    assert idle.fencing_token < (idle.max_fencing_token or 0) < (idle.ceiling_fencing_token or 0)
     second = wait_for("the second run", lambda: other_run(api_client, namespace, "wq", first), 90)
     assert wait_for(
         "the second run to succeed",
