@@ -656,8 +656,9 @@ MAX_LABEL_KEY_LENGTH: Final = 317
 LABEL_VALUE_PATTERN: Final = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
 MAX_SELECTOR_TERMS: Final = 32
 """Entries in ``matchLabels``, in ``matchExpressions``, and values of one expression."""
-MAX_SELECTOR_LENGTH: Final = 32 * 1024
-"""The longest ``status.selector`` text (every term of a selector at its limits fits)."""
+MAX_SELECTOR_LENGTH: Final = 128 * 1024
+"""The longest ``status.selector`` text: every term of a selector at its limits fits (about
+88,000 characters: 32 labels and 32 expressions of 32 values, each at its longest)."""
 
 LabelKey = Annotated[
     str, Field(min_length=1, max_length=MAX_LABEL_KEY_LENGTH, pattern=LABEL_KEY_PATTERN)

@@ -74,3 +74,30 @@ def test_status_selector_is_generated_from_the_uid_unless_manual() -> None:
         metadata=meta, spec=_spec(manualSelector=True, selector={"matchLabels": {"app": "etl"}})
     )
     assert pod_selector(manual) == "app=etl"
+
+
+def test_the_longest_selector_fits_status_selector() -> None:
+    # A selector at every limit (32 labels, 32 NotIn expressions of 32 values,
+    # keys and values at their longest) is valid; its text must fit the
+    # status field, or every status write of the job is refused (review).
+    from leasehold.lease.api.leasedjob import MAX_SELECTOR_LENGTH, MAX_SELECTOR_TERMS
+
+    def key(i: int) -> str:
+        return f"{'p' * 240}{i:013d}/{'n' * 59}{i:04d}"
+
+    def value(i: int) -> str:
+        return f"{'v' * 59}{i:04d}"
+
+    n = MAX_SELECTOR_TERMS
+    selector = LabelSelector.model_validate(
+        {
+            "matchLabels": {key(i): value(i) for i in range(n)},
+            "matchExpressions": [
+                {"key": key(n + i), "operator": "NotIn", "values": [value(j) for j in range(n)]}
+                for i in range(n)
+            ],
+        }
+    )
+    text = selector.to_string()
+    assert len(text) > 80_000
+    assert len(text) <= MAX_SELECTOR_LENGTH
