@@ -101,15 +101,22 @@ def test_scaling_down_an_indexed_job_stops_the_removed_indexes_and_completes_on_
     api_client: client.ApiClient,
     store: LeaseStore,
     namespace: str,
+    tmp_path: Path,
 ) -> None:
     # batch/v1 e2e "should allow to scale down an Indexed Job": the pods of the
     # indexes at or above the new completions are deleted and not counted, and
     # the job completes on the rest. Fenced: their leases are stopped first.
+    # Indexes 0 and 1 end only once the scale-down was seen (``go``): had they
+    # ended before, the job would be over at once and its removed leases
+    # stopped for good without the scale-down's suspension (a CI run).
+    go = tmp_path / "go"
     create_job(
         api_client,
         namespace,
         "down",
-        sh('[ "$JOB_COMPLETION_INDEX" -ge 2 ] && sleep 120; exit 0'),
+        sh(
+            f'[ "$JOB_COMPLETION_INDEX" -ge 2 ] && sleep 120; until [ -e {go} ]; do sleep 0.2; done'
+        ),
         lease_seconds=10,
         max_attempts=1,
         completions=4,
@@ -135,6 +142,7 @@ def test_scaling_down_an_indexed_job_stops_the_removed_indexes_and_completes_on_
         assert isinstance(store.renew(namespace, lease, pod, 1), Rejected)
         late = store.complete(namespace, lease, pod, 1, Outcome.SUCCEEDED)
         assert isinstance(late, Rejected)
+    go.touch()
     wait_for("Succeeded", phase_is(api_client, namespace, "down", "Succeeded"), 60)
     st = status(api_client, namespace, "down")
     assert (st["completedIndexes"], st["succeeded"], st["completionProgress"]) == ("0,1", 2, "2/2")
