@@ -257,8 +257,7 @@ def _columns(narrow: Sequence[str], wide: Sequence[str], output: str | None) -> 
 def _leases_of(cluster: Cluster, job: Mapping[str, Any]) -> list[dict[str, Any]]:
     """A job's leases: one per index for several completions, else its own (if made)."""
     name = str((job.get("metadata") or {}).get("name"))
-    spec = job.get("spec") or {}
-    if spec.get("completionMode") == "Indexed" or int(spec.get("completions") or 1) > 1:
+    if _is_multi(job):
         return cluster.index_leases(name)
     own = cluster.lease(str((job.get("status") or {}).get("leaseName") or name))
     return [own] if own is not None else []
@@ -278,8 +277,16 @@ def _status(cluster: Cluster, args: argparse.Namespace) -> str:
 
 
 def _is_multi(job: Mapping[str, Any]) -> bool:
+    """Whether the job runs a lease per index: several completions, or a work queue's slots.
+
+    A work queue (``parallelism`` above 1, no ``completions``) that an earlier
+    operator ran on one lease (``status.leaseName`` set) keeps that lease.
+    """
     spec = job.get("spec") or {}
-    return spec.get("completionMode") == "Indexed" or int(spec.get("completions") or 1) > 1
+    if spec.get("completionMode") == "Indexed" or int(spec.get("completions") or 1) > 1:
+        return True
+    queue = "completions" not in spec and int(spec.get("parallelism") or 1) > 1
+    return queue and not (job.get("status") or {}).get("leaseName")
 
 
 def _history(cluster: Cluster, args: argparse.Namespace) -> str:
