@@ -207,3 +207,57 @@ class LogFollower:
             self._process.terminate()
         self._reader.join(timeout=5)
         return "".join(self.lines)
+
+
+def cordon(env: dict[str, str], node: str) -> None:
+    """``kubectl cordon`` a node, then wait until the scheduler has seen it.
+
+    The scheduler reads nodes from its own watch cache: a pod created right
+    after the cordon can still be placed on the node while that cache lags (a
+    CI run after the chaos test's API server and etcd restarts put an evicted
+    attempt's successor back on the node just drained). A probe pod pinned to
+    the node (``nodeSelector`` on its hostname) proves it: the scheduler marks
+    it ``Unschedulable`` once it sees the cordon; a probe it still binds to the
+    node is deleted and tried again.
+    """
+    run(env, "kubectl", "cordon", node)
+    probe = f"cordon-probe-{node}"[:63]
+    manifest = json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": probe, "labels": {"leasehold.dev/cordon-probe": "true"}},
+            "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": node},
+                "containers": [{"name": "probe", "image": IMAGE, "command": ["true"]}],
+                "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": 0,
+            },
+        }
+    )
+
+    def remove() -> None:
+        run(
+            env,
+            *("kubectl", "-n", NAMESPACE, "delete", "pod", probe),
+            *("--ignore-not-found", "--grace-period=0", "--force"),
+            check=False,
+        )
+
+    def seen() -> bool:
+        pod = get(env, "pod", probe)
+        if pod["spec"].get("nodeName"):
+            remove()  # bound by a scheduler that had not seen the cordon yet
+            apply(env, manifest)
+            return False
+        return any(
+            c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
+            for c in pod["status"].get("conditions") or []
+        )
+
+    remove()
+    apply(env, manifest)
+    try:
+        wait(f"the scheduler to see {node} cordoned", 60, seen)
+    finally:
+        remove()

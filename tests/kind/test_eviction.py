@@ -15,7 +15,9 @@ from collections.abc import Iterator
 import pytest
 
 from tests.kind.kube import (
+    NAMESPACE,
     apply,
+    cordon,
     fresh_job,
     get,
     run,
@@ -57,6 +59,8 @@ def test_drained_node_ends_the_attempt_and_the_next_runs_elsewhere(env: dict[str
     first = wait("attempt 1's pod to run", 180, lambda: started_pod(env, JOB, 1))
     wait("attempt 1 to renew", 60, lambda: get(env, "jlease", JOB)["spec"].get("renewTime"))
 
+    # drain cordons the node too; cordoning first waits until the scheduler saw it.
+    cordon(env, first["node"])
     drained = run(
         env,
         "kubectl",
@@ -69,7 +73,18 @@ def test_drained_node_ends_the_attempt_and_the_next_runs_elsewhere(env: dict[str
     )
     assert f"pod/{first['name']} evicted" in drained, drained
     second = wait("attempt 2's pod to run", 60, lambda: started_pod(env, JOB, 2))
-    assert second["node"] != first["node"]
+    assert second["node"] != first["node"], run(
+        env,
+        "kubectl",
+        "-n",
+        NAMESPACE,
+        "get",
+        "pods",
+        "-o",
+        "wide",
+        "-l",
+        f"leasehold.dev/job={JOB}",
+    )
     wait(
         "the job to succeed",
         120,

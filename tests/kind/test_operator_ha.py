@@ -35,6 +35,7 @@ from tests.kind.kube import (
     NAMESPACE,
     OPERATOR_NAMESPACE,
     apply,
+    cordon,
     delete_job,
     get,
     operator_pods,
@@ -164,11 +165,11 @@ def test_standby_takes_over_from_a_frozen_node_and_reclaims_nothing_early(
     print(f"active {active}, standby {standby}")
 
     # ha-remote on the standby's node, ha-local on the active one's (cordon the other).
-    run(env, "kubectl", "cordon", active["node"])
+    cordon(env, active["node"])
     apply(env, REMOTE)
     remote = wait("ha-remote to run", 120, lambda: started_pod(env, "ha-remote", 1))
     run(env, "kubectl", "uncordon", active["node"])
-    run(env, "kubectl", "cordon", standby["node"])
+    cordon(env, standby["node"])
     apply(env, LOCAL)
     local = wait("ha-local to run", 120, lambda: started_pod(env, "ha-local", 1))
     run(env, "kubectl", "uncordon", standby["node"])
@@ -178,10 +179,10 @@ def test_standby_takes_over_from_a_frozen_node_and_reclaims_nothing_early(
 
     run(env, "docker", "pause", active["node"])
     frozen_at = time.monotonic()
-    run(env, "kubectl", "cordon", active["node"])
     remote_renewed_at_freeze = _renewed(env, "ha-remote")
     local_renewed_at_freeze = _renewed(env, "ha-local")
     assert local_renewed_at_freeze is not None and local_renewed_at_freeze[0] == 1
+    cordon(env, active["node"])
 
     # The standby takes over (no one else can act) and reclaims ha-local: attempt 2.
     second = wait(

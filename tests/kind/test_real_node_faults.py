@@ -25,6 +25,7 @@ from tests.kind.kube import (
     NAMESPACE,
     LogFollower,
     condition_true,
+    cordon,
     delete_job,
     get,
     operator_pods,
@@ -131,7 +132,7 @@ def stalled_job(
     # would stall the operator too): its node takes no new pods until then.
     operator_node = operator_pods(env)[0]["node"]
     try:
-        run(env, "kubectl", "cordon", operator_node)
+        cordon(env, operator_node)
         job = LEASED_JOB.format(job=env["JOB"])
         run(env, "kubectl", "-n", NAMESPACE, "delete", "ljob", env["JOB"], "--ignore-not-found")
         run(env, "kubectl", "-n", NAMESPACE, "apply", "-f", "-", stdin=job)
@@ -157,7 +158,7 @@ def test_stalled_node_lease_reclaimed_next_attempt_elsewhere_stale_completion_re
     _stall(env, fault, first["node"])
     # The node controller would taint the silent node only after its grace period;
     # cordoning it at once keeps the next attempt off it.
-    run(env, "kubectl", "cordon", first["node"])
+    cordon(env, first["node"])
     run(env, "kubectl", "uncordon", env["OPERATOR_NODE"])
     second = wait("attempt 2's pod to run", 120, lambda: started_pod(env, job, 2))
     assert second["node"] != first["node"]
