@@ -84,7 +84,7 @@ test-unit: syspkgs-test venv ## Unit tests (no cluster).
 	$(VENV)/bin/pytest tests/unit testing/tests/unit
 
 .PHONY: test-integration
-test-integration: syspkgs-test venv controlplane tools ## Integration + e2e tests on a real local control plane.
+test-integration: syspkgs-test venv controlplane kueue tools ## Integration + e2e tests on a real local control plane.
 	$(VENV)/bin/pytest $(PYTEST_XDIST) tests/integration tests/e2e testing/tests/integration
 
 .PHONY: test
@@ -92,7 +92,7 @@ test: syspkgs-test venv ## Everything: lint, unit, integration, e2e, the kind ti
 	hack/test-all.sh
 
 .PHONY: test-local
-test-local: syspkgs-test venv controlplane tools lint ## Lint, unit, integration and e2e tests (no Docker, no kind; TEST_WORKERS=3).
+test-local: syspkgs-test venv controlplane kueue tools lint ## Lint, unit, integration and e2e tests (no Docker, no kind; TEST_WORKERS=3).
 	$(VENV)/bin/pytest $(PYTEST_XDIST) tests testing/tests $(PYTEST_SKIP)
 
 .PHONY: model-check
