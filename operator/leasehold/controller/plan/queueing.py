@@ -151,7 +151,9 @@ def queue_name(job: LeasedJob) -> str | None:
     return str(value) if value else None
 
 
-def workload_name(job_name: str, job_uid: str) -> str:
+def workload_name(
+    job_name: str, job_uid: str, *, kind: str = "LeasedJob", group: str = names.GROUP
+) -> str:
     """The Workload's name, as Kueue's ``GetWorkloadNameForOwnerWithGVK`` gives it.
 
     ``leasedjob-<name>`` cut to leave room for ``-<hash>``, the hash being the
@@ -162,13 +164,15 @@ def workload_name(job_name: str, job_uid: str) -> str:
     Args:
         job_name: the LeasedJob's name.
         job_uid: its ``metadata.uid``.
+        kind: the owner's kind (another only to check against Kueue's own examples).
+        group: the owner's API group.
 
     Returns:
         A DNS subdomain of at most 253 characters.
     """
-    prefix = f"leasedjob-{job_name}"[: WORKLOAD_NAME_MAX - 1 - HASH_LENGTH]
+    prefix = f"{kind.lower()}-{job_name}"[: WORKLOAD_NAME_MAX - 1 - HASH_LENGTH]
     digest = hashlib.sha1(
-        "\n".join(("LeasedJob", names.GROUP, job_name, job_uid)).encode(), usedforsecurity=False
+        "\n".join((kind, group, job_name, job_uid)).encode(), usedforsecurity=False
     ).hexdigest()
     return f"{prefix}-{digest[:HASH_LENGTH]}"
 
@@ -460,7 +464,7 @@ def restate(
     found = next((c for c in conditions if c.type == suspension.CONDITION), None)
     if found is None:
         return status
-    if found.status is ConditionStatus.TRUE and not gate.open:
+    if found.status == ConditionStatus.TRUE and not gate.open:
         conditions = set_condition(
             conditions,
             found.type,
@@ -471,7 +475,7 @@ def restate(
             generation=generation,
         )
         ready = next((c for c in conditions if c.type == "Ready"), None)
-        if ready is not None and ready.status is ConditionStatus.FALSE:
+        if ready is not None and ready.status == ConditionStatus.FALSE:
             conditions = set_condition(
                 conditions,
                 "Ready",
@@ -481,7 +485,7 @@ def restate(
                 now=now,
                 generation=generation,
             )
-    elif found.status is ConditionStatus.FALSE and gate.state is State.ADMITTED:
+    elif found.status == ConditionStatus.FALSE and gate.state is State.ADMITTED:
         conditions = set_condition(
             conditions,
             found.type,
