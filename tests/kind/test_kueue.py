@@ -32,7 +32,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import config
 
+from leasehold.lease.store import LeaseStore, Rejected
+from leasehold.worker import Outcome
 from tests.kind.kube import (
     IMAGE,
     NAMESPACE,
@@ -458,6 +461,24 @@ def test_kueue_preemption_suspends_fenced_stale_write_and_completion_refused_res
         a["fencingToken"]: a for a in get(env, "ljob", PREEMPTED)["status"]["attemptHistory"]
     }
     print(f"attempts: {history}")
+    assert history[1]["reason"] == "Suspended", history
+    assert history[2]["reason"] == "Succeeded", history
+    # The same completion under token 1, sent with credentials that are still good
+    # (the tier's admin): the lease store itself refuses it.
+    api = config.new_client_from_config(config_file=env["KUBECONFIG"])
+    try:
+        late = LeaseStore(api).complete(
+            NAMESPACE,
+            PREEMPTED,
+            first["name"],
+            1,
+            Outcome.SUCCEEDED,
+            holder_uid=history[1]["podUID"],
+        )
+    finally:
+        api.close()
+    print(f"the store on a completion under token 1: {late}")
+    assert isinstance(late, Rejected), late
     wait(
         "both Workloads Finished",
         60,
