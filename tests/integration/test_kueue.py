@@ -37,6 +37,7 @@ from tests.integration.jobs import (
     wait_for,
 )
 from tests.integration.test_attempts import on_token
+from tests.integration.test_kubectl_plugin import plugin_json
 
 pytestmark = pytest.mark.cluster
 
@@ -323,3 +324,29 @@ def test_an_indexed_job_is_admitted_with_its_parallelism_and_its_flavors_node_la
     assert finished and finished[0]["reason"] == "Succeeded"
     template = get_job(api_client, namespace, "indexed")["spec"]["template"]["spec"]
     assert "nodeSelector" not in template  # the job stays as the user wrote it
+
+
+def test_kubectl_leasehold_status_shows_where_a_queued_job_stands(
+    kueue: Kueue,
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    kubeconfig: Path,
+    namespace: str,
+) -> None:
+    queue = kueue.queue(namespace, {"cpu": "0"})
+    create_job(
+        api_client, namespace, "shown", "exec leasehold run -- true",
+        lease_seconds=10, labels={QUEUE: queue.local_queue}, requests=REQUESTS,
+    )  # fmt: skip
+    wait_for("Suspended", phase_is(api_client, namespace, "shown", "Suspended"), 30)
+    wait_for("its Workload", lambda: _workload(api_client, namespace, "shown"))
+    [row] = plugin_json(kubeconfig, namespace, "status", "shown")
+    assert (row["QUEUE"], row["SUSPENDED"]) == (f"{queue.local_queue} (pending)", True)
+    assert row["REASON"] == "WaitingForAdmission"
+
+    _set_quota(kueue, queue.cluster_queue, "100m")
+    wait_for("Succeeded", phase_is(api_client, namespace, "shown", "Succeeded"), 60)
+    wait_for("the Workload Finished", _finished(api_client, namespace, "shown"))
+    [row] = plugin_json(kubeconfig, namespace, "status", "shown")
+    assert (row["QUEUE"], row["SUSPENDED"]) == (f"{queue.local_queue} (finished: Succeeded)", False)
