@@ -34,6 +34,7 @@ from tests.integration.jobs import (
     create_job,
     events,
     get_job,
+    patch_spec,
     phase_is,
     status,
     wait_for,
@@ -402,3 +403,66 @@ FIRST_TOKEN_HANGS = (
 
 def _suspended(store: LeaseStore, namespace: str, lease: str) -> bool:
     return store.get(namespace, lease).record.suspended
+
+
+def test_a_job_moved_to_another_queue(
+    kueue: Kueue,
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    namespace: str,
+) -> None:
+    """A pending job relabelled to another LocalQueue: its Workload follows (as jobframework's)."""
+    full = kueue.queue(namespace, {"cpu": "0"}, name="full")
+    free = kueue.queue(namespace, {"cpu": "100m"}, name="free")
+    create_job(
+        api_client, namespace, "moved", "exec leasehold run -- true",
+        lease_seconds=10, labels={QUEUE: full.local_queue}, requests=REQUESTS,
+    )  # fmt: skip
+    # Two ClusterQueues: kueueproc cuts their names at 63 characters (hence a short test name).
+    assert full.cluster_queue != free.cluster_queue
+    wait_for("Suspended", phase_is(api_client, namespace, "moved", "Suspended"), 30)
+    wait_for(
+        "Kueue to find no quota in the full queue",
+        lambda: (
+            _wl_condition(api_client, namespace, "moved", "QuotaReserved").get("reason")
+            == "Pending"
+        ),
+    )
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        names.GROUP, names.VERSION, namespace, names.PLURAL_LEASED_JOBS, "moved",
+        {"metadata": {"labels": {QUEUE: free.local_queue}}},
+    )  # fmt: skip
+    wait_for("Succeeded", phase_is(api_client, namespace, "moved", "Succeeded"), 60)
+    wl = _workload(api_client, namespace, "moved") or {}
+    assert wl["spec"]["queueName"] == free.local_queue
+    assert wl["status"]["admission"]["clusterQueue"] == free.cluster_queue
+
+
+def test_an_admitted_indexed_job_scaled_gets_a_new_workload_its_attempts_fenced_meanwhile(
+    kueue: Kueue,
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    store: LeaseStore,
+    namespace: str,
+) -> None:
+    queue = kueue.queue(namespace, {"cpu": "200m"})
+    create_job(
+        api_client, namespace, "elastic", FIRST_TOKEN_HANGS, lease_seconds=5, max_attempts=1,
+        labels={QUEUE: queue.local_queue}, requests=REQUESTS,
+        completionMode="Indexed", completions=2, parallelism=2,
+    )  # fmt: skip
+    local_pod_runner.wait_for_pid(namespace, "elastic-0-1", timeout=60)
+    first = (_workload(api_client, namespace, "elastic") or {})["metadata"]["uid"]
+    patch_spec(api_client, namespace, "elastic", {"completions": 1, "parallelism": 1})
+    lease = index_lease_name("elastic", 0)
+    wait_for(f"{lease} suspended", functools.partial(_suspended, store, namespace, lease), 30)
+    late = store.complete(namespace, lease, "elastic-0-1", 1, Outcome.SUCCEEDED)
+    assert isinstance(late, Rejected) and late.rejection is Rejection.NOT_HOLDER
+    assert "WorkloadReplaced" in [r for r, _ in events(api_client, namespace, "elastic")]
+    wait_for("Succeeded", phase_is(api_client, namespace, "elastic", "Succeeded"), 90)
+    wl = _workload(api_client, namespace, "elastic") or {}
+    assert wl["metadata"]["uid"] != first
+    assert [p["count"] for p in wl["spec"]["podSets"]] == [1]
+    assert store.get(namespace, lease).record.fencing_token == 2  # resumed above its token
