@@ -385,8 +385,12 @@ def test_preempting_an_indexed_job_suspends_every_index_fenced_and_resumes_each_
         assert (record.holder_identity, record.fencing_token) == (None, 1)
         late = store.complete(namespace, lease, f"shards-{index}-1", 1, Outcome.SUCCEEDED)
         assert isinstance(late, Rejected) and late.rejection is Rejection.NOT_HOLDER
-    # Told once (the condition may already say Admitted again: the preemptor is quick).
-    assert "Preempted" in [r for r, _ in events(api_client, namespace, "shards")]
+    # Told once, in the reconcile's Events after its suspend writes (the condition may
+    # already say Admitted again by the time it is read: the preemptor is quick).
+    wait_for(
+        "a Preempted Event",
+        lambda: "Preempted" in [r for r, _ in events(api_client, namespace, "shards")],
+    )
     wait_for("urgent Succeeded", phase_is(api_client, namespace, "urgent", "Succeeded"), 60)
     wait_for("shards Succeeded", phase_is(api_client, namespace, "shards", "Succeeded"), 90)
     tokens = {i: store.get(namespace, index_lease_name("shards", i)).record.fencing_token
