@@ -10,6 +10,7 @@ in docs/lifecycle.md, "Queued by Kueue".
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from kueueproc.pytest_plugin import Kueue
 from leasehold import names
 from leasehold.controller.plan import queueing
 from leasehold.fencing import MemoryFence, StaleToken
+from leasehold.lease.indexes import index_lease_name
 from leasehold.lease.protocol import Outcome, Rejection
 from leasehold.lease.store import LeaseStore, Rejected
 from operatorproc import OperatorProcess
@@ -32,11 +34,13 @@ from tests.integration.jobs import (
     create_job,
     events,
     get_job,
+    patch_spec,
     phase_is,
     status,
     wait_for,
 )
 from tests.integration.test_attempts import on_token
+from tests.integration.test_kubectl_plugin import plugin_json
 
 pytestmark = pytest.mark.cluster
 
@@ -323,3 +327,146 @@ def test_an_indexed_job_is_admitted_with_its_parallelism_and_its_flavors_node_la
     assert finished and finished[0]["reason"] == "Succeeded"
     template = get_job(api_client, namespace, "indexed")["spec"]["template"]["spec"]
     assert "nodeSelector" not in template  # the job stays as the user wrote it
+
+
+def test_kubectl_leasehold_status_shows_where_a_queued_job_stands(
+    kueue: Kueue,
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    kubeconfig: Path,
+    namespace: str,
+) -> None:
+    queue = kueue.queue(namespace, {"cpu": "0"})
+    create_job(
+        api_client, namespace, "shown", "exec leasehold run -- true",
+        lease_seconds=10, labels={QUEUE: queue.local_queue}, requests=REQUESTS,
+    )  # fmt: skip
+    wait_for("Suspended", phase_is(api_client, namespace, "shown", "Suspended"), 30)
+    wait_for("its Workload", lambda: _workload(api_client, namespace, "shown"))
+    [row] = plugin_json(kubeconfig, namespace, "status", "shown")
+    assert (row["QUEUE"], row["SUSPENDED"]) == (f"{queue.local_queue} (pending)", True)
+    assert row["REASON"] == "WaitingForAdmission"
+
+    _set_quota(kueue, queue.cluster_queue, "100m")
+    wait_for("Succeeded", phase_is(api_client, namespace, "shown", "Succeeded"), 60)
+    wait_for("the Workload Finished", _finished(api_client, namespace, "shown"))
+    [row] = plugin_json(kubeconfig, namespace, "status", "shown")
+    assert (row["QUEUE"], row["SUSPENDED"]) == (f"{queue.local_queue} (finished: Succeeded)", False)
+
+
+def test_preempting_an_indexed_job_suspends_every_index_fenced_and_resumes_each_above(
+    kueue: Kueue,
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    store: LeaseStore,
+    namespace: str,
+) -> None:
+    kueue.priority_class("leasehold-low", 10)
+    kueue.priority_class("leasehold-high", 1000)
+    queue = kueue.queue(namespace, {"cpu": "200m"})  # room for the Indexed job's 2 pods
+    low = {QUEUE: queue.local_queue, queueing.PRIORITY_LABEL: "leasehold-low"}
+    high = {QUEUE: queue.local_queue, queueing.PRIORITY_LABEL: "leasehold-high"}
+    create_job(
+        api_client, namespace, "shards", FIRST_TOKEN_HANGS, lease_seconds=5, max_attempts=1,
+        labels=low, requests=REQUESTS, completionMode="Indexed", completions=2, parallelism=2,
+    )  # fmt: skip
+    for index in (0, 1):
+        local_pod_runner.wait_for_pid(namespace, f"shards-{index}-1", timeout=60)
+    create_job(
+        api_client, namespace, "urgent", "exec leasehold run -- true",
+        lease_seconds=5, labels=high, requests={"cpu": "200m"},
+    )  # fmt: skip
+    for index in (0, 1):
+        lease = index_lease_name("shards", index)
+        wait_for(f"{lease} suspended", functools.partial(_suspended, store, namespace, lease), 30)
+        record = store.get(namespace, lease).record
+        assert (record.holder_identity, record.fencing_token) == (None, 1)
+        late = store.complete(namespace, lease, f"shards-{index}-1", 1, Outcome.SUCCEEDED)
+        assert isinstance(late, Rejected) and late.rejection is Rejection.NOT_HOLDER
+    # Told once, in the reconcile's Events after its suspend writes (the condition may
+    # already say Admitted again by the time it is read: the preemptor is quick).
+    wait_for(
+        "a Preempted Event",
+        lambda: "Preempted" in [r for r, _ in events(api_client, namespace, "shards")],
+    )
+    wait_for("urgent Succeeded", phase_is(api_client, namespace, "urgent", "Succeeded"), 60)
+    wait_for("shards Succeeded", phase_is(api_client, namespace, "shards", "Succeeded"), 90)
+    tokens = {i: store.get(namespace, index_lease_name("shards", i)).record.fencing_token
+              for i in (0, 1)}  # fmt: skip
+    assert tokens == {0: 2, 1: 2}  # each index resumed above its preempted token
+    assert _finished(api_client, namespace, "shards")() is not None
+
+
+FIRST_TOKEN_HANGS = (
+    "exec leasehold run -- sh -c '[ \"$LEASEHOLD_FENCING_TOKEN\" = 1 ] && sleep 120; exit 0'"
+)
+"""A worker that hangs under token 1 and succeeds under any later token."""
+
+
+def _suspended(store: LeaseStore, namespace: str, lease: str) -> bool:
+    return store.get(namespace, lease).record.suspended
+
+
+def test_a_job_moved_to_another_queue(
+    kueue: Kueue,
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    namespace: str,
+) -> None:
+    """A pending job relabelled to another LocalQueue: its Workload follows (as jobframework's)."""
+    full = kueue.queue(namespace, {"cpu": "0"}, name="full")
+    free = kueue.queue(namespace, {"cpu": "100m"}, name="free")
+    create_job(
+        api_client, namespace, "moved", "exec leasehold run -- true",
+        lease_seconds=10, labels={QUEUE: full.local_queue}, requests=REQUESTS,
+    )  # fmt: skip
+    # Two ClusterQueues: kueueproc cuts their names at 63 characters (hence a short test name).
+    assert full.cluster_queue != free.cluster_queue
+    wait_for("Suspended", phase_is(api_client, namespace, "moved", "Suspended"), 30)
+    wait_for(
+        "Kueue to find no quota in the full queue",
+        lambda: (
+            _wl_condition(api_client, namespace, "moved", "QuotaReserved").get("reason")
+            == "Pending"
+        ),
+    )
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        names.GROUP, names.VERSION, namespace, names.PLURAL_LEASED_JOBS, "moved",
+        {"metadata": {"labels": {QUEUE: free.local_queue}}},
+    )  # fmt: skip
+    wait_for("Succeeded", phase_is(api_client, namespace, "moved", "Succeeded"), 60)
+    wl = _workload(api_client, namespace, "moved") or {}
+    assert wl["spec"]["queueName"] == free.local_queue
+    assert wl["status"]["admission"]["clusterQueue"] == free.cluster_queue
+
+
+def test_an_admitted_indexed_job_scaled_gets_a_new_workload_its_attempts_fenced_meanwhile(
+    kueue: Kueue,
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    store: LeaseStore,
+    namespace: str,
+) -> None:
+    queue = kueue.queue(namespace, {"cpu": "200m"})
+    create_job(
+        api_client, namespace, "elastic", FIRST_TOKEN_HANGS, lease_seconds=5, max_attempts=1,
+        labels={QUEUE: queue.local_queue}, requests=REQUESTS,
+        completionMode="Indexed", completions=2, parallelism=2,
+    )  # fmt: skip
+    local_pod_runner.wait_for_pid(namespace, "elastic-0-1", timeout=60)
+    first = (_workload(api_client, namespace, "elastic") or {})["metadata"]["uid"]
+    patch_spec(api_client, namespace, "elastic", {"completions": 1, "parallelism": 1})
+    lease = index_lease_name("elastic", 0)
+    wait_for(f"{lease} suspended", functools.partial(_suspended, store, namespace, lease), 30)
+    late = store.complete(namespace, lease, "elastic-0-1", 1, Outcome.SUCCEEDED)
+    assert isinstance(late, Rejected) and late.rejection is Rejection.NOT_HOLDER
+    assert "WorkloadReplaced" in [r for r, _ in events(api_client, namespace, "elastic")]
+    wait_for("Succeeded", phase_is(api_client, namespace, "elastic", "Succeeded"), 90)
+    wl = _workload(api_client, namespace, "elastic") or {}
+    assert wl["metadata"]["uid"] != first
+    assert [p["count"] for p in wl["spec"]["podSets"]] == [1]
+    assert store.get(namespace, lease).record.fencing_token == 2  # resumed above its token

@@ -146,11 +146,59 @@ class QueueActor:
                     None  # over before it was queued (or its Workload was deleted): nothing to ask
                 )
             workload = self._create(job, queue)
+        elif not queueing.is_true(workload, "Finished"):
+            synced = self._sync(job, queue, workload)
+            if isinstance(synced, Gate):
+                return Queued(synced, None)
+            workload = synced
         info = None
         if queueing.is_true(workload, "Admitted"):
             found = [self._workloads.flavor(f) for f in queueing.admitted_flavors(workload)]
             info = queueing.pod_set_info([f for f in found if f is not None])
         return Queued(queueing.decide(workload, queue, info), workload)
+
+    def _sync(self, job: LeasedJob, queue: str, workload: Body) -> Body | Gate:
+        """Bring the Workload in line with the job (queue, pod count), as jobframework does.
+
+        Pending (no quota reserved): its spec is updated. Quota reserved:
+        it is deleted (a new one is made at the next reconcile) and the gate
+        closes meanwhile, so the running attempts end fenced before more pods,
+        or pods in another queue, can run.
+
+        Returns:
+            The Workload to decide on, or the closed gate while it is replaced.
+
+        Raises:
+            StoreError: a call failed (a conflict as TransientStoreError: look again).
+        """
+        stale = queueing.out_of_sync(workload, job, queue)
+        if stale is None:
+            return workload
+        namespace = str(job.metadata["namespace"])
+        meta = workload["metadata"]
+        if queueing.is_true(workload, "QuotaReserved"):
+            self._workloads.delete(namespace, meta["name"], str(meta.get("uid", "")))
+            message = (
+                f"Workload {meta['name']} no longer matches the job ({stale}): deleted, a new"
+                f" one will queue in LocalQueue {queue}; the running attempts are suspended"
+                " (fenced) until it is admitted."
+            )
+            log.info("%s/%s: %s", namespace, job.metadata["name"], message)
+            self._ctx.events.record(_body(job), "Normal", "WorkloadReplaced", message)
+            return Gate(State.WAITING, meta["name"], queue, queueing.WAITING, message)
+        spec = queueing.build_workload(job, queue, None)["spec"]
+        updated = self._workloads.update_spec(
+            namespace,
+            meta["name"],
+            meta["resourceVersion"],
+            {"queueName": queue, "podSets": spec["podSets"]},
+        )
+        if isinstance(updated, Refused):
+            raise TransientStoreError(f"Workload {namespace}/{meta['name']} moved ({stale})")
+        log.info(
+            "%s/%s: updated Workload %s: %s", namespace, job.metadata["name"], meta["name"], stale
+        )
+        return updated
 
     def _create(self, job: LeasedJob, queue: str) -> Body:
         """Create the job's Workload (or read the one a racing create made)."""

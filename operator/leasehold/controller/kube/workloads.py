@@ -102,6 +102,52 @@ class Workloads:
             raise api_error(exc, f"create Workload {namespace}/{name}") from exc
         return cast("Body", created)
 
+    def update_spec(
+        self, namespace: str, name: str, resource_version: str, spec: Body
+    ) -> Body | Refused:
+        """Merge ``spec`` into a Workload's spec, conditioned on the version it was computed from.
+
+        Returns:
+            The Workload as written, or why not (gone; changed since read).
+
+        Raises:
+            StoreError: any other refusal (e.g. 422: Kueue's rules refuse a
+                change while the quota is reserved).
+        """
+        patch = {"metadata": {"resourceVersion": resource_version}, "spec": spec}
+        try:
+            written: Any = self._api.patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL_WORKLOADS, name, patch,
+                field_manager=self._field_manager,
+            )  # fmt: skip
+        except ApiException as exc:
+            if exc.status == 404:
+                return Refused.GONE
+            if exc.status == 409:
+                return Refused.CONFLICT
+            raise api_error(exc, f"update Workload {namespace}/{name}") from exc
+        return cast("Body", written)
+
+    def delete(self, namespace: str, name: str, uid: str) -> bool:
+        """Delete one Workload (a UID precondition: only that incarnation).
+
+        Returns:
+            ``False`` when it was gone already or is another incarnation now.
+
+        Raises:
+            StoreError: any other refusal.
+        """
+        options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid))
+        try:
+            self._api.delete_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL_WORKLOADS, name, body=options
+            )
+        except ApiException as exc:
+            if exc.status in (404, 409):
+                return False
+            raise api_error(exc, f"delete Workload {namespace}/{name}") from exc
+        return True
+
     def write_status(
         self, namespace: str, name: str, resource_version: str, status: Body
     ) -> Body | Refused:

@@ -281,6 +281,31 @@ def build_workload(job: LeasedJob, queue: str, priority: Priority | None) -> dic
     }
 
 
+def out_of_sync(workload: Mapping[str, Any], job: LeasedJob, queue: str) -> str | None:
+    """What of the job its Workload no longer says: the queue, or the pod count.
+
+    As jobframework's ``EquivalentToWorkload`` (pod counts) and its queue-name
+    check: a job relabelled to another LocalQueue, or an elastic Indexed job
+    whose ``parallelism`` changed, no longer matches the Workload it was
+    admitted (or waits) with.
+
+    Args:
+        workload: the Workload as served.
+        job: the LeasedJob.
+        queue: its LocalQueue now.
+
+    Returns:
+        A sentence naming the difference, or ``None`` when it matches.
+    """
+    spec = workload.get("spec") or {}
+    if spec.get("queueName") != queue:
+        return f"the job's queue is now {queue} (the Workload's is {spec.get('queueName')})"
+    counts = [int(p.get("count", 0)) for p in spec.get("podSets") or []]
+    if counts != [pod_count(job)]:
+        return f"the job runs {pod_count(job)} pods at once now (the Workload asks for {counts})"
+    return None
+
+
 def _condition(workload: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
     conditions = (workload.get("status") or {}).get("conditions") or []
     return next((c for c in conditions if c.get("type") == type_), None)

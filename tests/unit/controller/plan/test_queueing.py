@@ -212,3 +212,12 @@ def test_gate_open_only_when_admitted_or_finished() -> None:
     for state, is_open in ((State.ADMITTED, True), (State.FINISHED, True), (State.WAITING, False),
                            (State.EVICTED, False), (State.UNAVAILABLE, False)):  # fmt: skip
         assert Gate(state, "wl", "q", "r", "m", info=PodSetInfo()).open is is_open
+
+
+def test_a_workload_out_of_sync_names_the_queue_or_the_pod_count() -> None:
+    j = _queued(completionMode="Indexed", completions=4, parallelism=2)
+    wl = queueing.build_workload(j, "team-a", None)
+    assert queueing.out_of_sync(wl, j, "team-a") is None
+    assert "queue is now team-b" in (queueing.out_of_sync(wl, j, "team-b") or "")
+    scaled = j.model_copy(update={"spec": j.spec.model_copy(update={"parallelism": 3})})
+    assert "3 pods at once" in (queueing.out_of_sync(wl, scaled, "team-a") or "")
