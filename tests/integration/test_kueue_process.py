@@ -10,16 +10,21 @@ a Workload finishes. The Workloads here have no owner: no operator runs.
 from __future__ import annotations
 
 import json
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from kueueproc import API_VERSION
+from kueueproc import API_VERSION, EXTERNAL_FRAMEWORK, KUEUE_VERSION, kueue_source
 from kueueproc.pytest_plugin import Kueue
+from localcluster.binaries import tools_bin_dir
 from localcluster.kubectl import Kubectl
 from tests.integration.jobs import wait_for
 
 pytestmark = pytest.mark.cluster
+VALUES = Path(__file__).resolve().parents[2] / "hack" / "kueue" / "values.yaml"
 
 
 def _workload(namespace: str, name: str, queue: str, cpu: str) -> dict[str, Any]:
@@ -121,3 +126,46 @@ def test_kueue_admits_a_workload_within_quota_and_holds_the_next_pending(
         lambda: _admitted(kubectl, namespace, "second"),
         timeout=60,
     )
+
+
+def test_kueue_kind_install_renders_our_image_and_the_leasedjob_external_framework() -> None:
+    """hack/kueue/values.yaml on Kueue's own chart: what `make kueue-install` installs on kind.
+
+    The image built here (never pulled), Kueue's internal certificates (no
+    cert-manager), the LeasedJob external framework the local tier's Kueue
+    process runs with too, and the extra ClusterRole letting Kueue read LeasedJobs.
+    """
+    helm = tools_bin_dir() / "helm"
+    chart = kueue_source() / "charts" / "kueue"
+    rendered = subprocess.run(
+        [str(helm), "template", "kueue", str(chart), "-n", "kueue-system", "-f", str(VALUES)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    docs = [d for d in yaml.safe_load_all(rendered) if d]
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    manager = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert manager["image"] == f"leasehold-kueue:{KUEUE_VERSION}"
+    assert manager["imagePullPolicy"] == "Never"
+    assert manager["resources"]["requests"] == {"cpu": "100m", "memory": "128Mi"}
+    config_map = next(
+        d
+        for d in docs
+        if d["kind"] == "ConfigMap" and "controller_manager_config.yaml" in d.get("data", {})
+    )
+    config = yaml.safe_load(config_map["data"]["controller_manager_config.yaml"])
+    assert config["integrations"]["externalFrameworks"] == [EXTERNAL_FRAMEWORK]
+    assert "internalCertManagement" not in config or config["internalCertManagement"]["enable"]
+    assert not [d for d in docs if d["apiVersion"].startswith("cert-manager.io")]
+    rbac = list(yaml.safe_load_all((VALUES.parent / "rbac.yaml").read_text()))
+    rules = rbac[0]["rules"]
+    assert rules == [
+        {
+            "apiGroups": ["leasehold.dev"],
+            "resources": ["leasedjobs"],
+            "verbs": ["get", "list", "watch"],
+        }
+    ]
+    subject = rbac[1]["subjects"][0]
+    assert subject["name"] == f"{deployment['spec']['template']['spec']['serviceAccountName']}"
