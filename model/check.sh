@@ -126,6 +126,14 @@ mutations=(
   "adopt-any|-DS_FOREIGN -DADOPT_ANY|"
   "no-uid-check|-DS_REPLACE -DNO_UID_CHECK|"
   "renew-binds|-DS_FOREIGN -DS_REPLACE -DRENEW_BINDS|"
+  # The claim binds the pod made for its token in the same write (the pod is
+  # created first): a lost claim's pod (deleted, its process still running)
+  # refused only by its UID (inv 9: a token's writes come only from the pod
+  # its claim bound), and a claim judged before a take-over that lands for
+  # the new incarnation without the jobUID test (inv 1; a handed-over
+  # replica's claim in flight).
+  "lost-pod-no-uid-check|-DS_SUSPEND -DNO_UID_CHECK|"
+  "claim-any-incarnation|-DS_RECREATE -DS_HANDOVER -DCLAIM_ANY_INCARNATION|-DTMAX=4"
   "claim-suspended|-DS_SUSPEND -DCLAIM_SUSPENDED|-DTMAX=2"
   "suspend-no-cap|-DS_SUSPEND -DSUSPEND_NO_CAP|-DD=2 -DTMAX=2"
   "excuse-while-held|-DS_EXCUSE -DEXCUSE_WHILE_HELD|"

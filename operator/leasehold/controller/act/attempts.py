@@ -409,14 +409,17 @@ class Attempts:
     def _held_by_quota(
         self, body: dict[str, Any], plan: Plan, status: LeasedJobStatus, refusal: str
     ) -> Plan:
-        """A ResourceQuota refused the pod: transient. Keep the claim, say why, retry later.
+        """A ResourceQuota refused the pod: transient. Say why, retry later.
 
-        The lease stays held by the pod's name, unbound: no pod exists, so no
-        worker can write under its token. Its expiry clock has not started
-        (no renewal yet), and the startup bound does not reclaim it while the
-        quota refuses (``Context.quota_held``, :mod:`.reclaim`): as batch/v1
-        Job, the job waits for the quota without using its attempts. Each
-        refusal in a row doubles the delay (:data:`QUOTA_BACKOFF_SECONDS`).
+        A next attempt's pod is refused before its claim (:meth:`claim_and_start`):
+        nothing is claimed, no token spent. A lease held for a pod not created
+        (claimed by an earlier version, which claimed first: ``START_POD``)
+        stays held by the pod's name, unbound: no pod exists, so no worker can
+        write under its token; its expiry clock has not started (no renewal
+        yet), and the startup bound does not reclaim it while the quota
+        refuses (``Context.quota_held``, :mod:`.reclaim`). Either way, as
+        batch/v1 Job, the job waits for the quota without using its attempts.
+        Each refusal in a row doubles the delay (:data:`QUOTA_BACKOFF_SECONDS`).
         """
         namespace, name = ns_name(body)
         key = f"{namespace}/{name}"
