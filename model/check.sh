@@ -113,7 +113,11 @@ fi
 # search at the bounds of the deep searches (MODEL_DEEP): the search that
 # finds no error in the correct model finds the mutation's.
 mutations=(
-  "complete-no-token-check|-DCOMPLETE_NO_TOKEN_CHECK|"
+  # With S_FOREIGN: since the claim binds its pod, a push lease is held
+  # unbound only while a token whose pod name someone else took is claimed
+  # and released (the burn); elsewhere the UID check alone refuses a stale
+  # completion (a UID is bound under one token only: inv 9).
+  "complete-no-token-check|-DS_FOREIGN -DCOMPLETE_NO_TOKEN_CHECK|"
   "complete-twice|-DCOMPLETE_TWICE|"
   "rearm-resets-token|-DS_RECREATE -DREARM_RESETS_TOKEN|"
   "target-no-fence|-DTARGET_NO_FENCE|"
