@@ -113,7 +113,11 @@ fi
 # search at the bounds of the deep searches (MODEL_DEEP): the search that
 # finds no error in the correct model finds the mutation's.
 mutations=(
-  "complete-no-token-check|-DCOMPLETE_NO_TOKEN_CHECK|"
+  # With S_FOREIGN: since the claim binds its pod, a push lease is held
+  # unbound only while a token whose pod name someone else took is claimed
+  # and released (the burn); elsewhere the UID check alone refuses a stale
+  # completion (a UID is bound under one token only: inv 9).
+  "complete-no-token-check|-DS_FOREIGN -DCOMPLETE_NO_TOKEN_CHECK|"
   "complete-twice|-DCOMPLETE_TWICE|"
   "rearm-resets-token|-DS_RECREATE -DREARM_RESETS_TOKEN|"
   "target-no-fence|-DTARGET_NO_FENCE|"
@@ -126,6 +130,14 @@ mutations=(
   "adopt-any|-DS_FOREIGN -DADOPT_ANY|"
   "no-uid-check|-DS_REPLACE -DNO_UID_CHECK|"
   "renew-binds|-DS_FOREIGN -DS_REPLACE -DRENEW_BINDS|"
+  # The claim binds the pod made for its token in the same write (the pod is
+  # created first): a lost claim's pod (deleted, its process still running)
+  # refused only by its UID (inv 9: a token's writes come only from the pod
+  # its claim bound), and a claim judged before a take-over that lands for
+  # the new incarnation without the jobUID test (inv 1; a handed-over
+  # replica's claim in flight).
+  "lost-pod-no-uid-check|-DS_SUSPEND -DNO_UID_CHECK|"
+  "claim-any-incarnation|-DS_RECREATE -DS_HANDOVER -DCLAIM_ANY_INCARNATION|-DTMAX=4"
   "claim-suspended|-DS_SUSPEND -DCLAIM_SUSPENDED|-DTMAX=2"
   "suspend-no-cap|-DS_SUSPEND -DSUSPEND_NO_CAP|-DD=2 -DTMAX=2"
   "excuse-while-held|-DS_EXCUSE -DEXCUSE_WHILE_HELD|"

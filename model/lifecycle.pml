@@ -140,6 +140,7 @@ byte t_max = 0;        /* the target's bar */
 byte g_tmax = 0;       /* highest token the target ever accepted */
 byte max_issued = 0;   /* highest token ever claimed in the domain */
 byte completions[3];   /* accepted completions per incarnation */
+byte b_uid[NTOK];      /* ghost: the pod UID the claim of each token bound (0: none) */
 byte g_unc = 0;        /* attempts of this incarnation that use no budget */
 
 /* A take-over or resume makes the lease claimable again only once its
@@ -221,6 +222,7 @@ end:
        if
        :: l_held && l_tok == tok && UID_OK(uid) ->
             assert(l_lut != tok);   /* inv 6 */
+            assert(b_uid[tok] == uid);   /* inv 9: only the pod its claim bound */
             RENEW_BIND(uid); bump(); rp = 2
        :: else ->
             sent = 0; rp = 0;
@@ -279,6 +281,7 @@ end:
 #endif
             completions[l_inc]++;
             assert(tok == l_tok && uid_owner[uid] == l_inc && completions[l_inc] <= 1); /* inv 1 */
+            assert(b_uid[tok] == uid);   /* inv 9 */
             assert(l_lut != tok);   /* inv 6 */
             l_ctok = tok; bump()
        :: else -> skip
@@ -291,21 +294,25 @@ end:
 /* Reduction: as the Worker's, every step is one atomic statement from the
  * loop's top (the original's "cpod -> atomic {...}" stopped at a state of
  * its own between the guard, true until this replica's own step makes it
- * false, and the effect). ct (the claimed token) goes back to 0 once its
- * pod is created and bound or released (nothing reads it until the next
- * claim sets it); cinc and buid likewise. */
+ * false, and the effect). An attempt is two steps: the pod <job>-<ct> is
+ * created (or found: a 409) under the token ct the claim will take, then the
+ * claim, pinned to ct and to the incarnation cinc, binds its UID buid in the
+ * same write (cpend between them; burn: the pod of that name is not ours, so
+ * the token is claimed unbound and released, rpend between those two). ct,
+ * cinc and buid go back to 0 once the claim is decided (nothing reads them
+ * until the next create sets them). */
 proctype Operator(byte r) {
   byte ct = 0, cinc = 0, buid = 0;
-  bool jpend = false, cpod = false, bpend = false;
+  bool jpend = false, cpend = false, burn = false, rpend = false;
   do
   :: atomic { leader == r && o_stale[r] ->   /* the lease watch: ExpiryClock.observe */
        o_stale[r] = false; o_seen_t[r] = now }
 #ifndef NO_HOLD_WAIT
-  :: atomic { leader == r && job_uid != 0 && l_inc != job_uid && !cpod && l_held &&
+  :: atomic { leader == r && job_uid != 0 && l_inc != job_uid && !cpend && !rpend && l_held &&
        HOLD_MAY_OUTLIVE ->   /* an earlier incarnation's pod holds it: LeaseStore.stop first */
        l_held = false; l_huid = 0; l_cap = l_tok; bump() }
 #endif
-  :: atomic { leader == r && job_uid != 0 && l_inc != job_uid && !cpod && HOLD_ENDED(r) ->   /* LeaseStore.rearm */
+  :: atomic { leader == r && job_uid != 0 && l_inc != job_uid && !cpend && !rpend && HOLD_ENDED(r) ->   /* LeaseStore.rearm */
        /* Reduction: completions[] is read only at l_inc, and l_inc never
         * comes back to an incarnation it left (0, then 1, then 2): the count
         * of the one it leaves is dropped. */
@@ -316,45 +323,68 @@ proctype Operator(byte r) {
 #endif
        l_base = l_tok; l_cap = l_tok + MAXATT; l_susp = job_susp; l_lut = 0; g_unc = 0; bump() }
   :: atomic { leader == r && job_uid != 0 && l_inc == job_uid && job_phase[job_uid] == RUNNING &&
-       !job_susp && !SCALED_OUT && !l_held && l_ctok == 0 && l_tok < l_cap && !cpod && !bpend &&
+       !job_susp && !SCALED_OUT && !l_held && l_ctok == 0 && l_tok < l_cap && !cpend && !rpend &&
        next_uid < NUID - 1 && UNSUSPENDED ->
-       /* LeaseStore.claim (push mode), then the pod */
-       l_tok++; l_held = true; l_huid = 0; bump();
-       /* Reduction: l_rtok, j_stok and l_lut are read only as "== l_tok"
-        * (HOLD_MAY_OUTLIVE, the excuse's guard; inv 6's "l_lut != tok" is
-        * checked only where tok == l_tok, or after inv 1 already failed) and
-        * "l_lut < l_tok" (the excuse); each is at most the old l_tok, below
-        * the new one, and l_tok never goes down (but under
-        * REARM_RESETS_TOKEN, whose next claim fails inv 2 right here), so
-        * 0 is the same value to every later read. */
-       l_rtok = 0; j_stok = 0; l_lut = 0;
-       assert(l_tok > max_issued);   /* inv 2 */
-       assert(!l_susp);              /* inv 7 */
-       max_issued = l_tok; ct = l_tok; cinc = l_inc; cpod = true }
-  :: atomic { cpod ->   /* create pod <job>-<ct>: reconcile._create_pod; 409 adopted only if ours */
-         if
-         :: pod_uid[ct] != 0 ->
-              if
+       /* Attempts.claim_and_start: the pod first, under the next token; a
+        * 409 is claimed for only if the pod is this incarnation's */
+       ct = l_tok + 1; cinc = l_inc; cpend = true;
+       if
+       :: pod_uid[ct] != 0 ->
+            if
 #ifdef ADOPT_ANY
-              :: true ->
+            :: true ->
 #else
-              :: uid_owner[pod_uid[ct]] == cinc ->
+            :: uid_owner[pod_uid[ct]] == cinc ->
 #endif
-                   buid = pod_uid[ct]; bpend = true
-              :: else ->   /* PodNameTaken: release the token */
-                   if :: l_held && l_tok == ct && l_huid == 0 -> l_held = false; bump()
-                      :: else -> skip fi
-              fi
-         :: else ->
-              pod_uid[ct] = next_uid; uid_owner[next_uid] = cinc; w_rnw[next_uid] = true;
-              run Worker(next_uid, ct);
-              buid = next_uid; next_uid++; bpend = true
-         fi;
-         cpod = false; cinc = 0;
-         if :: !bpend -> ct = 0 :: else -> skip fi }
-  :: atomic { bpend ->   /* LeaseStore.bind */
-       if :: l_held && l_tok == ct && l_huid == 0 -> l_huid = buid; bump() :: else -> skip fi;
-       bpend = false; buid = 0; ct = 0 }
+                 buid = pod_uid[ct]
+            :: else -> burn = true   /* PodNameTaken: move past the token */
+            fi
+       :: else ->
+            pod_uid[ct] = next_uid; uid_owner[next_uid] = cinc; w_rnw[next_uid] = true;
+            run Worker(next_uid, ct);
+            buid = next_uid; next_uid++
+       fi }
+  :: atomic { cpend ->   /* LeaseStore.claim: the token test (ct - 1), the jobUID test and the CRD */
+       if
+       :: l_tok + 1 == ct &&
+#ifndef CLAIM_ANY_INCARNATION
+          l_inc == cinc &&
+#endif
+          !l_held && l_ctok == 0 && l_tok < l_cap && UNSUSPENDED ->
+            l_tok++; l_held = true; bump();
+            l_huid = buid;   /* claim and bind, one write (0 for a burn) */
+            b_uid[l_tok] = l_huid;
+            /* Reduction: l_rtok, j_stok and l_lut are read only as "== l_tok"
+             * (HOLD_MAY_OUTLIVE, the excuse's guard; inv 6's "l_lut != tok" is
+             * checked only where tok == l_tok, or after inv 1 already failed) and
+             * "l_lut < l_tok" (the excuse); each is at most the old l_tok, below
+             * the new one, and l_tok never goes down (but under
+             * REARM_RESETS_TOKEN, whose next claim fails inv 2 right here), so
+             * 0 is the same value to every later read. */
+            l_rtok = 0; j_stok = 0; l_lut = 0;
+            assert(l_tok > max_issued);   /* inv 2 */
+            assert(!l_susp);              /* inv 7 */
+            max_issued = l_tok;
+            if :: burn -> rpend = true :: else -> ct = 0 fi
+       :: else ->
+            if
+            :: buid != 0 && !(l_tok == ct && l_huid == buid) && pod_uid[ct] == buid ->
+                 /* lost: the pod never holds; deleted at once (UID precondition).
+                  * Its process may still run for a while (or be killed now). */
+                 pod_uid[ct] = 0;
+                 if
+                 :: killed[buid] = true; w_dl[buid] = 0; w_tok[buid] = 0; wfin(buid)
+                 :: skip
+                 fi
+            :: else -> skip   /* bound by another replica's claim, or a burn that lost */
+            fi;
+            ct = 0
+       fi;
+       cpend = false; cinc = 0; buid = 0; burn = burn && rpend }
+  :: atomic { rpend ->   /* the burnt token released (LeaseStore.release) */
+       if :: l_held && l_tok == ct && l_huid == 0 -> l_held = false; bump()
+          :: else -> skip fi;
+       rpend = false; burn = false; ct = 0 }
   :: atomic { leader == r && !jpend && l_held && l_ctok == 0 && o_seen_t[r] != UNSEEN &&
        now >= o_seen_t[r] + D + OM - E ->   /* expired: ExpiryClock.expired */
        o_jok[r] = !o_stale[r]; jpend = true }
@@ -372,7 +402,7 @@ proctype Operator(byte r) {
   :: atomic { leader == r && job_uid != 0 && l_inc == job_uid && job_phase[job_uid] == RUNNING &&
        l_ctok != 0 -> job_phase[job_uid] = SUCCEEDED }   /* reconcile: the completion ends the job */
   :: atomic { leader == r && job_uid != 0 && l_inc == job_uid && job_phase[job_uid] == RUNNING &&
-       !SCALED_OUT && !l_held && l_ctok == 0 && l_tok >= l_cap && !cpod ->   /* reconcile: AttemptsExhausted */
+       !SCALED_OUT && !l_held && l_ctok == 0 && l_tok >= l_cap && !cpend && !rpend ->   /* reconcile: AttemptsExhausted */
        assert(l_tok >= l_base + MAXATT + g_unc);   /* inv 4: a job fails only after its attempts */
        job_phase[job_uid] = FAILED }
 #ifdef S_SUSPEND
@@ -427,7 +457,7 @@ proctype Operator(byte r) {
        l_lut < l_tok &&   /* the CRD: once per token */
 #endif
        j_stok != l_tok &&   /* not one a suspension ended: failure_policy.verdict */
-       !cpod -> /* an ended attempt was disrupted: LeaseStore.excuse */
+       !cpend && !rpend -> /* an ended attempt was disrupted: LeaseStore.excuse */
        l_cap++; l_lut = l_tok; g_unc++; bump();
        assert(g_unc + l_base <= l_tok) }   /* inv 4: only attempts that ran */
 #endif

@@ -27,6 +27,8 @@ MUTATIONS = (
     "stop-by-name",
     "adopt-any",
     "renew-binds",
+    "lost-pod-no-uid-check",
+    "claim-any-incarnation",
     "claim-suspended",
     "suspend-no-cap",
     "excuse-while-held",

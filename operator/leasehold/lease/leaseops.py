@@ -234,11 +234,14 @@ def uid_test(holder_uid: str) -> dict[str, Any]:
 
 
 def claim_ops(
-    judged_token: FencingToken, new: LeaseRecord, holder_uid: str | None = None
+    judged_token: FencingToken, new: LeaseRecord, job_uid: str | None = None
 ) -> list[dict[str, Any]]:
     """The JSON patch of a claim judged on a lease at ``judged_token``.
 
-    It binds the claimant's pod (``holder_uid``) in the same write, if any.
+    It binds the claimant's pod (``new.holder_uid``) in the same write, if
+    any, and with ``job_uid`` tests that the lease still serves that job
+    incarnation (a take-over keeps the token: the token test alone would let
+    a claim judged before it land for the new incarnation).
 
     Deliberately no ``resourceVersion`` precondition. The API server applies a
     JSON patch inside its own compare-and-swap and evaluates the ``test`` op and
@@ -263,13 +266,16 @@ def claim_ops(
     assert new.acquire_time is not None  # set by protocol.claim
     assert new.holder_identity is not None
     acquired = format_time(new.acquire_time)
+    tests = [{"op": "test", "path": "/spec/fencingToken", "value": judged_token}]
+    if job_uid is not None:
+        tests.append({"op": "test", "path": "/spec/jobUID", "value": job_uid})
     return [
-        {"op": "test", "path": "/spec/fencingToken", "value": judged_token},
+        *tests,
         {"op": "add", "path": "/spec/holderIdentity", "value": new.holder_identity},
         {"op": "replace", "path": "/spec/fencingToken", "value": new.fencing_token},
         {"op": "add", "path": "/spec/acquireTime", "value": acquired},
         {"op": "add", "path": "/spec/renewTime", "value": acquired},
-        bind_op(holder_uid) if holder_uid else UNBIND,
+        bind_op(new.holder_uid) if new.holder_uid else UNBIND,
     ]
 
 
@@ -411,12 +417,17 @@ class LeaseWriter:
         *,
         observed: StoredLease | None = None,
         holder_uid: str | None = None,
+        token: int | None = None,
+        job_uid: str | None = None,
     ) -> Result:
         """Claim an unheld lease: holder := ``claimant``, token := token + 1.
 
         ``holder_uid`` is the claimant's pod UID, bound in the same write
-        (``None``: a claimant that is no pod, or the operator claiming for a pod
-        it has yet to create; it binds with :meth:`bind` once the pod exists).
+        (``None``: a claimant that is no pod). The operator claims for a pod
+        it created under ``token`` (the token this claim must take) for the
+        job incarnation ``job_uid``: a lease at another token, or serving
+        another incarnation, is ``LOST_RACE`` (:func:`protocol.claim`), with
+        no retry on it, and the write tests ``spec.jobUID``.
 
         With ``observed`` (the lease as the caller last saw it, from a list, a watch
         or a read) the rules judge it and, if they allow the claim, the patch is
@@ -434,10 +445,15 @@ class LeaseWriter:
                 changed in between: not a race (e.g. a holder name the schema refuses).
         """
         holder = HolderIdentity(claimant)
+        pinned: dict[str, Any] = {
+            "holder_uid": holder_uid,
+            "token": FencingToken(token) if token is not None else None,
+            "job_uid": job_uid,
+        }
         if observed is not None:
-            decision = protocol.claim(observed.record, holder, self._clock())
+            decision = protocol.claim(observed.record, holder, self._clock(), **pinned)
             if isinstance(decision, protocol.Allowed):
-                ops = claim_ops(observed.record.fencing_token, decision.record, holder_uid)
+                ops = claim_ops(observed.record.fencing_token, decision.record, job_uid)
                 try:
                     return Accepted(self._parse(self._patch("claim", namespace, name, ops)))
                 except WriteRefusedError as exc:
@@ -455,14 +471,14 @@ class LeaseWriter:
         refused_version = ""  # ... on this resourceVersion
         for _ in range(MAX_CONFLICT_RETRIES):
             lease = self.get(namespace, name)
-            decision = protocol.claim(lease.record, holder, self._clock())
+            decision = protocol.claim(lease.record, holder, self._clock(), **pinned)
             if isinstance(decision, protocol.Denied):
                 return Rejected(decision.rejection, lease)
             if refused is not None and refused_version == lease.resource_version:
                 # Refused on a lease nobody changed since: not a race but a
                 # write the server will never take (e.g. an invalid holder name).
                 raise refused
-            ops = claim_ops(lease.record.fencing_token, decision.record, holder_uid)
+            ops = claim_ops(lease.record.fencing_token, decision.record, job_uid)
             try:
                 body = self._patch("claim", namespace, name, ops)
             except WriteRefusedError as exc:

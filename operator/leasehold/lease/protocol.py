@@ -10,8 +10,9 @@ compare-and-swap; the CRD's CEL rules enforce the same table on the server
 ==========  ==============================================  =============================
 operation   succeeds only if                                effect
 ==========  ==============================================  =============================
-claim       lease is unheld, not completed, not exhausted,  holder := claimant, token + 1
-            not suspended
+claim       lease is unheld, not completed, not exhausted,  holder := claimant, token + 1,
+            not suspended (and, if pinned, at token - 1     bound to the claimant's pod
+            of the same incarnation)                        UID if given
 renew       holder AND token match the caller's             renew time moves on
 complete    holder AND token match                          completion recorded once
 release     holder AND token match                          unheld, token kept
@@ -160,8 +161,10 @@ class Rejection(enum.StrEnum):
     SUSPENDED = "Suspended"
     """Claim refused: the lease's job is suspended (``spec.suspend``); wait for a resume."""
     NOT_BOUND = "NotBound"
-    """A pod's write refused: the lease is not yet bound to a pod (push mode:
-    the operator binds it to the pod it created right after creating it).
+    """A pod's write refused: the lease is not yet claimed for this pod (push
+    mode: the operator creates the pod first, under the token its claim will
+    take, then claims the lease bound to the pod's UID in one write), or is
+    unbound (a lease claimed by an earlier version, bound right after).
     Not a loss: retry within the lease window."""
 
 
@@ -208,15 +211,20 @@ def check_holder(
     is not the caller's (``NOT_HOLDER``), and an unbound one is not yet
     (``NOT_BOUND``). A pod never binds a lease by renewing it: a pull claim
     binds the claimant in the claim itself, and a push lease is bound by the
-    operator to the pod it created (:func:`bind`), so a pod of the same name
-    that the operator did not create can never make the lease its own
-    (docs/lifecycle.md, "A holder is a pod UID, not a name").
+    operator to the pod it created (its claim binds the pod's UID in the same
+    write: :func:`claim`), so a pod of the same name that the operator did
+    not create can never make the lease its own (docs/lifecycle.md, "A holder
+    is a pod UID, not a name"). A pod whose token is above the lease's was
+    created for a claim that has not landed (yet, or ever): ``NOT_BOUND``,
+    never a hold.
 
     Returns:
         ``None`` when ``holder`` holds ``record`` under ``token``, else why not.
     """
     if record.completion is not None:
         return Rejection.COMPLETED
+    if holder_uid is not None and token > record.fencing_token:
+        return Rejection.NOT_BOUND  # its claim has not landed: the pod waits
     if token != record.fencing_token:
         return Rejection.STALE_TOKEN
     if record.holder_identity != holder:
@@ -233,6 +241,8 @@ def bind(
 ) -> Decision:
     """Decide the operator's bind of a held push lease to the pod it created.
 
+    Only for a lease an earlier version claimed unbound (it bound after the
+    pod create): the operator's claims now bind in the claim (:func:`claim`).
     Allowed when ``holder`` holds ``record`` under ``token`` and the lease is
     unbound or bound to ``holder_uid`` already (a bind is never a change).
 
@@ -248,16 +258,43 @@ def bind(
     return Allowed(dataclasses.replace(record, holder_uid=holder_uid))
 
 
-def claim(record: LeaseRecord, claimant: HolderIdentity, now: datetime) -> Decision:
+def claim(
+    record: LeaseRecord,
+    claimant: HolderIdentity,
+    now: datetime,
+    *,
+    holder_uid: str | None = None,
+    token: FencingToken | None = None,
+    job_uid: str | None = None,
+) -> Decision:
     """Decide a claim by ``claimant``: take an unheld lease and bump its token.
 
+    The operator creates an attempt's pod before it claims for it, under the
+    token the claim will take (``token``: the pod's name and env carry it),
+    and claims bound to the pod's UID (``holder_uid``) in the same write: a
+    claim and a bind in one. Such a claim is for that one token and that one
+    job incarnation (``job_uid``): a lease that moved on (another claim
+    landed, or a take-over by a new incarnation) is ``LOST_RACE``, and the
+    pod made for it never holds (:func:`check_holder` refuses its UID). A
+    pull worker's claim binds its own pod's UID the same way.
+
+    Args:
+        record: the lease as read.
+        claimant: the holder identity (push mode: the pod's name).
+        now: the wall clock, recorded for people.
+        holder_uid: the claimant's pod UID, bound in the claim; ``None``: unbound.
+        token: the token the claim must take (``record``'s + 1), if it must.
+        job_uid: the incarnation the lease must serve (``spec.jobUID``), if given.
+
     Returns:
-        :class:`Allowed` with holder := claimant and token := token + 1, or
-        :class:`Denied` with ``COMPLETED``, ``LOST_RACE``, ``SUSPENDED`` or ``EXHAUSTED``.
+        :class:`Allowed` with holder := claimant, holder_uid := ``holder_uid``
+        and token := token + 1, or :class:`Denied` with ``COMPLETED``,
+        ``LOST_RACE``, ``SUSPENDED`` or ``EXHAUSTED``.
     """
     if record.completion is not None:
         return Denied(Rejection.COMPLETED, record)
-    if record.held:
+    moved = token is not None and token != record.fencing_token + 1
+    if record.held or moved or (job_uid is not None and record.job_uid != job_uid):
         return Denied(Rejection.LOST_RACE, record)
     if record.suspended:
         return Denied(Rejection.SUSPENDED, record)
@@ -267,7 +304,7 @@ def claim(record: LeaseRecord, claimant: HolderIdentity, now: datetime) -> Decis
         dataclasses.replace(
             record,
             holder_identity=claimant,
-            holder_uid=None,
+            holder_uid=holder_uid,
             fencing_token=FencingToken(record.fencing_token + 1),
             acquire_time=now,
             renew_time=now,

@@ -46,6 +46,10 @@ B = HolderIdentity("worker-b")
 WORKERS = (A, B, HolderIdentity("worker-c"), HolderIdentity("worker-d"))
 
 
+JOBS = ("job-uid-1", "job-uid-0")
+"""The incarnation the lease serves, and an earlier one (a claim judged before a take-over)."""
+
+
 def fresh(token: int = 0, limit: int | None = None) -> LeaseRecord:
     return LeaseRecord(
         job_name="job",
@@ -53,6 +57,7 @@ def fresh(token: int = 0, limit: int | None = None) -> LeaseRecord:
         fencing_token=FencingToken(token),
         lease_duration_seconds=30,
         max_fencing_token=None if limit is None else FencingToken(limit),
+        job_uid=JOBS[0],
     )
 
 
@@ -76,13 +81,22 @@ class Model:
     holder: HolderIdentity | None = None
     completion: tuple[int, HolderIdentity, Outcome] | None = None
     claims: int = 0
+    holder_uid: str | None = None
 
-    def holder_check(self, worker: HolderIdentity, token: int) -> Rejection | None:
+    def holder_check(
+        self, worker: HolderIdentity, token: int, uid: str | None = None
+    ) -> Rejection | None:
         if self.completion is not None:
             return Rejection.COMPLETED
+        if uid is not None and token > self.token:
+            return Rejection.NOT_BOUND  # a pod made for a claim that has not landed
         if token != self.token:
             return Rejection.STALE_TOKEN
         if self.holder != worker:
+            return Rejection.NOT_HOLDER
+        if uid is not None and self.holder_uid is None:
+            return Rejection.NOT_BOUND
+        if uid is not None and self.holder_uid != uid:
             return Rejection.NOT_HOLDER
         return None
 
@@ -106,6 +120,8 @@ class LeaseMachine(RuleBasedStateMachine):
         self.tokens_seen: list[int] = [0]
         self.first_completion: Completion | None = None
         self.ticks = 0
+        self.pods: list[tuple[HolderIdentity, int, str]] = []
+        """Pods the operator created, claim landed or not: (name, token, uid)."""
 
     @initialize(start=st.integers(0, 5), limit=st.none() | st.integers(0, 12))
     def start(self, start: int, limit: int | None) -> None:
@@ -160,7 +176,59 @@ class LeaseMachine(RuleBasedStateMachine):
             self.model.token += 1
             self.model.claims += 1
             self.model.holder = worker
+            self.model.holder_uid = None
             self.granted[worker].append(self.record.fencing_token)
+
+    @rule(worker=st.sampled_from(WORKERS), ahead=st.integers(-1, 2), job=st.sampled_from(JOBS))
+    def do_push_claim(self, worker: HolderIdentity, ahead: int, job: str) -> None:
+        # The operator creates the pod first, under the token it planned (the
+        # lease's + 1 when it judged; ``ahead`` makes that judgement stale),
+        # then claims bound to the new pod's UID, pinned to that token and job.
+        planned = self.record.fencing_token + ahead
+        uid = f"uid-{len(self.pods)}"
+        self.pods.append((worker, planned, uid))
+        before, now = self.record, self.now()
+        expected = (
+            Rejection.COMPLETED
+            if self.model.completion is not None
+            else Rejection.LOST_RACE
+            if self.model.holder is not None or ahead != 1 or job != JOBS[0]
+            else Rejection.EXHAUSTED
+            if self.model.limit is not None and self.model.token >= self.model.limit
+            else None
+        )
+        decision = claim(
+            before, worker, now, holder_uid=uid, token=FencingToken(planned), job_uid=job
+        )
+        if self.apply(decision, before, expected):
+            assert self.record.fencing_token == planned
+            assert self.record.holder_uid == uid  # claimed and bound in one decision
+            self.model.token += 1
+            self.model.claims += 1
+            self.model.holder = worker
+            self.model.holder_uid = uid
+            self.granted[worker].append(planned)
+
+    @rule(pick=st.integers(0, 200), renewing=st.booleans())
+    def do_pod_write(self, pick: int, renewing: bool) -> None:
+        # Any pod the operator ever made renews (or releases) as itself: only
+        # the one whose claim landed, under its token, is ever accepted; one
+        # whose claim has not landed (or never will) waits (NOT_BOUND) or is
+        # refused.
+        if not self.pods:
+            return
+        worker, token, uid = self.pods[pick % len(self.pods)]
+        before, now = self.record, self.now()
+        expected = self.model.holder_check(worker, token, uid)
+        if renewing:
+            decision = renew(before, worker, FencingToken(token), now, holder_uid=uid)
+        else:
+            decision = release(before, worker, FencingToken(token), holder_uid=uid)
+        if self.apply(decision, before, expected):
+            assert uid == self.model.holder_uid
+            if not renewing:
+                self.model.holder = None
+                self.model.holder_uid = None
 
     @rule(worker=st.sampled_from(WORKERS), choice=TOKEN_CHOICES)
     def do_renew(self, worker: HolderIdentity, choice: tuple[str, int, int]) -> None:
@@ -196,6 +264,7 @@ class LeaseMachine(RuleBasedStateMachine):
             assert self.model.holder is not None
             self.model.completion = (self.model.token, self.model.holder, outcome)
             self.model.holder = None
+            self.model.holder_uid = None
             self.first_completion = done
 
     @rule(worker=st.sampled_from(WORKERS), choice=TOKEN_CHOICES)
@@ -205,6 +274,7 @@ class LeaseMachine(RuleBasedStateMachine):
         expected = self.model.holder_check(worker, token)
         if self.apply(release(before, worker, FencingToken(token)), before, expected):
             self.model.holder = None
+            self.model.holder_uid = None
 
     @rule(expired=st.booleans())
     def do_reclaim(self, expired: bool) -> None:
@@ -218,11 +288,13 @@ class LeaseMachine(RuleBasedStateMachine):
         )
         if self.apply(reclaim(before, expired=expired), before, expected):
             self.model.holder = None
+            self.model.holder_uid = None
 
     @invariant()
     def matches_model(self) -> None:
         assert self.record.fencing_token == self.model.token
         assert self.record.holder_identity == self.model.holder
+        assert self.record.holder_uid == self.model.holder_uid
         assert self.record.held == (self.model.holder is not None)
 
     @invariant()
@@ -427,6 +499,28 @@ def test_a_pod_never_binds_a_lease_by_its_own_writes() -> None:
     refused(bind(held, B, FencingToken(1), "uid-1"), held, Rejection.NOT_HOLDER)
     refused(bind(held, A, FencingToken(2), "uid-1"), held, Rejection.STALE_TOKEN)
     accepted(renew(bound, A, FencingToken(1), T0, holder_uid="uid-1"))
+
+
+def test_a_claim_binds_the_pod_made_for_its_token_and_a_lost_claims_pod_never_holds() -> None:
+    # Push mode: the pod is created first, under token 1, and waits while the
+    # claim has not landed: NOT_BOUND (retry), not STALE_TOKEN (a loss).
+    lease = fresh(limit=5)
+    refused(renew(lease, A, FencingToken(1), T0, holder_uid="uid-1"), lease, Rejection.NOT_BOUND)
+    held = accepted(claim(lease, A, T0, holder_uid="uid-1", token=FencingToken(1), job_uid=JOBS[0]))
+    assert (held.fencing_token, held.holder_uid) == (1, "uid-1")
+    accepted(renew(held, A, FencingToken(1), T0, holder_uid="uid-1"))
+    # Another replica's claim for the same token (its pod, or this one) loses ...
+    again = claim(held, A, T0, holder_uid="uid-1", token=FencingToken(1), job_uid=JOBS[0])
+    refused(again, held, Rejection.LOST_RACE)
+    # ... and so does one judged on a stale lease or for an earlier incarnation.
+    refused(claim(lease, A, T0, token=FencingToken(2)), lease, Rejection.LOST_RACE)
+    refused(claim(lease, A, T0, token=FencingToken(1), job_uid=JOBS[1]), lease, Rejection.LOST_RACE)
+    # A pod of the same name and token whose claim lost (a lost claim's pod,
+    # or one made under that name by anyone else) is not the holder.
+    refused(renew(held, A, FencingToken(1), T0, holder_uid="uid-2"), held, Rejection.NOT_HOLDER)
+    refused(release(held, A, FencingToken(1), holder_uid="uid-2"), held, Rejection.NOT_HOLDER)
+    # A pod made for token 2 while token 1 holds: not yet (its claim may land later).
+    refused(renew(held, A, FencingToken(2), T0, holder_uid="uid-3"), held, Rejection.NOT_BOUND)
 
 
 def test_a_hold_ended_without_expiry_may_outlive_its_end_until_waited_out() -> None:

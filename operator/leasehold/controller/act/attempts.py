@@ -1,11 +1,14 @@
-"""An attempt's pod: create it under its token, bind the lease to it, read how it ended.
+"""An attempt's pod: create it under its token, claim the lease bound to it, read how it ended.
 
 Why this module exists: single and indexed jobs start attempts the same way.
-The lease is claimed first; the pod is created with the token injected
-(:func:`~leasehold.controller.plan.pod.build_pod`); then the lease is bound to
-the pod's UID, so only that pod can renew. A taken pod name is adopted only
-if this job made the pod; a ResourceQuota that is used up is waited out
-(backing off); a pod the API server refuses fails the job. And the pods of
+The pod is created first, under the token the claim will take (the lease's
+token + 1, injected by :func:`~leasehold.controller.plan.pod.build_pod`);
+then the lease is claimed bound to the pod's UID in one conditional write
+(claim and bind together), so only that pod can ever renew under the token.
+A pod whose claim does not land never holds (the store refuses its UID) and
+is deleted at once. A taken pod name is adopted only if this job made the
+pod; a ResourceQuota that is used up is waited out (backing off, nothing
+claimed); a pod the API server refuses fails the job. And the pods of
 fenced-off attempts are deleted, but those the job's retention keeps.
 """
 
@@ -13,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from leasehold import names
 from leasehold.controller.act.context import Context
@@ -30,7 +33,7 @@ from leasehold.controller.plan.single import Action, JobEvent, Plan, PodFacts, f
 from leasehold.lease import api
 from leasehold.lease.api import LeasedJob, LeasedJobStatus
 from leasehold.lease.errors import TransientStoreError
-from leasehold.lease.store import Accepted, StoredLease
+from leasehold.lease.store import Accepted, Result, StoredLease
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +47,23 @@ def ns_name(body: dict[str, Any]) -> tuple[str, str]:
     return str(meta["namespace"]), str(meta["name"])
 
 
+class Claimed(NamedTuple):
+    """What :meth:`Attempts.claim_and_start` did.
+
+    Attributes:
+        plan: the plan with the status to write and the Events to record, or
+            ``None`` when no attempt started (the claim was lost, or the pod's
+            name is still taken by a pod being deleted): plan again soon.
+        result: the claim's answer (the lease as written or as read), or
+            ``None`` when no claim was sent.
+    """
+
+    plan: Plan | None
+    result: Result | None
+
+
 class Attempts:
-    """Start attempts' pods, bind leases to them, and clean up fenced-off pods.
+    """Start attempts' pods, claim leases bound to them, and clean up fenced-off pods.
 
     Args:
         ctx: the shared edges and state.
@@ -102,29 +120,8 @@ class Attempts:
         ctx = self._ctx
         namespace, name = ns_name(body)
         assert plan.pod_name is not None
-        pod = build_pod(
-            job,
-            namespace=namespace,
-            holder=plan.pod_name,
-            token=token,
-            owner_uid=str(body["metadata"]["uid"]),
-            lease_duration_seconds=lease.record.lease_duration_seconds,
-            index=index,
-            index_failures=(
-                (lease.record.failures, lease.record.uncounted_attempts)
-                if index is not None and job.spec.backoff_limit_per_index is not None
-                else None
-            ),
-        )
-        status = plan.status.model_copy(
-            update={
-                "pod_name": plan.pod_name,
-                "holder_identity": plan.pod_name,
-                "fencing_token": token,
-                "attempts": token - lease.record.base_fencing_token,
-            }
-        )
-        created = ctx.pods.create(namespace, pod)
+        status = _attempt_status(plan, token, lease)
+        created = ctx.pods.create(namespace, _pod(job, body, plan, token, lease, index))
         if isinstance(created, PodNameTaken):
             return self._name_taken(body, plan, status, lease, token, created.pod)
         if isinstance(created, QuotaExceeded):
@@ -136,20 +133,193 @@ class Attempts:
         # Known at once, not only when the pod watch delivers it: a stop planned
         # before then (a cancel, a suspend) must see that this pod may exist.
         ctx.pod_memory.observe(created.pod)
+        status = self._started(job, body, plan, status, token)
+        uid = str(created.pod["metadata"]["uid"])
+        self.bind(lease, plan.pod_name, token, uid, str(body["metadata"]["uid"]))
+        return replace(plan, status=status)
+
+    def _started(
+        self,
+        job: LeasedJob,
+        body: dict[str, Any],
+        plan: Plan,
+        status: LeasedJobStatus,
+        token: int,
+    ) -> LeasedJobStatus:
+        """Say that the attempt's pod was created (condition, log, Event); return the status."""
+        ctx = self._ctx
+        namespace, name = ns_name(body)
         self._quota_refusals.pop(f"{namespace}/{name}", None)
-        status = with_conditions(
+        log.info("started pod %s/%s under fencing token %d", namespace, plan.pod_name, token)
+        ctx.events.record(
+            body, "Normal", "Started", f"Created pod {plan.pod_name} (fencing token {token})."
+        )
+        return with_conditions(
             job,
             status,
             ("PodCreated", "True", "Created", f"Created pod {plan.pod_name}."),
             now=ctx.now(),
         )
-        log.info("started pod %s/%s under fencing token %d", namespace, plan.pod_name, token)
-        ctx.events.record(
-            body, "Normal", "Started", f"Created pod {plan.pod_name} (fencing token {token})."
+
+    def claim_and_start(
+        self,
+        job: LeasedJob,
+        body: dict[str, Any],
+        plan: Plan,
+        lease: StoredLease,
+        index: int | None = None,
+    ) -> Claimed:
+        """Create the next attempt's pod under ``plan.token``, then claim the lease bound to it.
+
+        The claim and the bind are one conditional write: the lease must still
+        be at ``plan.token - 1``, serve this job incarnation, and be claimable
+        (:func:`leasehold.lease.protocol.claim`); it takes ``plan.token`` with
+        ``holderUID`` = the pod's UID. Until it lands the pod's ``leasehold run``
+        waits (``NOT_BOUND``) and starts nothing. A claim that does not land
+        (another replica's claim, a suspend, a take-over, the budget used up)
+        leaves that pod without a hold for ever (its UID is never bound): it is
+        deleted at once and forgotten by the pod memory. A pod of the name that
+        this job made and that is not being deleted (an earlier reconcile's, or
+        another replica's whose claim is racing this one) is claimed for as is:
+        only one claim for the token lands, and both bind that one pod.
+
+        Args:
+            job: the job (validated ``body``).
+            body: its raw body (Events, the owner's UID).
+            plan: the ``CLAIM_AND_START`` plan (``pod_name`` and ``token`` set).
+            lease: the lease as planned on (unheld, at ``plan.token - 1``).
+            index: the completion index, for an Indexed job.
+
+        Returns:
+            :class:`Claimed`.
+
+        Raises:
+            TransientStoreError: the API server failed, or the pod's name was
+                taken by a pod that is gone since; try again.
+        """
+        ctx = self._ctx
+        namespace, name = ns_name(body)
+        assert plan.pod_name is not None and plan.token is not None
+        token = plan.token
+        created = ctx.pods.create(namespace, _pod(job, body, plan, token, lease, index))
+        if isinstance(created, QuotaExceeded):
+            return Claimed(self._held_by_quota(body, plan, plan.status, created.message), None)
+        if isinstance(created, PodRefused):
+            return Claimed(self._refused(body, plan, lease, created.message), None)
+        if isinstance(created, PodNameTaken):
+            pod = self._ours_to_claim_for(body, plan, created.pod)
+            if pod is None:
+                return self._burn(body, plan, lease, token, created.pod)
+        else:
+            pod = created.pod
+            ctx.pod_memory.observe(pod)  # known at once (a stop planned before the watch)
+        uid = str(pod["metadata"]["uid"])
+        claimed = ctx.store.claim(
+            namespace,
+            lease.name,
+            plan.pod_name,
+            observed=lease,
+            holder_uid=uid,
+            token=token,
+            job_uid=str(body["metadata"]["uid"]),
         )
-        uid = str(created.pod["metadata"]["uid"])
-        self.bind(lease, plan.pod_name, token, uid, str(body["metadata"]["uid"]))
-        return replace(plan, status=status)
+        mine = claimed.lease.record.fencing_token == token and (
+            claimed.lease.record.holder_uid == uid
+        )
+        if not mine:
+            self._lost(namespace, name, pod, claimed)
+            return Claimed(None, claimed)
+        status = self._started(job, body, plan, _attempt_status(plan, token, lease), token)
+        return Claimed(replace(plan, status=status), claimed)
+
+    def _ours_to_claim_for(
+        self, body: dict[str, Any], plan: Plan, existing: dict[str, Any] | None
+    ) -> dict[str, Any] | None:
+        """The pod of the attempt's name that already exists, if this attempt may claim for it.
+
+        Yes when this job incarnation made it (controller ownerReference) and
+        it is not being deleted: an earlier reconcile created it and never
+        claimed (a crash, a lost answer), or another replica is claiming for
+        it. ``None`` for a pod someone else made (the caller moves past the
+        token).
+
+        Raises:
+            TransientStoreError: the pod is gone since the create said 409, or
+                it is this job's but being deleted (a lost claim's pod): its
+                name is free once it is gone; try again.
+        """
+        namespace, _ = ns_name(body)
+        if existing is None:
+            raise TransientStoreError(
+                f"pod {namespace}/{plan.pod_name}: gone since create said 409; retrying"
+            )
+        if not owned_by(existing, str(body["metadata"]["uid"])):
+            return None
+        if existing["metadata"].get("deletionTimestamp") is not None:
+            raise TransientStoreError(
+                f"pod {namespace}/{plan.pod_name}: an earlier pod of this name is being"
+                " deleted; retrying once it is gone"
+            )
+        return existing
+
+    def _lost(self, namespace: str, name: str, pod: dict[str, Any], claimed: Result) -> None:
+        """The claim for ``pod`` did not land: the pod never holds; delete and forget it.
+
+        Deleted with its UID as a precondition (a pod made since under its name
+        is left alone) and the pod's own grace: its ``leasehold run`` is still
+        waiting for the claim and never started the command.
+        """
+        meta = pod["metadata"]
+        record = claimed.lease.record
+        log.info(
+            "%s/%s: claim for pod %s (uid %s) did not land (%s; the lease is at token %d):"
+            " deleting the pod, which never held the lease",
+            namespace,
+            name,
+            meta["name"],
+            meta["uid"],
+            getattr(claimed, "rejection", "taken for another pod"),
+            record.fencing_token,
+        )
+        self._ctx.pod_memory.disown(pod)
+        self._ctx.pods.delete(namespace, str(meta["name"]), uid=str(meta["uid"]))
+
+    def _burn(
+        self,
+        body: dict[str, Any],
+        plan: Plan,
+        lease: StoredLease,
+        token: int,
+        existing: dict[str, Any] | None,
+    ) -> Claimed:
+        """A pod of the attempt's name that this job did not make: move past its token.
+
+        The token is claimed unbound and released (the only way to the next
+        token and pod name; two writes, as on this rare path before): no pod
+        can renew an unbound lease, so that pod never holds it.
+        """
+        namespace, name = ns_name(body)
+        assert plan.pod_name is not None
+        uid = (existing or {}).get("metadata", {}).get("uid")
+        claimed = self._ctx.store.claim(
+            namespace,
+            lease.name,
+            plan.pod_name,
+            observed=lease,
+            token=token,
+            job_uid=str(body["metadata"]["uid"]),
+        )
+        if not isinstance(claimed, Accepted):
+            return Claimed(None, claimed)
+        message = (
+            f"Pod {plan.pod_name} exists but is not this job's (uid {uid});"
+            f" released fencing token {token} and moving to the next attempt."
+        )
+        log.warning("%s/%s: %s", namespace, name, message)
+        released = self._ctx.store.release(namespace, lease.name, plan.pod_name, token)
+        status = plan.status.model_copy(update={"holder_identity": None})
+        taken = JobEvent("Warning", "PodNameTaken", message)
+        return Claimed(replace(plan, status=status, events=[*plan.events, taken]), released)
 
     def bind(
         self, lease: StoredLease, pod_name: str, token: int, pod_uid: str, job_uid: str
@@ -239,14 +409,17 @@ class Attempts:
     def _held_by_quota(
         self, body: dict[str, Any], plan: Plan, status: LeasedJobStatus, refusal: str
     ) -> Plan:
-        """A ResourceQuota refused the pod: transient. Keep the claim, say why, retry later.
+        """A ResourceQuota refused the pod: transient. Say why, retry later.
 
-        The lease stays held by the pod's name, unbound: no pod exists, so no
-        worker can write under its token. Its expiry clock has not started
-        (no renewal yet), and the startup bound does not reclaim it while the
-        quota refuses (``Context.quota_held``, :mod:`.reclaim`): as batch/v1
-        Job, the job waits for the quota without using its attempts. Each
-        refusal in a row doubles the delay (:data:`QUOTA_BACKOFF_SECONDS`).
+        A next attempt's pod is refused before its claim (:meth:`claim_and_start`):
+        nothing is claimed, no token spent. A lease held for a pod not created
+        (claimed by an earlier version, which claimed first: ``START_POD``)
+        stays held by the pod's name, unbound: no pod exists, so no worker can
+        write under its token; its expiry clock has not started (no renewal
+        yet), and the startup bound does not reclaim it while the quota
+        refuses (``Context.quota_held``, :mod:`.reclaim`). Either way, as
+        batch/v1 Job, the job waits for the quota without using its attempts.
+        Each refusal in a row doubles the delay (:data:`QUOTA_BACKOFF_SECONDS`).
         """
         namespace, name = ns_name(body)
         key = f"{namespace}/{name}"
@@ -325,7 +498,11 @@ class Attempts:
         present: set[int] = set()
         for pod in found:
             parsed = pod_facts(pod)
-            if parsed is not None and parsed[1].owner_uid == owner_uid:
+            if (
+                parsed is not None
+                and parsed[1].owner_uid == owner_uid
+                and not memory.disowned(parsed[1].uid)
+            ):
                 facts[parsed[0]] = parsed[1]
                 present.add(parsed[0])
         # A pod the list no longer returns is gone, whatever the memory last saw
@@ -422,3 +599,41 @@ class Attempts:
         )
         for pod_name in chosen:
             self._ctx.pods.delete(namespace, pod_name)
+
+
+def _pod(
+    job: LeasedJob,
+    body: dict[str, Any],
+    plan: Plan,
+    token: int,
+    lease: StoredLease,
+    index: int | None,
+) -> dict[str, Any]:
+    """The attempt's pod under ``token`` (:func:`~leasehold.controller.plan.pod.build_pod`)."""
+    assert plan.pod_name is not None
+    return build_pod(
+        job,
+        namespace=ns_name(body)[0],
+        holder=plan.pod_name,
+        token=token,
+        owner_uid=str(body["metadata"]["uid"]),
+        lease_duration_seconds=lease.record.lease_duration_seconds,
+        index=index,
+        index_failures=(
+            (lease.record.failures, lease.record.uncounted_attempts)
+            if index is not None and job.spec.backoff_limit_per_index is not None
+            else None
+        ),
+    )
+
+
+def _attempt_status(plan: Plan, token: int, lease: StoredLease) -> LeasedJobStatus:
+    """The plan's status with the attempt's pod, holder, token and attempt count."""
+    return plan.status.model_copy(
+        update={
+            "pod_name": plan.pod_name,
+            "holder_identity": plan.pod_name,
+            "fencing_token": token,
+            "attempts": token - lease.record.base_fencing_token,
+        }
+    )

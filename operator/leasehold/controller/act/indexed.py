@@ -789,18 +789,21 @@ class IndexedActor:
         lease: StoredLease,
     ) -> float | None:
         namespace = lease.namespace
-        assert plan.pod_name is not None
-        claimed = self._ctx.store.claim(namespace, lease.name, plan.pod_name, observed=lease)
-        if not isinstance(claimed, Accepted):
-            log.info("claim of %s/%s refused: %s", namespace, lease.name, claimed.rejection)
-            return None  # its lease's watch event brings the next reconcile
-        if claimed.token != plan.token:
-            self._ctx.store.release(namespace, lease.name, plan.pod_name, claimed.token)
-            return 1.0
-        self._attempts.delete_index_pods(
-            namespace, lease.record.job_name, step.index, claimed.token
+        started, claimed = self._attempts.claim_and_start(
+            job, body, replace(plan, events=[]), lease, step.index
         )
-        return self._start(job, body, step, plan, claimed.lease, claimed.token)
+        if started is None:  # the claim did not land: its pod is deleted
+            log.info("claim of %s/%s refused: %s", namespace, lease.name, claimed)
+            return None  # its lease's watch event brings the next reconcile
+        if isinstance(claimed, Accepted) and claimed.lease.record.holder_uid is not None:
+            self._attempts.delete_index_pods(
+                namespace, lease.record.job_name, step.index, claimed.token
+            )
+        for event in started.events:
+            self._ctx.events.record(
+                body, event.type, event.reason, f"Index {step.index}: {event.message}"
+            )
+        return started.requeue_after_seconds
 
     def _start(
         self,

@@ -463,38 +463,32 @@ class JobActor:
     def _claim_and_start(
         self, job: LeasedJob, body: dict[str, Any], lease: StoredLease, plan: Plan
     ) -> Plan:
-        """Claim the lease for the next attempt's pod, then create the pod under that token.
+        """Create the next attempt's pod, then claim the lease bound to it (one write).
 
-        The claim's own watch event is not skipped: this reconcile's status
-        was planned before the claim (Claiming); the next one, from that
-        event, reports the job Running.
+        :meth:`.attempts.Attempts.claim_and_start`. The claim's own watch event
+        is not skipped: this reconcile's status was planned before the claim
+        (Claiming); the next one, from that event, reports the job Running.
 
         Raises:
-            TransientStoreError: the claim was refused or got another token
-                (someone claimed and released in between): plan again later.
+            TransientStoreError: the claim did not land (its pod is deleted),
+                or the pod's name is still taken: plan again later.
         """
         ctx = self._ctx
         namespace, name = ns_name(body)
-        assert plan.pod_name is not None
-        claimed = ctx.store.claim(namespace, lease.name, plan.pod_name, observed=lease)
-        ctx.lease_cache.put(claimed.lease.body)
-        if not isinstance(claimed, Accepted):
-            log.info("claim for %s/%s refused: %s", namespace, plan.pod_name, claimed.rejection)
-            raise TransientStoreError(f"claim {namespace}/{name}: {claimed.rejection}")
-        if claimed.token != plan.token:
-            # The pod's name would lie about its token. The cached claim is
-            # forgotten first: should the release's answer be lost, the retry
-            # reads the lease, not our claim.
-            ctx.lease_cache.drop(namespace, lease.name)
-            ctx.store.release(namespace, lease.name, plan.pod_name, claimed.token)
-            raise TransientStoreError(f"claim {namespace}/{name}: token moved, retrying")
-        ctx.events.record(
-            body,
-            "Normal",
-            "Claimed",
-            f"Lease claimed for pod {plan.pod_name} under fencing token {claimed.token}.",
-        )
-        return self._attempts.start(job, body, plan, claimed.token, claimed.lease)
+        started, claimed = self._attempts.claim_and_start(job, body, plan, lease)
+        if claimed is not None:
+            ctx.lease_cache.put(claimed.lease.body)
+        if started is None:
+            rejection = getattr(claimed, "rejection", "not claimed")
+            raise TransientStoreError(f"claim {namespace}/{name}: {rejection}")
+        if isinstance(claimed, Accepted) and claimed.lease.record.holder_uid is not None:
+            ctx.events.record(
+                body,
+                "Normal",
+                "Claimed",
+                f"Lease claimed for pod {plan.pod_name} under fencing token {claimed.token}.",
+            )
+        return started
 
     # -- a job that is gone, or cannot run ----------------------------------------
 

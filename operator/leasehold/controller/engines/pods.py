@@ -51,6 +51,8 @@ class PodMemory:
         """Set by the operator's runtime: a pod watch feeds this memory (so it knows the
         pods that exist, not only those gone)."""
         self._evicted: set[tuple[str, str]] = set()
+        self._disowned: set[str] = set()
+        """UIDs of pods whose claim was lost: never an attempt (:meth:`disown`)."""
 
     def observe(self, pod: Mapping[str, Any], *, gone: bool = False) -> bool:
         """Remember a pod's state (from a watch event's body).
@@ -77,7 +79,7 @@ class PodMemory:
         if parsed is None or not job:
             return False
         token, facts = parsed
-        if facts.owner_uid is None:
+        if facts.owner_uid is None or facts.uid in self._disowned:
             # No LeasedJob controls it: made by hand (or orphaned), never an attempt.
             # Its job and token labels may copy a real attempt pod's, whose facts
             # it must not replace (a manual selector matches such pods too).
@@ -96,6 +98,42 @@ class PodMemory:
                 self._evicted.add((str(meta.get("namespace", "")), str(job)))
         was = _counted_as(before) if before is not None else (False, False, False)
         return was != _counted_as(facts)
+
+    def disown(self, pod: Mapping[str, Any]) -> None:
+        """A pod created for a claim that did not land: it never was an attempt.
+
+        Its facts are dropped (if they are still its own: a later attempt
+        under the same token may have replaced them) and its later events
+        are ignored, so it is never counted (``status.ready``/``terminating``),
+        waited for or judged as an attempt's pod. Its UID is kept for the
+        operator's lifetime (a few dozen bytes per lost claim).
+
+        Args:
+            pod: the pod as created.
+        """
+        parsed = pod_facts(pod)
+        uid = parsed[1].uid if parsed is not None else None
+        if parsed is None or uid is None:
+            return
+        token = parsed[0]
+        meta = pod.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        raw = str(labels.get(names.LABEL_COMPLETION_INDEX, ""))
+        key = (
+            str(meta.get("namespace", "")),
+            str(labels.get(names.LABEL_JOB, "")),
+            int(raw) if raw.isdigit() else None,
+        )
+        with self._lock:
+            self._disowned.add(uid)
+            known = self._pods.get(key, {})
+            if token in known and known[token].uid == uid:
+                del known[token]
+
+    def disowned(self, uid: str | None) -> bool:
+        """Whether the pod of ``uid`` was created for a claim that did not land (:meth:`disown`)."""
+        with self._lock:
+            return uid in self._disowned
 
     def settle(self, namespace: str, job: str, index: int | None, present: set[int]) -> None:
         """Mark gone the pods being deleted that a list no longer returned.

@@ -129,16 +129,26 @@ class Pods:
             raise api_error(exc, f"list pods in {namespace} ({label_selector})") from exc
         return [cast("Body", self._to_json(pod)) for pod in pods.items]
 
-    def delete(self, namespace: str, name: str) -> None:
+    def delete(self, namespace: str, name: str, *, uid: str | None = None) -> None:
         """Delete a pod with its own grace period; one already gone is fine.
+
+        Args:
+            namespace: the pod's namespace.
+            name: the pod's name.
+            uid: delete only the pod of this UID (a precondition): a pod of the
+                same name made since is left alone.
 
         Raises:
             StoreError: any other refusal.
         """
+        kwargs: dict[str, Any] = {}
+        if uid is not None:
+            kwargs["body"] = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid))
         try:
-            self._core.delete_namespaced_pod(name, namespace)
+            self._core.delete_namespaced_pod(name, namespace, **kwargs)
         except ApiException as exc:
-            if exc.status != 404:
+            # 404: gone already; 409 under a UID precondition: another pod has the name now.
+            if exc.status != 404 and not (uid is not None and exc.status == 409):
                 raise api_error(exc, f"delete pod {namespace}/{name}") from exc
 
     def namespace_terminating(self, namespace: str) -> bool:
