@@ -206,15 +206,15 @@ class JobActor:
         except ValidationError as exc:
             report_invalid(self._ctx, body, exc)
             return None
+        if indexed.is_multi(job) and server_now is None and not fresh:
+            return self._reconcile(namespace, name, fresh=True)  # its plans act per index
         queued = self._queue.gate(job, fresh=fresh) if self._queue is not None else None
         if queued is not None and queued.writes and not fresh:  # Workload writes: read first
             return self._reconcile(namespace, name, fresh=True)
         gate, record = (queued.gate, queued.record) if queued else (None, None)
         told = Told(gate, job.spec.suspend, record)
         stored, job = job, queueing.effective_job(job, told.gate)
-        if indexed.is_multi(job):  # one lease per index: act/indexed.py
-            if server_now is None and not fresh:  # its plans act per index: read it
-                return self._reconcile(namespace, name, fresh=True)
+        if indexed.is_multi(job):  # one lease per index: act/indexed.py (on a fresh read)
             plan = self.indexed.reconcile(job, body, self._elapsed(job, server_now), told)
             plan = self._after_queue(stored, queued, plan, acted=False)
             return self._finisher.after(job, body, plan, server_now)
