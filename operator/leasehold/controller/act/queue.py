@@ -165,7 +165,7 @@ class QueueActor:
             workload = self._create(job, queue)
             if not queueing.owned_by_job(workload, uid):  # a racing create by someone else
                 return Queued(self._foreign(job, queue, wl_name), None, record=recorded)
-        elif not queueing.is_true(workload, "Finished"):
+        elif not over and not queueing.is_true(workload, "Finished"):
             stale = queueing.out_of_sync(workload, job, queue)
             if stale is not None and queueing.is_true(workload, "QuotaReserved"):
                 gate = _replacing(workload, queue, stale)
