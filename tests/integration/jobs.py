@@ -57,12 +57,14 @@ def create_job(
     max_attempts: int = 3,
     labels: dict[str, str] | None = None,
     requests: dict[str, str] | None = None,
+    pod_spec: dict[str, Any] | None = None,
     **spec: Any,
 ) -> None:
     """Create a LeasedJob running ``command`` (``None``: pull mode).
 
     ``labels`` go on the job; ``requests`` are its container's resource
-    requests (what Kueue admits on).
+    requests (what Kueue admits on); ``pod_spec`` adds fields to the pod
+    template's spec (e.g. ``terminationGracePeriodSeconds``).
     """
     body: dict[str, Any] = {
         "apiVersion": names.API_VERSION,
@@ -78,7 +80,7 @@ def create_job(
         }
         if requests:
             container["resources"] = {"requests": requests}
-        body["spec"]["template"] = {"spec": {"containers": [container]}}
+        body["spec"]["template"] = {"spec": {"containers": [container], **(pod_spec or {})}}
     client.CustomObjectsApi(api).create_namespaced_custom_object(
         G, V, namespace, "leasedjobs", body
     )

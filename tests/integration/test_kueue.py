@@ -23,7 +23,6 @@ from kubernetes import client
 from kueueproc.pytest_plugin import Kueue
 from leasehold import names
 from leasehold.controller.plan import queueing
-from leasehold.fencing import MemoryFence, StaleToken
 from leasehold.lease.indexes import index_lease_name
 from leasehold.lease.protocol import Outcome, Rejection
 from leasehold.lease.store import LeaseStore, Rejected
@@ -210,8 +209,6 @@ def test_preemption_by_a_higher_priority_job_is_a_fenced_suspend_then_a_resume(
     wait_for("low Running", phase_is(api_client, namespace, "low", "Running"), 30)
     local_pod_runner.wait_for_pid(namespace, "low-1", timeout=30)
     assert (_workload(api_client, namespace, "low") or {})["spec"]["priority"] == 10
-    fence = MemoryFence()
-    fence.admit("result", 1)  # the low job's attempt 1 writes to a fenced target
 
     create_job(
         api_client, namespace, "high", "exec leasehold run -- true",
@@ -239,9 +236,8 @@ def test_preemption_by_a_higher_priority_job_is_a_fenced_suspend_then_a_resume(
         (1, "Suspended"),
         (2, "Succeeded"),
     ]
-    fence.admit("result", 2)  # the resumed attempt's write ...
-    with pytest.raises(StaleToken):
-        fence.admit("result", 1)  # ... and the preempted worker's late one is refused
+    # The preempted worker's late write to a fenced target (the ValidatingAdmissionPolicy,
+    # written by the operator-run worker) is refused on kind: tests/kind/test_kueue.py.
     requeued = _wl_condition(api_client, namespace, "low", "Requeued")
     assert (requeued.get("status"), requeued.get("reason")) == ("True", "Preempted")
     finished = wait_for(
@@ -288,14 +284,12 @@ def test_an_unlabelled_job_makes_no_workload(
                                .get("conditions", [])]  # fmt: skip
 
 
-def test_an_indexed_job_is_admitted_with_its_parallelism_and_its_flavors_node_labels(
-    kueue: Kueue,
-    operator: OperatorProcess,
-    local_pod_runner: PodRunner,
-    api_client: client.ApiClient,
-    namespace: str,
-) -> None:
-    # A flavor whose node labels the pod runner's node has: its pods still schedule.
+def _runner_flavor_queue(kueue: Kueue, namespace: str, cpu: str = "200m") -> str:
+    """LocalQueue ``runner``: a flavor whose node labels the pod runner's node has.
+
+    Returns:
+        The ClusterQueue's name (``cpu`` of quota).
+    """
     flavor = namespace[:50].rstrip("-") + "-runner"
     toleration = {"key": "leasehold.dev/queued", "operator": "Exists", "effect": "NoSchedule"}
     objects = [
@@ -304,13 +298,24 @@ def test_an_indexed_job_is_admitted_with_its_parallelism_and_its_flavors_node_la
         {"apiVersion": queueing.API_VERSION, "kind": "ClusterQueue", "metadata": {"name": flavor},
          "spec": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
                   "resourceGroups": [{"coveredResources": ["cpu"], "flavors": [
-                      {"name": flavor, "resources": [{"name": "cpu", "nominalQuota": "200m"}]}]}]}},
+                      {"name": flavor, "resources": [{"name": "cpu", "nominalQuota": cpu}]}]}]}},
         {"apiVersion": queueing.API_VERSION, "kind": "LocalQueue",
          "metadata": {"name": "runner", "namespace": namespace},
          "spec": {"clusterQueue": flavor}},
     ]  # fmt: skip
     for obj in objects:
         kueue.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(obj))
+    return flavor
+
+
+def test_an_indexed_job_is_admitted_with_its_parallelism_and_its_flavors_node_labels(
+    kueue: Kueue,
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    namespace: str,
+) -> None:
+    _runner_flavor_queue(kueue, namespace)
     create_job(
         api_client, namespace, "indexed", "exec leasehold run -- true", lease_seconds=10,
         labels={QUEUE: "runner"}, requests=REQUESTS,
@@ -453,9 +458,9 @@ def test_an_admitted_indexed_job_scaled_gets_a_new_workload_its_attempts_fenced_
 ) -> None:
     queue = kueue.queue(namespace, {"cpu": "200m"})
     create_job(
-        api_client, namespace, "elastic", FIRST_TOKEN_HANGS, lease_seconds=5, max_attempts=1,
-        labels={QUEUE: queue.local_queue}, requests=REQUESTS,
-        completionMode="Indexed", completions=2, parallelism=2,
+        api_client, namespace, "elastic", LINGERS_UNDER_TOKEN_1,
+        lease_seconds=5, max_attempts=1, labels={QUEUE: queue.local_queue}, requests=REQUESTS,
+        pod_spec=GRACE, completionMode="Indexed", completions=2, parallelism=2,
     )  # fmt: skip
     local_pod_runner.wait_for_pid(namespace, "elastic-0-1", timeout=60)
     first = (_workload(api_client, namespace, "elastic") or {})["metadata"]["uid"]
@@ -464,9 +469,301 @@ def test_an_admitted_indexed_job_scaled_gets_a_new_workload_its_attempts_fenced_
     wait_for(f"{lease} suspended", functools.partial(_suspended, store, namespace, lease), 30)
     late = store.complete(namespace, lease, "elastic-0-1", 1, Outcome.SUCCEEDED)
     assert isinstance(late, Rejected) and late.rejection is Rejection.NOT_HOLDER
+    # jobframework's order: the attempts stop first (fenced), the Workload goes after.
+    started = time.monotonic()
+    while (_workload(api_client, namespace, "elastic") or {}).get("metadata", {}).get(
+        "uid"
+    ) == first:
+        assert time.monotonic() - started < 60, "the old Workload was never deleted"
+        time.sleep(0.1)
+    lingering = [
+        p.metadata.name
+        for p in _alive(api_client, namespace, "elastic")
+        if (p.metadata.labels or {}).get(names.LABEL_TOKEN) == "1"
+    ]
+    assert lingering == [], "the Workload was deleted while token-1 pods still ran"
     assert "WorkloadReplaced" in [r for r, _ in events(api_client, namespace, "elastic")]
     wait_for("Succeeded", phase_is(api_client, namespace, "elastic", "Succeeded"), 90)
     wl = _workload(api_client, namespace, "elastic") or {}
     assert wl["metadata"]["uid"] != first
     assert [p["count"] for p in wl["spec"]["podSets"]] == [1]
     assert store.get(namespace, lease).record.fencing_token == 2  # resumed above its token
+
+
+LINGERS = "trap '' TERM; leasehold run -- sleep 120; sleep 60"
+"""A worker whose pod ignores SIGTERM: deleted, it lives out its grace period."""
+LINGERS_UNDER_TOKEN_1 = "exec " + on_token(LINGERS, "exec leasehold run -- true")
+"""Lingers (ignoring SIGTERM) under token 1; succeeds under any later token."""
+GRACE = {"terminationGracePeriodSeconds": 20}
+"""The pod runner honours a pod's grace period (SIGKILL after it; capped at 30 s)."""
+
+
+def _suspended_because(
+    api: client.ApiClient, namespace: str, job: str, reason: str
+) -> dict[str, Any] | None:
+    """The job's ``Suspended`` condition once its reason is ``reason``."""
+    found = [c for c in status(api, namespace, job).get("conditions") or []
+             if c["type"] == "Suspended" and c.get("reason") == reason]  # fmt: skip
+    return found[0] if found else None
+
+
+def _alive(api: client.ApiClient, namespace: str, job: str) -> list[Any]:
+    """The job's pods that are not terminal (one being deleted included)."""
+    return [p for p in _pods(api, namespace, job) if p.status.phase not in ("Succeeded", "Failed")]
+
+
+@pytest.mark.parametrize(
+    ("indexed", "restart"),
+    [(False, False), (True, False), (False, True)],
+    ids=["single", "indexed", "operator-restarted-during-eviction"],
+)
+def test_preemption_keeps_the_quota_reserved_until_the_preempted_pods_are_gone(
+    kueue: Kueue,
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    namespace: str,
+    indexed: bool,
+    restart: bool,
+) -> None:
+    """As batch/v1 Job under Kueue: the quota comes back once the job has no active pod.
+
+    ``restart``: the operator crashes and starts again while the preempted pod
+    lives out its grace period (its caches know nothing of that pod then).
+    """
+    kueue.priority_class("leasehold-low", 10)
+    kueue.priority_class("leasehold-high", 1000)
+    queue = kueue.queue(namespace, {"cpu": "200m" if indexed else "100m"})
+    low = {QUEUE: queue.local_queue, queueing.PRIORITY_LABEL: "leasehold-low"}
+    high = {QUEUE: queue.local_queue, queueing.PRIORITY_LABEL: "leasehold-high"}
+    shape: dict[str, Any] = (
+        {"completionMode": "Indexed", "completions": 2, "parallelism": 2} if indexed else {}
+    )
+    create_job(
+        api_client, namespace, "low", LINGERS_UNDER_TOKEN_1, lease_seconds=5, max_attempts=1,
+        labels=low, requests=REQUESTS, pod_spec=GRACE, **shape,
+    )  # fmt: skip
+    for pod in ("low-0-1", "low-1-1") if indexed else ("low-1",):
+        local_pod_runner.wait_for_pid(namespace, pod, timeout=30)
+    create_job(
+        api_client, namespace, "high", "exec leasehold run -- true",
+        lease_seconds=5, labels=high, requests={"cpu": "200m"} if indexed else REQUESTS,
+    )  # fmt: skip
+    wait_for(
+        "low's pods being deleted",
+        lambda: any(p.metadata.deletion_timestamp for p in _alive(api_client, namespace, "low")),
+        30,
+    )
+    started = time.monotonic()
+    if restart:
+        operator.kill()
+        operator.start()
+    while _alive(api_client, namespace, "low"):
+        reserved = _wl_condition(api_client, namespace, "low", "QuotaReserved")
+        assert reserved.get("status") == "True", (time.monotonic() - started, reserved)
+        assert _pods(api_client, namespace, "high") == []  # no room for the preemptor yet
+        time.sleep(0.2)
+    assert time.monotonic() - started > 5  # the grace period was lived out
+    wait_for("high Succeeded", phase_is(api_client, namespace, "high", "Succeeded"), 60)
+    wait_for("low Succeeded", phase_is(api_client, namespace, "low", "Succeeded"), 90)
+
+
+def _unlabel(api: client.ApiClient, namespace: str, job: str) -> None:
+    client.CustomObjectsApi(api).patch_namespaced_custom_object(
+        names.GROUP, names.VERSION, namespace, names.PLURAL_LEASED_JOBS, job,
+        {"metadata": {"labels": {QUEUE: None}}},
+    )  # fmt: skip
+
+
+def _local_queue_counts(kueue: Kueue, namespace: str, local_queue: str) -> tuple[Any, Any]:
+    st = kueue.kubectl.json("get", "localqueues.kueue.x-k8s.io", local_queue, "-n", namespace).get(
+        "status", {}
+    )
+    return st.get("pendingWorkloads"), st.get("admittedWorkloads")
+
+
+def test_removing_the_queue_label_of_a_pending_job_retires_its_workload_then_it_runs(
+    kueue: Kueue,
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    namespace: str,
+) -> None:
+    """As a queue change under jobframework: the Workload goes before the job runs unqueued."""
+    queue = kueue.queue(namespace, {"cpu": "0"})
+    create_job(
+        api_client, namespace, "unqueued", "exec leasehold run -- true",
+        lease_seconds=10, labels={QUEUE: queue.local_queue}, requests=REQUESTS,
+    )  # fmt: skip
+    wait_for("its Workload", lambda: _workload(api_client, namespace, "unqueued"))
+    wait_for("Suspended", phase_is(api_client, namespace, "unqueued", "Suspended"), 30)
+    _unlabel(api_client, namespace, "unqueued")
+    wait_for("Succeeded", phase_is(api_client, namespace, "unqueued", "Succeeded"), 60)
+    assert _workload(api_client, namespace, "unqueued") is None
+    assert "workload" not in status(api_client, namespace, "unqueued")
+    assert "QueueLabelRemoved" in [r for r, _ in events(api_client, namespace, "unqueued")]
+    wait_for(
+        "the LocalQueue counting nothing",
+        lambda: _local_queue_counts(kueue, namespace, queue.local_queue) in ((0, 0), (None, None)),
+    )
+
+
+def test_removing_the_queue_label_of_an_evicted_job_gives_its_quota_back_then_it_runs(
+    kueue: Kueue,
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    store: LeaseStore,
+    namespace: str,
+) -> None:
+    """Evicted (deactivated), unlabelled with quota reserved: runs unqueued once its pod ended."""
+    queue = kueue.queue(namespace, {"cpu": "100m"})
+    create_job(
+        api_client, namespace, "evicted", LINGERS_UNDER_TOKEN_1,
+        lease_seconds=5, max_attempts=1, labels={QUEUE: queue.local_queue}, requests=REQUESTS,
+        pod_spec=GRACE,
+    )  # fmt: skip
+    local_pod_runner.wait_for_pid(namespace, "evicted-1", timeout=30)
+    wl = _workload(api_client, namespace, "evicted") or {}
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        queueing.GROUP, queueing.VERSION, namespace, "workloads", wl["metadata"]["name"],
+        {"spec": {"active": False}},
+    )  # fmt: skip
+    wait_for(
+        "the Workload evicted",
+        lambda: _wl_condition(api_client, namespace, "evicted", "Evicted").get("status") == "True",
+    )
+    wait_for("the lease suspended", lambda: store.get(namespace, "evicted").record.suspended, 30)
+    _unlabel(api_client, namespace, "evicted")
+    time.sleep(2.0)
+    assert _alive(api_client, namespace, "evicted")  # the pod lives out its grace period ...
+    assert _workload(api_client, namespace, "evicted") is not None  # ... and its Workload stays
+    assert _wl_condition(api_client, namespace, "evicted", "QuotaReserved")["status"] == "True"
+    wait_for("Succeeded", phase_is(api_client, namespace, "evicted", "Succeeded"), 60)
+    assert _workload(api_client, namespace, "evicted") is None
+    assert status(api_client, namespace, "evicted")["completion"]["fencingToken"] == 2
+    wait_for(
+        "the LocalQueue counting nothing",
+        lambda: _local_queue_counts(kueue, namespace, queue.local_queue) in ((0, 0), (None, None)),
+    )
+
+
+def test_a_workload_marked_finished_by_hand_keeps_the_job_from_running(
+    kueue: Kueue,
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    namespace: str,
+) -> None:
+    """Jobframework stops a job whose Workload is finished: it is never admitted again."""
+    queue = kueue.queue(namespace, {"cpu": "0"})
+    create_job(
+        api_client, namespace, "done-by-hand", "exec leasehold run -- true",
+        lease_seconds=10, labels={QUEUE: queue.local_queue}, requests=REQUESTS,
+    )  # fmt: skip
+    wl = wait_for("its Workload", lambda: _workload(api_client, namespace, "done-by-hand"))
+    finished = {"type": "Finished", "status": "True", "reason": "Succeeded", "message": "by hand",
+                "lastTransitionTime": "2026-01-01T00:00:00Z"}  # fmt: skip
+    conditions = (wl.get("status") or {}).get("conditions") or []
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object_status(
+        queueing.GROUP, queueing.VERSION, namespace, "workloads", wl["metadata"]["name"],
+        {"status": {"conditions": [*conditions, finished]}},
+    )  # fmt: skip
+    told = wait_for(
+        "told the Workload is finished",
+        lambda: _suspended_because(api_client, namespace, "done-by-hand", "WorkloadFinished"),
+        30,
+    )
+    assert told["status"] == "True"
+    time.sleep(2.0)
+    assert _pods(api_client, namespace, "done-by-hand") == []
+    assert status(api_client, namespace, "done-by-hand")["phase"] == "Suspended"
+
+
+def test_a_workload_of_the_jobs_name_owned_by_another_object_is_not_adopted(
+    kueue: Kueue,
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    namespace: str,
+) -> None:
+    """Jobframework finds a job's Workload by its owner: another's is neither used nor deleted."""
+    queue = kueue.queue(namespace, {"cpu": "0"})
+    create_job(
+        api_client, namespace, "foreign", "exec leasehold run -- true",
+        lease_seconds=10, labels={QUEUE: queue.local_queue}, requests=REQUESTS,
+    )  # fmt: skip
+    wl = wait_for("its Workload", lambda: _workload(api_client, namespace, "foreign"))
+    other: Any = client.CoreV1Api(api_client).create_namespaced_config_map(
+        namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="other-owner"))
+    )
+    owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": "other-owner",
+             "uid": other.metadata.uid, "controller": True}  # fmt: skip
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        queueing.GROUP, queueing.VERSION, namespace, "workloads", wl["metadata"]["name"],
+        {"metadata": {"ownerReferences": [owner]}},
+    )  # fmt: skip
+    _set_quota(kueue, queue.cluster_queue, "100m")  # Kueue admits that Workload
+    wait_for(
+        "the foreign Workload admitted",
+        lambda: _wl_condition(api_client, namespace, "foreign", "Admitted").get("status") == "True",
+    )
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        names.GROUP,
+        names.VERSION,
+        namespace,
+        names.PLURAL_LEASED_JOBS,
+        "foreign",
+        {"metadata": {"annotations": {"example.com/poke": "1"}}},
+    )  # fmt: skip  (a change of the job: a reconcile)
+    told = wait_for(
+        "told the Workload is not its own",
+        lambda: _suspended_because(api_client, namespace, "foreign", "WorkloadNotOwned"),
+        30,
+    )
+    assert told["status"] == "True"
+    time.sleep(2.0)
+    assert _pods(api_client, namespace, "foreign") == []
+    assert (_workload(api_client, namespace, "foreign") or {})["metadata"]["uid"] == (
+        wl["metadata"]["uid"]
+    )  # not deleted either
+
+
+def test_a_template_node_selector_conflicting_with_the_admitted_flavor_keeps_the_job_stopped(
+    kueue: Kueue,
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    namespace: str,
+) -> None:
+    """As jobframework's podset.Merge: a conflict is refused, never overwritten.
+
+    Kueue admits no flavor that conflicts with the Workload's pod set, so the
+    conflict comes from the template edited while the Workload was pending.
+    """
+    cluster_queue = _runner_flavor_queue(kueue, namespace, cpu="0")
+    create_job(
+        api_client, namespace, "conflict", "exec leasehold run -- true", lease_seconds=10,
+        labels={QUEUE: "runner"}, requests=REQUESTS,
+        pod_spec={"nodeSelector": {"leasehold.dev/podrunner": "true"}},
+    )  # fmt: skip
+    wait_for("its Workload", lambda: _workload(api_client, namespace, "conflict"))
+    wait_for("Suspended", phase_is(api_client, namespace, "conflict", "Suspended"), 30)
+    selector = {"nodeSelector": {"leasehold.dev/podrunner": "false"}}
+    patch_spec(api_client, namespace, "conflict", {"template": {"spec": selector}})
+    _set_quota(kueue, cluster_queue, "100m")
+    wait_for(
+        "the Workload admitted",
+        lambda: (
+            _wl_condition(api_client, namespace, "conflict", "Admitted").get("status") == "True"
+        ),
+    )
+    told = wait_for(
+        "told the admission cannot be applied",
+        lambda: _suspended_because(api_client, namespace, "conflict", "AdmissionNotApplicable"),
+        30,
+    )
+    assert "leasehold.dev/podrunner=false" in told["message"]
+    assert "AdmissionNotApplicable" in [r for r, _ in events(api_client, namespace, "conflict")]
+    time.sleep(1.0)
+    assert _pods(api_client, namespace, "conflict") == []

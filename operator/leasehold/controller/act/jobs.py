@@ -206,14 +206,17 @@ class JobActor:
         except ValidationError as exc:
             report_invalid(self._ctx, body, exc)
             return None
-        queued = self._queue.gate(job) if self._queue is not None else None
-        told = Told(queued.gate if queued else None, job.spec.suspend)
+        if indexed.is_multi(job) and server_now is None and not fresh:
+            return self._reconcile(namespace, name, fresh=True)  # its plans act per index
+        queued = self._queue.gate(job, fresh=fresh) if self._queue is not None else None
+        if queued is not None and queued.writes and not fresh:  # Workload writes: read first
+            return self._reconcile(namespace, name, fresh=True)
+        gate, record = (queued.gate, queued.record) if queued else (None, None)
+        told = Told(gate, job.spec.suspend, record)
         stored, job = job, queueing.effective_job(job, told.gate)
-        if indexed.is_multi(job):  # one lease per index: act/indexed.py
-            if server_now is None and not fresh:  # its plans act per index: read it
-                return self._reconcile(namespace, name, fresh=True)
+        if indexed.is_multi(job):  # one lease per index: act/indexed.py (on a fresh read)
             plan = self.indexed.reconcile(job, body, self._elapsed(job, server_now), told)
-            plan = self._after_queue(stored, queued, plan)
+            plan = self._after_queue(stored, queued, plan, acted=False)
             return self._finisher.after(job, body, plan, server_now)
         planned = self._plan_and_act(job, body, server_now, fresh)
         if planned is None:
@@ -234,18 +237,26 @@ class JobActor:
         counted = with_pod_counts(self._ctx, job, with_selector(job, planned.status))
         planned = replace(planned, status=counted)
         written = write_status(self._ctx, namespace, name, body, planned.status)
-        planned = self._after_queue(stored, queued, planned)
+        planned = self._after_queue(
+            stored, queued, planned, acted=planned.action is not Action.NONE
+        )
         plan = self._finisher.after(job, body, planned, server_now)
         if not written and server_now is None:
             # Planned on a cached body that was stale: read it (a GET) and plan again.
             plan = replace(plan, requeue_after_seconds=0.0)
         return plan
 
-    def _after_queue(self, job: LeasedJob, queued: Queued | None, plan: Plan) -> Plan:
-        """Tell a queued job's Workload how the job went (finished; stopped after an eviction)."""
+    def _after_queue(
+        self, job: LeasedJob, queued: Queued | None, plan: Plan, *, acted: bool
+    ) -> Plan:
+        """Tell a queued job's Workload how the job went (finished; stopped after an eviction).
+
+        ``acted``: the plan wrote a lease or deleted pods (the Workload then
+        keeps its quota at least until the next reconcile).
+        """
         if queued is None or self._queue is None:
             return plan
-        again = self._queue.after(job, queued, plan.status)
+        again = self._queue.after(job, queued, plan.status, acted=acted)
         if queued.gate.state is State.UNAVAILABLE:  # Kueue may be installed meanwhile
             again = _sooner(again, RECHECK_KUEUE_SECONDS)
         if again is None:

@@ -75,6 +75,17 @@ EVICTED_BY_PREEMPTION: Final = "Preempted"
 """Kueue's ``Evicted`` reason for a preemption (``WorkloadEvictedByPreemption``)."""
 FINISHED_SUCCEEDED: Final = "Succeeded"
 FINISHED_FAILED: Final = "Failed"
+WORKLOAD_FINISHED: Final = "WorkloadFinished"
+"""``Suspended`` reason while the Workload is ``Finished`` but the job has not ended."""
+WORKLOAD_NOT_OWNED: Final = "WorkloadNotOwned"
+"""``Suspended`` reason while a Workload of the job's name is controlled by another object."""
+WORKLOAD_REPLACED: Final = "WorkloadReplaced"
+"""``Suspended`` reason (and Event) while an admitted Workload that no longer matches goes."""
+QUEUE_REMOVED: Final = "QueueLabelRemoved"
+"""``Suspended`` reason while the Workload of a job whose queue label was removed goes."""
+CANNOT_START: Final = "AdmissionNotApplicable"
+"""``Suspended`` reason while an admission cannot be applied to the pods (a ResourceFlavor
+missing, or the template's ``nodeSelector`` conflicting with a flavor's ``nodeLabels``)."""
 UNSET_RESERVATION_REASON: Final = "Pending"
 """The ``QuotaReserved=False`` reason jobframework writes when it clears an evicted admission."""
 
@@ -89,7 +100,7 @@ class State(enum.StrEnum):
     EVICTED = "Evicted"
     """``Evicted`` True: the gate is closed and the running attempt must end."""
     FINISHED = "Finished"
-    """``Finished`` True: the Workload is over; the gate stays as the job's phase says."""
+    """``Finished`` True and the job ended too: open, so the ended job's status stands."""
     UNAVAILABLE = "Unavailable"
     """Kueue is not installed, or the job cannot be queued: closed, and told."""
 
@@ -133,7 +144,7 @@ class Gate:
 
     @property
     def open(self) -> bool:
-        """Whether attempts may run (admitted; or the Workload finished with the job)."""
+        """Whether attempts may run (admitted; or the Workload finished with the ended job)."""
         return self.state in (State.ADMITTED, State.FINISHED)
 
 
@@ -306,6 +317,24 @@ def out_of_sync(workload: Mapping[str, Any], job: LeasedJob, queue: str) -> str 
     return None
 
 
+def owned_by_job(workload: Mapping[str, Any], job_uid: str) -> bool:
+    """Whether the job (``job_uid``) is the Workload's controller (its ownerReference).
+
+    A Workload of the job's name that another object controls (made by hand,
+    or by another job of an earlier incarnation) is never adopted, updated
+    or deleted: Kueue's jobframework finds a job's Workloads by owner too.
+
+    Args:
+        workload: the Workload as served.
+        job_uid: the LeasedJob's ``metadata.uid``.
+
+    Returns:
+        ``True`` when a controller ownerReference names ``job_uid``.
+    """
+    refs = (workload.get("metadata") or {}).get("ownerReferences") or []
+    return any(r.get("uid") == job_uid and r.get("controller") for r in refs)
+
+
 def _condition(workload: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
     conditions = (workload.get("status") or {}).get("conditions") or []
     return next((c for c in conditions if c.get("type") == type_), None)
@@ -356,16 +385,50 @@ def pod_set_info(flavors: Sequence[Mapping[str, Any]]) -> PodSetInfo:
     return PodSetInfo(selector, tolerations)
 
 
-def decide(workload: Mapping[str, Any], queue: str, info: PodSetInfo | None = None) -> Gate:
+def selector_conflict(job: LeasedJob, info: PodSetInfo) -> str | None:
+    """A key the template's ``nodeSelector`` sets to another value than the admitted flavors.
+
+    As jobframework's ``podset.Merge``, which refuses to start a job whose
+    template conflicts with its admission rather than overwrite either.
+
+    Args:
+        job: the LeasedJob as stored.
+        info: what the admitted flavors add to the pods.
+
+    Returns:
+        A sentence naming the key and both values, or ``None``.
+    """
+    template = job.spec.template
+    selector = (template.spec.get("nodeSelector") if template is not None else None) or {}
+    for key, value in sorted(info.node_selector.items()):
+        if key in selector and str(selector[key]) != value:
+            return (
+                f"the template's nodeSelector {key}={selector[key]} conflicts with the"
+                f" admitted flavors' nodeLabels {key}={value}"
+            )
+    return None
+
+
+def decide(
+    workload: Mapping[str, Any],
+    queue: str,
+    info: PodSetInfo | None = None,
+    *,
+    job_over: bool = False,
+) -> Gate:
     """The gate for a queued job from its Workload's status.
 
     Args:
         workload: the Workload as served.
         queue: the job's LocalQueue.
         info: what the admitted flavors add to pods (read by the caller once admitted).
+        job_over: the job has ended (``Succeeded``/``Failed``).
 
     Returns:
-        Finished, else Evicted (``Evicted`` True wins over a stale
+        Finished (open) once the job ended too; a ``Finished`` Workload of a
+        job that has not ended is a closed gate (as jobframework, which
+        stops a job whose Workload is finished: nothing admits it any more),
+        else Evicted (``Evicted`` True wins over a stale
         ``Admitted``: the attempt must end before quota is given back),
         else Admitted (``Admitted`` True), else Waiting.
     """
@@ -374,7 +437,13 @@ def decide(workload: Mapping[str, Any], queue: str, info: PodSetInfo | None = No
     cluster_queue = admission.get("clusterQueue")
     flavors = admitted_flavors(workload)
     if is_true(workload, "Finished"):
-        return Gate(State.FINISHED, name, queue, ADMITTED, f"Workload {name} is finished.")
+        if job_over:
+            return Gate(State.FINISHED, name, queue, ADMITTED, f"Workload {name} is finished.")
+        message = (
+            f"Workload {name} is marked Finished but the job has not ended: no attempt runs"
+            " without an admission. Delete the Workload to queue the job again."
+        )
+        return Gate(State.WAITING, name, queue, WORKLOAD_FINISHED, message)
     evicted = _condition(workload, "Evicted")
     if evicted is not None and evicted.get("status") == "True":
         preempted = evicted.get("reason") == EVICTED_BY_PREEMPTION
@@ -559,11 +628,13 @@ def restate_events(
 
 
 def quota_to_release(workload: Mapping[str, Any], status: LeasedJobStatus) -> bool:
-    """Whether an evicted Workload's quota reservation should be unset now.
+    """Whether an evicted Workload's quota reservation may be unset, by the planned status.
 
     As jobframework (step 6, "handle eviction"): once the job is stopped
-    and no longer active. Here: the job's phase is ``Suspended``, no
-    attempt holds a lease, and none of its pods is active or terminating.
+    and no longer active. Here the planned status is only the first test
+    (phase ``Suspended``, no holder, no active or terminating pod seen): the
+    caller confirms with the API (no pod of the job left, every lease
+    unheld) before it writes, since the status counts come from caches.
 
     Args:
         workload: the Workload as served.

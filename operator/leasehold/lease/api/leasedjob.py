@@ -1182,6 +1182,13 @@ class LeasedJobStatus(ApiModel):
         " spec.selector, as the scale subresource's labelSelectorPath needs it):"
         " leasehold.dev/controller-uid=<uid>, or spec.selector when manualSelector is true.",
     )
+    workload: str | None = Field(
+        default=None,
+        max_length=253,
+        description="Queued by Kueue: the name of the Workload the operator made for the job,"
+        " kept until that Workload is deleted (so a job whose queue label was removed still"
+        " has its Workload retired before it runs unqueued).",
+    )
     completion_progress: str | None = Field(
         default=None,
         max_length=32,

@@ -180,13 +180,16 @@ def test_quota_is_given_back_only_once_nothing_runs() -> None:
     wl = _workload(*ADMITTED, PREEMPTED, admission=ADMISSION)
     gate = queueing.decide(wl, "team-a")
     view = queueing.effective_job(_queued(), gate)
-    running = reconcile.plan(view, lease(2, "hello-2"), now=NOW, pod_created_for_holder=True)
-    still = running.status.model_copy(update={"active": 1})
-    assert not queueing.quota_to_release(wl, still)  # its pod still runs
-    done = reconcile.plan(
-        view, lease(2, suspended=True), now=NOW, pod_created_for_holder=False
-    ).status.model_copy(update={"active": 0, "terminating": 0})
-    assert queueing.quota_to_release(wl, done)
+    stopping = reconcile.plan(view, lease(2, "hello-2"), now=NOW, pod_created_for_holder=True)
+    # The plan that suspends already says Suspended with no holder: the status alone
+    # cannot tell that its pod still runs, so the actor never releases in the
+    # reconcile whose plan acted, and LISTs the pods and leases before it does.
+    assert stopping.action is Action.SUSPEND
+    assert queueing.quota_to_release(wl, stopping.status)
+    done = reconcile.plan(view, lease(2, suspended=True), now=NOW, pod_created_for_holder=False)
+    assert queueing.quota_to_release(wl, done.status)  # the first test; the actor LISTs next
+    ending = done.status.model_copy(update={"terminating": 1})
+    assert not queueing.quota_to_release(wl, ending)  # a pod seen terminating
     released = queueing.released_status(wl, NOW)
     by_type = {c["type"]: c for c in released["conditions"]}
     assert (by_type["QuotaReserved"]["status"], by_type["QuotaReserved"]["reason"]) == (
@@ -196,7 +199,7 @@ def test_quota_is_given_back_only_once_nothing_runs() -> None:
     assert by_type["Admitted"]["status"] == "False"
     assert by_type["Requeued"]["status"] == "True"
     assert "admission" not in released
-    assert not queueing.quota_to_release({**wl, "status": released}, done)
+    assert not queueing.quota_to_release({**wl, "status": released}, done.status)
 
 
 def test_finished_status_says_succeeded_or_failed() -> None:
@@ -205,7 +208,25 @@ def test_finished_status_says_succeeded_or_failed() -> None:
         st = queueing.finished_status(wl, ok, "done", NOW)
         finished = next(c for c in st["conditions"] if c["type"] == "Finished")
         assert (finished["status"], finished["reason"]) == ("True", reason)
-    assert queueing.decide({**wl, "status": st}, "q").state is State.FINISHED
+    assert queueing.decide({**wl, "status": st}, "q", job_over=True).state is State.FINISHED
+
+
+def test_a_workload_finished_while_the_job_has_not_ended_keeps_the_gate_closed() -> None:
+    wl = _workload(*ADMITTED, admission=ADMISSION)
+    st = queueing.finished_status(wl, True, "by hand", NOW)
+    gate = queueing.decide({**wl, "status": st}, "q")
+    assert not gate.open and gate.reason == queueing.WORKLOAD_FINISHED
+    assert "Delete the Workload" in gate.message
+
+
+def test_a_workload_is_the_jobs_only_if_its_controller_reference_names_the_job_uid() -> None:
+    j = _queued()
+    wl = queueing.build_workload(j, "team-a", None)
+    assert queueing.owned_by_job(wl, str(j.metadata["uid"]))
+    assert not queueing.owned_by_job(wl, "another-uid")
+    ref = {**wl["metadata"]["ownerReferences"][0], "controller": False}
+    uid = str(j.metadata["uid"])
+    assert not queueing.owned_by_job({"metadata": {"ownerReferences": [ref]}}, uid)
 
 
 def test_gate_open_only_when_admitted_or_finished() -> None:
@@ -221,3 +242,14 @@ def test_a_workload_out_of_sync_names_the_queue_or_the_pod_count() -> None:
     assert "queue is now team-b" in (queueing.out_of_sync(wl, j, "team-b") or "")
     scaled = j.model_copy(update={"spec": j.spec.model_copy(update={"parallelism": 3})})
     assert "3 pods at once" in (queueing.out_of_sync(wl, scaled, "team-a") or "")
+
+
+def test_a_template_node_selector_conflicting_with_the_flavor_is_named() -> None:
+    j = _queued()
+    assert j.spec.template is not None
+    pod_spec = {**j.spec.template.spec, "nodeSelector": {"zone": "a"}}
+    template = j.spec.template.model_copy(update={"spec": pod_spec})
+    j = j.model_copy(update={"spec": j.spec.model_copy(update={"template": template})})
+    assert queueing.selector_conflict(j, PodSetInfo({"zone": "a", "gpu": "x"})) is None
+    conflict = queueing.selector_conflict(j, PodSetInfo({"zone": "b"}))
+    assert conflict is not None and "zone=a" in conflict and "zone=b" in conflict
