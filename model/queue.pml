@@ -42,9 +42,10 @@
  *       re-admitted and finishes); the environment is bounded (NEV
  *       evictions, each job's attempts), so every run ends in such a state.
  *
- * Scenarios: -DS_PULL (pull mode: a pool claims any lease the store lets it;
- * the gate is then the store's: a queued job's lease is created suspended
- * and resumed only on admission); -DS_SHARED (the two jobs are runs of one
+ * Scenarios: -DS_PULL (a pool claims any lease the store lets it: the gate
+ * must then be the store's, the lease suspended while the gate is closed;
+ * the operator does not queue pull-mode jobs today, QueueNotSupported, but
+ * any client with claim rights is such a claimant); -DS_SHARED (the two jobs are runs of one
  * LeasedCronJob: one fencing domain, the second run's tokens above the
  * first's range, one bar at the target).
  * Mutations: -DNO_GATE (the gate ignored), -DUNSET_BEFORE_RELEASE (the
@@ -298,12 +299,11 @@ end:
 init {
   atomic {
     cp[0] = MAXATT; cp[1] = MAXATT;
-#ifdef S_PULL
 #ifndef NO_GATE
-    /* a queued job's lease is made suspended: the store refuses every
-     * claim until the admission resumes it */
+    /* a queued job's gate is closed until its Workload is admitted: its
+     * lease is suspended (the code plans the job as spec.suspend: true), so
+     * the store refuses every claim until the admission resumes it */
     sp[0] = true; sp[1] = true;
-#endif
 #endif
     dirty[0] = true; dirty[1] = true;
     run Operator(0); run Operator(1);

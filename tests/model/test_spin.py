@@ -1,4 +1,4 @@
-"""The Promela models (lifecycle, schedules, indexes, work queue, Kueue), checked by Spin (bounded run).
+"""The Promela models (lifecycle, schedules, indexes, work queue, Kueue), checked by Spin.
 
 Runs ``model/check.sh quick``: a bitstate search of the lifecycle model with
 every scenario on, and the exhaustive searches of the schedules, indexes and
