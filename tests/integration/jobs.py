@@ -55,22 +55,30 @@ def create_job(
     *,
     lease_seconds: int = 3,
     max_attempts: int = 3,
+    labels: dict[str, str] | None = None,
+    requests: dict[str, str] | None = None,
     **spec: Any,
 ) -> None:
+    """Create a LeasedJob running ``command`` (``None``: pull mode).
+
+    ``labels`` go on the job; ``requests`` are its container's resource
+    requests (what Kueue admits on).
+    """
     body: dict[str, Any] = {
         "apiVersion": names.API_VERSION,
         "kind": "LeasedJob",
-        "metadata": {"name": name},
+        "metadata": {"name": name, **({"labels": labels} if labels else {})},
         "spec": {"leaseDurationSeconds": lease_seconds, "maxAttempts": max_attempts, **spec},
     }
     if command is not None:
-        body["spec"]["template"] = {
-            "spec": {
-                "containers": [
-                    {"name": "worker", "image": "local", "command": ["sh", "-c", command]}
-                ]
-            }
+        container: dict[str, Any] = {
+            "name": "worker",
+            "image": "local",
+            "command": ["sh", "-c", command],
         }
+        if requests:
+            container["resources"] = {"requests": requests}
+        body["spec"]["template"] = {"spec": {"containers": [container]}}
     client.CustomObjectsApi(api).create_namespaced_custom_object(
         G, V, namespace, "leasedjobs", body
     )

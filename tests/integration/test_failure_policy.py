@@ -283,7 +283,7 @@ def test_a_fail_job_rule_on_one_index_fails_the_whole_indexed_job(
     # PodFailurePolicy, whether or not backoffLimitPerIndex is set. Index 1
     # exits 42 at once; index 0 would run for a minute.
     script = '[ "$JOB_COMPLETION_INDEX" = 1 ] && exit 42; sleep 60'
-    extra = {} if per_index is None else {"backoffLimitPerIndex": per_index}
+    extra: dict[str, Any] = {} if per_index is None else {"backoffLimitPerIndex": per_index}
     create_job(
         api_client,
         namespace,

@@ -119,6 +119,22 @@ OPERATOR_RULES = {
     ("leasehold.dev", "jobleases/status", ("patch",), ()),
     ("", "pods", ("create", "delete", "get", "list", "watch"), ()),
     ("", "events", ("create", "patch"), ()),
+    # Kueue (issue 30): the Workload of a queued LeasedJob, its LocalQueue.
+    (
+        "kueue.x-k8s.io",
+        "workloads",
+        ("create", "delete", "get", "list", "patch", "update", "watch"),
+        (),
+    ),
+    ("kueue.x-k8s.io", "workloads/status", ("patch", "update"), ()),
+    ("kueue.x-k8s.io", "localqueues", ("get", "list", "watch"), ()),
+}
+# Cluster-scoped reads for Kueue: what an admission names, what a priority comes from.
+KUEUE_CLUSTER_RULES = {
+    ("kueue.x-k8s.io", "resourceflavors", ("get", "list", "watch"), ()),
+    ("kueue.x-k8s.io", "clusterqueues", ("get", "list", "watch"), ()),
+    ("kueue.x-k8s.io", "workloadpriorityclasses", ("get", "list", "watch"), ()),
+    ("scheduling.k8s.io", "priorityclasses", ("get",), ()),
 }
 POOL_VERBS = ("claim", "get", "list", "patch", "watch")
 """A pull pool's verbs on jobleases (sorted); ``claim`` is the worker lease policy's."""
@@ -293,13 +309,14 @@ def test_deployment_is_locked_down(helm: Helm) -> None:
 def test_rbac_is_least_privilege(helm: Helm) -> None:
     clusterwide = helm.template("lh", "ns")
     role = find(clusterwide, "ClusterRole", "lh-leasehold-operator")
-    assert rules_of(role) == {*OPERATOR_RULES, CRD_RULE}
+    assert rules_of(role) == {*OPERATOR_RULES, *KUEUE_CLUSTER_RULES, CRD_RULE}
     assert not [d for d in clusterwide if d["kind"] in ("Role", "KopfPeering")]
 
     namespaced = helm.template("lh", "ns", "-f", str(CI_VALUES), "--set", "watchNamespaces={a,b}")
     cluster_role = find(namespaced, "ClusterRole", "lh-leasehold-operator")
     assert rules_of(cluster_role) == {
         CRD_RULE,
+        *KUEUE_CLUSTER_RULES,
         ("", "namespaces", ("get", "list", "watch"), ()),
     }
     roles = [d for d in namespaced if d["kind"] == "Role"]

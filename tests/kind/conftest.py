@@ -101,3 +101,15 @@ def operator_env(kind_env: dict[str, str]) -> dict[str, str]:
         "--timeout=300s",
     )
     return env
+
+
+@pytest.fixture(scope="session")
+def kueue_env(operator_env: dict[str, str]) -> dict[str, str]:
+    """``operator_env`` with Kueue installed: ``make kueue-install`` (hack/kueue/install.sh).
+
+    Kueue v0.17.0 built here, from its own chart, the LeasedJob external
+    framework configured; ready once its webhook answers. Idempotent: a
+    kept cluster (KEEP=1) is upgraded in place.
+    """
+    run(operator_env, "make", "-s", "kueue-install")
+    return operator_env

@@ -84,6 +84,31 @@ def test_status_row_says_whether_the_workload_is_admitted() -> None:
     assert views.status_rows(job(), None, NOW, pending)[0]["QUEUE"] == "team-a (pending)"
 
 
+def test_status_row_says_where_a_queued_job_stands_with_kueue() -> None:
+    def workload(*true: tuple[str, str], admission: object = None) -> dict[str, object]:
+        st: dict[str, object] = {
+            "conditions": [{"type": t, "status": "True", "reason": r} for t, r in true]
+        }
+        if admission is not None:
+            st["admission"] = admission
+        return {"status": st}
+
+    admitted = workload(("Admitted", "Admitted"), admission={"clusterQueue": "cq"})
+    preempted = workload(("Admitted", "Admitted"), ("Evicted", "Preempted"))
+    finished = workload(("Finished", "Succeeded"))
+    rows = {
+        name: views.status_rows(job(), None, NOW, wl)[0]["QUEUE"]
+        for name, wl in (("a", admitted), ("p", preempted), ("f", finished))
+    }
+    assert rows == {
+        "a": "team-a (admitted by cq)",
+        "p": "team-a (evicted: Preempted)",
+        "f": "team-a (finished: Succeeded)",
+    }
+    gated = job(conditions=[{"type": "Suspended", "status": "True", "reason": "Preempted"}])
+    assert views.status_rows(gated, None, NOW, preempted)[0]["SUSPENDED"] is True
+
+
 def test_history_marks_the_running_attempt() -> None:
     rows = views.history_rows(
         job(

@@ -23,7 +23,7 @@ import kopf
 
 from leasehold import names
 from leasehold.controller import metrics
-from leasehold.controller.plan import admission
+from leasehold.controller.plan import admission, queueing
 from leasehold.controller.runtime import Runtime
 from leasehold.controller.settings import OperatorSettings
 
@@ -162,6 +162,19 @@ async def attempt_pod_event(*, type: str, body: kopf.Body, memo: Any, **_: Any) 
             holder,
             "is gone" if type == "DELETED" else f"is {phase}",
         )
+
+
+@kopf.on.event(queueing.GROUP, queueing.VERSION, queueing.PLURAL_WORKLOADS)
+async def workload_event(*, body: kopf.Body, memo: Any, **_: Any) -> None:
+    """A Kueue Workload changed (admitted, evicted, finished): reconcile the LeasedJob owning it.
+
+    Workloads of other owners are ignored. Kopf watches the resource only
+    while the cluster serves it: without Kueue this handler never runs.
+    """
+    meta = body["metadata"]
+    for owner in meta.get("ownerReferences") or []:
+        if owner.get("kind") == "LeasedJob" and owner.get("apiVersion") == names.API_VERSION:
+            memo.runtime.queue.trigger(meta["namespace"], owner["name"])
 
 
 def webhook_server(operator: OperatorSettings) -> kopf.WebhookServer:

@@ -27,6 +27,7 @@ from leasehold.controller.act.attempts import Attempts
 from leasehold.controller.act.context import COMPONENT, Context
 from leasehold.controller.act.holds import HoldWaits
 from leasehold.controller.act.jobs import JobActor
+from leasehold.controller.act.queue import QueueActor
 from leasehold.controller.act.reclaim import Reclaimer
 from leasehold.controller.engines.expiry import ExpiryClock, ExpiryReason, ExpiryWatch
 from leasehold.controller.engines.peering import ActivityGate
@@ -35,6 +36,7 @@ from leasehold.controller.engines.watching import EventType, ListWatch, Target, 
 from leasehold.controller.kube.events import EventRecorder
 from leasehold.controller.kube.objects import CustomObjects
 from leasehold.controller.kube.pods import Pods
+from leasehold.controller.kube.workloads import Workloads
 from leasehold.controller.settings import OperatorSettings
 from leasehold.lease.protocol import MonotonicClock
 from leasehold.lease.store import LeaseStore
@@ -124,7 +126,8 @@ class Actors:
         """
         ctx = connect(api_client, **context)
         holds = HoldWaits(ctx)
-        return cls(ctx, JobActor(ctx, holds, Attempts(ctx)), Reclaimer(ctx), holds)
+        queue = QueueActor(ctx, Workloads(api_client, COMPONENT))
+        return cls(ctx, JobActor(ctx, holds, Attempts(ctx), queue), Reclaimer(ctx), holds)
 
 
 @dataclass

@@ -129,7 +129,7 @@ def status_rows(
         One row: ``JOB``, ``PHASE``, ``LEASE``, ``HOLDER``, ``TOKEN``,
         ``RENEWED`` (the age of the lease's ``renewTime``), ``ATTEMPTS`` and,
         in wide output, ``NODE``, ``LEASE-SECONDS``, ``SUSPENDED``, ``QUEUE``
-        (the queue name and, with a Workload, ``admitted``/``pending``) and
+        (the queue name and, with a Workload, where it stands: :func:`admission`) and
         ``REASON``. A job of several completions shows its progress
         (``status.completionProgress``) as ``ATTEMPTS``.
     """
@@ -140,7 +140,7 @@ def status_rows(
     history = st.get("attemptHistory") or []
     queue = (meta.get("labels") or {}).get(QUEUE_LABEL)
     if queue and workload is not None:
-        queue = f"{queue} ({'admitted' if _admitted(workload) else 'pending'})"
+        queue = f"{queue} ({admission(workload)})"
     attempts = st.get("completionProgress") or st.get("attempts")
     return [
         {
@@ -156,18 +156,48 @@ def status_rows(
             "NODE": history[-1].get("nodeName") if history else None,
             "LEASE-SECONDS": lease_spec.get("leaseDurationSeconds")
             or spec.get("leaseDurationSeconds"),
-            "SUSPENDED": bool(spec.get("suspend")),
+            "SUSPENDED": bool(spec.get("suspend")) or _suspended(st),
             "QUEUE": queue,
             "REASON": _condition_reason(job),
         }
     ]
 
 
-def _admitted(workload: Mapping[str, Any]) -> bool:
-    """Whether a Kueue Workload has the condition ``Admitted=True``."""
+def admission(workload: Mapping[str, Any]) -> str:
+    """Where a Kueue Workload stands, in a few words.
+
+    Args:
+        workload: the Workload as the API serves it.
+
+    Returns:
+        ``finished: <reason>`` once ``Finished``; ``evicted: <reason>``
+        while ``Evicted`` (``Preempted``, ...: the job is suspended, fenced,
+        until it is admitted again); ``admitted by <ClusterQueue>`` (or
+        ``admitted``) while ``Admitted``; else ``pending``.
+    """
+    st = workload.get("status") or {}
+    conditions = {c.get("type"): c for c in st.get("conditions") or []}
+
+    def true(type_: str) -> Mapping[str, Any] | None:
+        found = conditions.get(type_)
+        return found if found is not None and found.get("status") == "True" else None
+
+    finished, evicted, admitted = true("Finished"), true("Evicted"), true("Admitted")
+    if finished is not None:
+        return f"finished: {finished.get('reason')}"
+    if evicted is not None:
+        return f"evicted: {evicted.get('reason')}"
+    if admitted is not None:
+        cluster_queue = (st.get("admission") or {}).get("clusterQueue")
+        return f"admitted by {cluster_queue}" if cluster_queue else "admitted"
+    return "pending"
+
+
+def _suspended(status: Mapping[str, Any]) -> bool:
+    """Whether the job's ``Suspended`` condition is True (``spec.suspend``, or its queue's gate)."""
     return any(
-        c.get("type") == "Admitted" and c.get("status") == "True"
-        for c in (workload.get("status") or {}).get("conditions") or []
+        c.get("type") == "Suspended" and c.get("status") == "True"
+        for c in status.get("conditions") or []
     )
 
 

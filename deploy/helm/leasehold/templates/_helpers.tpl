@@ -185,4 +185,27 @@ subjects:
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "patch"]
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads"]
+  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads/status"]
+  verbs: ["update", "patch"]
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["localqueues"]
+  verbs: ["get", "list", "watch"]
+{{- end }}
+
+{{/*
+The operator's cluster-scoped reads for Kueue (templates/rbac.yaml): the
+objects a Workload's admission names, and the priority classes its priority
+comes from.
+*/}}
+{{- define "leasehold.operatorKueueClusterRules" -}}
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["resourceflavors", "clusterqueues", "workloadpriorityclasses"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["scheduling.k8s.io"]
+  resources: ["priorityclasses"]
+  verbs: ["get"]
 {{- end }}

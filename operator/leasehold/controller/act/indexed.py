@@ -32,6 +32,7 @@ from leasehold.controller.act import domain, terminal
 from leasehold.controller.act.attempts import Attempts
 from leasehold.controller.act.context import Context
 from leasehold.controller.act.holds import HoldWaits, last_reclaim_reason
+from leasehold.controller.act.queue import Told
 from leasehold.controller.act.status import (
     report_index_lease_names_taken,
     with_pod_counts,
@@ -176,13 +177,20 @@ class IndexedActor:
             )
         }
 
-    def reconcile(self, job: LeasedJob, body: dict[str, Any], elapsed_seconds: float) -> Plan:
+    def reconcile(
+        self,
+        job: LeasedJob,
+        body: dict[str, Any],
+        elapsed_seconds: float,
+        told: Told | None = None,
+    ) -> Plan:
         """One step for every index that needs one, then the job's status.
 
         Args:
-            job: the LeasedJob (validated ``body``).
+            job: the LeasedJob (validated ``body``; as the queue's gate shows it).
             body: its raw body (for Events and the status write's precondition).
             elapsed_seconds: how long the job has existed (its deadline).
+            told: how a queued job's status and Events are told (``None``: as planned).
 
         Returns:
             A plan carrying the status written and when to look again.
@@ -238,9 +246,13 @@ class IndexedActor:
                 keep_ended=keep,
                 keep=completed if keep else frozenset(),
             )
-        for event in decided.events:
+        events, planned = decided.events, decided.status
+        if told is not None:
+            events = told.events(list(events))
+            planned = told.status(planned, self._ctx.now(), job.metadata.get("generation"))
+        for event in events:
             self._ctx.events.record(body, event.type, event.reason, event.message)
-        settled = terminal.settle(self._ctx, self._attempts, job, body, decided.status)
+        settled = terminal.settle(self._ctx, self._attempts, job, body, planned)
         status = settled.status
         if settled.requeue_after_seconds is not None:  # pods are left: look again soon
             after = settled.requeue_after_seconds

@@ -32,6 +32,7 @@ from leasehold.controller.act.domain import mode, work_item
 from leasehold.controller.act.finish import Finisher
 from leasehold.controller.act.holds import HoldWaits, last_reclaim_reason
 from leasehold.controller.act.indexed import IndexedActor
+from leasehold.controller.act.queue import RECHECK_KUEUE_SECONDS, QueueActor, Queued, Told
 from leasehold.controller.act.status import (
     report_invalid,
     report_lease_name_taken,
@@ -40,9 +41,10 @@ from leasehold.controller.act.status import (
     write_status,
 )
 from leasehold.controller.engines.deadline import JobClocks
-from leasehold.controller.plan import indexed, managed_by
+from leasehold.controller.plan import indexed, managed_by, queueing
 from leasehold.controller.plan import single as planner
 from leasehold.controller.plan.pod import lease_name
+from leasehold.controller.plan.queueing import State
 from leasehold.controller.plan.single import Action, Plan
 from leasehold.lease.api import LeasedJob, LeasedJobStatus
 from leasehold.lease.errors import LeaseNotFoundError, TransientStoreError, WriteRefusedError
@@ -68,10 +70,19 @@ class JobActor:
         ctx: the shared edges and state.
         holds: the waits before a take-over or a resume issues a new token.
         attempts: starts attempts' pods (shared with the indexed actor).
+        queue: the Workloads of jobs queued by Kueue (``None``: no job is
+            queued, as in tests that wire no Kueue edge).
     """
 
-    def __init__(self, ctx: Context, holds: HoldWaits, attempts: Attempts) -> None:
+    def __init__(
+        self,
+        ctx: Context,
+        holds: HoldWaits,
+        attempts: Attempts,
+        queue: QueueActor | None = None,
+    ) -> None:
         self._ctx = ctx
+        self._queue = queue
         self._holds = holds
         self._attempts = attempts
         self._clocks = JobClocks(ctx.monotonic)
@@ -195,10 +206,14 @@ class JobActor:
         except ValidationError as exc:
             report_invalid(self._ctx, body, exc)
             return None
+        queued = self._queue.gate(job) if self._queue is not None else None
+        told = Told(queued.gate if queued else None, job.spec.suspend)
+        stored, job = job, queueing.effective_job(job, told.gate)
         if indexed.is_multi(job):  # one lease per index: act/indexed.py
             if server_now is None and not fresh:  # its plans act per index: read it
                 return self._reconcile(namespace, name, fresh=True)
-            plan = self.indexed.reconcile(job, body, self._elapsed(job, server_now))
+            plan = self.indexed.reconcile(job, body, self._elapsed(job, server_now), told)
+            plan = self._after_queue(stored, queued, plan)
             return self._finisher.after(job, body, plan, server_now)
         planned = self._plan_and_act(job, body, server_now, fresh)
         if planned is None:
@@ -213,16 +228,29 @@ class JobActor:
                 planned.requeue_after_seconds, settled.requeue_after_seconds
             ),
         )
+        planned = told.plan(planned, self._ctx.now(), job.metadata.get("generation"))
         for event in planned.events:
             self._ctx.events.record(body, event.type, event.reason, event.message)
         counted = with_pod_counts(self._ctx, job, with_selector(job, planned.status))
         planned = replace(planned, status=counted)
         written = write_status(self._ctx, namespace, name, body, planned.status)
+        planned = self._after_queue(stored, queued, planned)
         plan = self._finisher.after(job, body, planned, server_now)
         if not written and server_now is None:
             # Planned on a cached body that was stale: read it (a GET) and plan again.
             plan = replace(plan, requeue_after_seconds=0.0)
         return plan
+
+    def _after_queue(self, job: LeasedJob, queued: Queued | None, plan: Plan) -> Plan:
+        """Tell a queued job's Workload how the job went (finished; stopped after an eviction)."""
+        if queued is None or self._queue is None:
+            return plan
+        again = self._queue.after(job, queued, plan.status)
+        if queued.gate.state is State.UNAVAILABLE:  # Kueue may be installed meanwhile
+            again = _sooner(again, RECHECK_KUEUE_SECONDS)
+        if again is None:
+            return plan
+        return replace(plan, requeue_after_seconds=_sooner(plan.requeue_after_seconds, again))
 
     def _plan_and_act(
         self, job: LeasedJob, body: dict[str, Any], server_now: datetime | None, fresh: bool
