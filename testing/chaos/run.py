@@ -31,7 +31,7 @@ often meets the next schedule time, plus one whose runs have two completions
 their shared fencing domain. Some Indexed
 jobs and cron runs are suspended and resumed as well. With ``--kueue`` (the
 default; Kueue's manager is built by ``hack/kueue/build.sh``, cached, and runs
-as a local process, :mod:`kueueproc`) every sixth job is queued in a LocalQueue
+as a local process, :mod:`kueueproc`) every tenth job is queued in a LocalQueue
 whose ClusterQueue has quota for two of them, half at a low and half at a high
 priority, so a high one preempts a running low one when the quota is used
 (docs/model.md, "Queued by Kueue"). The cron jobs are
@@ -134,13 +134,13 @@ SUSPEND_SHARE: dict[str, float] = {
 }
 """The share of each workload kind the suspender suspends once while it runs."""
 
-QUEUED_EVERY: Final = 6
-"""With Kueue, every sixth job (index % 6 == 5) is queued."""
+QUEUED_EVERY: Final = 10
+"""With Kueue, every tenth job (index % 10 == 9) is queued."""
 QUEUE_QUOTA_JOBS: Final = 2
 """Queued jobs the ClusterQueue admits at once (quota 2 CPUs, each asks 1)."""
-QUEUED_HOLD_SECONDS: Final = 15
+QUEUED_HOLD_SECONDS: Final = 6
 """About how long a queued job's attempt works under its lease (its writes spread over it)."""
-QUEUED_WRITES: Final = 6
+QUEUED_WRITES: Final = 4
 """Fenced writes per queued attempt."""
 QUEUE_NAME: Final = "chaos-queue"
 PRIORITIES: Final = {"queued-low": ("chaos-low", 10), "queued-high": ("chaos-high", 1000)}
@@ -1100,7 +1100,7 @@ def main(argv: list[str] | None = None) -> int:
         "--kueue",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="queue every sixth job in a Kueue LocalQueue with quota for two, at two"
+        help="queue every tenth job in a Kueue LocalQueue with quota for two, at two"
         " priorities, and restart Kueue as a fault (default on; Kueue built by"
         " hack/kueue/build.sh, cached)",
     )
