@@ -3,7 +3,8 @@
 # a LeasedCronJob's runs in one fencing domain (model/schedules.pml; S_INDEXED:
 # a run of several completions, its index leases inside its range), an
 # Indexed job's index lease beside a job of its old name (model/indexes.pml),
-# and a work-queue job's slot leases after its first success (model/workqueue.pml).
+# a work-queue job's slot leases after its first success (model/workqueue.pml),
+# and two LeasedJobs queued by Kueue in a quota for one (model/queue.pml).
 #
 # Usage: model/check.sh [quick|deep|mutations]
 #   quick  bitstate search (a 2^26-bit table, 8 MB) of every scenario together, then
@@ -15,8 +16,8 @@
 #          D=4 TMAX=9), up to MODEL_MEMLIM_MB (default 6000) of memory each,
 #          then the mutations, each an exhaustive search at the same bounds
 #   mutations  only the seeded mutations, as in deep
-#   schedules  only schedules.pml, indexes.pml and workqueue.pml, as in deep
-# In every mode schedules.pml, indexes.pml and workqueue.pml are searched exhaustively
+#   schedules  only schedules.pml, indexes.pml, workqueue.pml and queue.pml, as in deep
+# In every mode schedules.pml, indexes.pml, workqueue.pml and queue.pml are searched exhaustively
 # (-DCOLLAPSE): one search per concurrency policy with its scenarios (quick:
 # the fast ones; deep: each at the bounds MODEL_SCHED_DEEP, default the
 # model's own, D=4 TMAX=9, two runs), then their mutations.
@@ -28,7 +29,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 mode="${1:-quick}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-cp "$here/lifecycle.pml" "$here/schedules.pml" "$here/indexes.pml" "$here/workqueue.pml" "$work/"
+cp "$here/lifecycle.pml" "$here/schedules.pml" "$here/indexes.pml" "$here/workqueue.pml" "$here/queue.pml" "$work/"
 cd "$work"
 all="-DS_RECREATE -DS_REPLACE -DS_FOREIGN -DS_HANDOVER -DS_SUSPEND -DS_EXCUSE -DS_SCALE"
 
@@ -182,6 +183,15 @@ mutations=(
   "suspend-by-name-index|-DS_COLLIDE -DS_SUSPEND -DSUSPEND_BY_NAME_INDEX||indexes.pml"
   # workqueue.pml: invariant W (no claim on a slot once the job is done with it)
   "wq-no-stop|-DNO_WQ_STOP||workqueue.pml"
+  # queue.pml (Kueue): Q1 the gate, Q2 the quota, Q3 the fence, Q4 no hang
+  "queue-no-gate|-DNO_GATE||queue.pml"
+  "queue-no-gate-pull|-DS_PULL -DNO_GATE||queue.pml"
+  "queue-unset-first|-DUNSET_BEFORE_RELEASE||queue.pml"
+  "queue-unset-first-pull|-DS_PULL -DUNSET_BEFORE_RELEASE||queue.pml"
+  "queue-resume-old-token|-DRESUME_OLD_TOKEN||queue.pml"
+  "queue-unfenced-evict|-DUNFENCED_EVICT||queue.pml"
+  "queue-no-finish|-DNO_WL_FINISH||queue.pml"
+  "queue-no-fence|-DS_SHARED -DQ_NO_FENCE||queue.pml"
 )
 
 # schedules.pml (a LeasedCronJob's runs) and indexes.pml: exhaustive in
@@ -212,6 +222,11 @@ if [[ "$mode" != mutations ]]; then
     "index-suspend|-DS_SUSPEND|indexes.pml|"
     "index-collide-suspend|-DS_COLLIDE -DS_SUSPEND|indexes.pml|"
     "workqueue||workqueue.pml|"
+    "queue||queue.pml|"
+    "queue-pull|-DS_PULL|queue.pml|"
+    "queue-shared|-DS_SHARED|queue.pml|"
+    "queue-pull-shared|-DS_PULL -DS_SHARED|queue.pml|-"
+    "queue-3evictions|-DNEV=3|queue.pml|-"
   )
   for m in "${correct_more[@]}"; do
     IFS='|' read -r name flags pml quick <<<"$m"

@@ -64,7 +64,14 @@ Invariants (each violation is reported with the records that show it):
 8. a work-queue job (``job-created`` with ``workload: work-queue``) that
    ends ``Succeeded`` has at least one slot lease (``jobName`` the job's)
    whose watch showed a ``Succeeded`` completion: batch/v1's work queue
-   succeeds on its first success, never without one.
+   succeeds on its first success, never without one;
+9. Kueue (``queue-created`` with the ClusterQueue's capacity in jobs, and
+   ``job-created`` with ``workload: queued-low|queued-high``): the queued
+   jobs' leases held at once (in the watch's order over the namespace) never
+   exceed that capacity (holders: a preempted worker that runs on holds
+   nothing), and every queued job that ended has its Workload marked
+   ``Finished`` (``workload-end``). A preempted attempt's completion and its
+   late writes are judged by 1 and 3, as every job's.
 
 Each lease (a plain job's, an index's, a cron run's) is its own fencing
 domain for 1 and 2; the runs of a cron job share theirs (7) and one target
@@ -121,6 +128,8 @@ INVARIANTS = (
     "replaced-run-stops-before-next",
     "cron-run-tokens-ordered",
     "work-queue-success-completed",
+    "kueue-quota-holders",
+    "queued-workload-finished",
 )
 
 
@@ -151,7 +160,55 @@ def check(history: list[dict[str, Any]]) -> Report:
     _check_deadlines(history, report)
     _check_cron_runs(history, report)
     _check_work_queues(history, report)
+    _check_kueue(history, report)
     return report
+
+
+def _check_kueue(history: list[dict[str, Any]], report: Report) -> None:
+    """Invariant 9: queued jobs hold no more leases at once than the quota admits."""
+    capacity = next((int(r["jobs"]) for r in history if r.get("kind") == "queue-created"), None)
+    queued = {
+        str(r["job"])
+        for r in history
+        if r.get("kind") == "job-created" and str(r.get("workload", "")).startswith("queued")
+    }
+    if capacity is None or not queued:
+        return
+    report.operations["queued jobs"] = len(queued)
+    held: set[str] = set()
+    peak = 0
+    for record in history:
+        kind = record.get("kind")
+        if kind == "observed" and str(record.get("job_name")) in queued:
+            lease = str(record["lease"])
+            if record.get("holder") is None:
+                held.discard(lease)
+                continue
+            held.add(lease)
+            peak = max(peak, len(held))
+            if len(held) > capacity:
+                report.violations["kueue-quota-holders"].append(
+                    f"{lease} held under token {record['token']} by {record['holder']} at"
+                    f" t={record['t']:.3f} while {len(held) - 1} other queued leases were"
+                    f" held (quota for {capacity}): {sorted(held - {lease})}"
+                )
+        elif kind == "workload-end":
+            evictions = record.get("evictions") or {}
+            for reason, count in evictions.items():
+                report.operations[f"kueue evictions ({reason})"] += int(count)
+    report.operations["queued leases held at once (peak)"] = peak
+    ended = {
+        str(r["job"])
+        for r in history
+        if r.get("kind") == "job_end" and r.get("phase") in ("Succeeded", "Failed")
+    }
+    finished = {
+        str(r["job"]) for r in history if r.get("kind") == "workload-end" and r.get("finished")
+    }
+    for job in sorted((queued & ended) - finished):
+        report.violations["queued-workload-finished"].append(
+            f"{job}: the job ended but its Workload was not marked Finished"
+        )
 
 
 def _check_work_queues(history: list[dict[str, Any]], report: Report) -> None:

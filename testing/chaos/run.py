@@ -15,7 +15,9 @@ injects faults on a seeded, logged schedule:
   ``drop-api``/``drop-db`` (open connections cut, so replies to renewals,
   releases or writes in flight are lost), ``delay-db`` (added latency);
 * ``evict``: a running worker's pod evicted (``POST pods/eviction``, as
-  ``kubectl drain`` does).
+  ``kubectl drain`` does);
+* ``kueue-restart``: the Kueue manager SIGKILLed and started again (with
+  ``--kueue``, the default).
 
 The workload: plain LeasedJobs, jobs suspended once while they run and
 resumed a few seconds later (``spec.suspend``), Indexed jobs (3 completions,
@@ -27,7 +29,12 @@ often meets the next schedule time, plus one whose runs have two completions
 (Indexed, ``--cron-indexed-policy``, default Replace); the runs of a cron job
 (each index's worker too) write to one target key (``namespace/<cron>``),
 their shared fencing domain. Some Indexed
-jobs and cron runs are suspended and resumed as well. The cron jobs are
+jobs and cron runs are suspended and resumed as well. With ``--kueue`` (the
+default; Kueue's manager is built by ``hack/kueue/build.sh``, cached, and runs
+as a local process, :mod:`kueueproc`) every tenth job is queued in a LocalQueue
+whose ClusterQueue has quota for two of them, half at a low and half at a high
+priority, so a high one preempts a running low one when the quota is used
+(docs/model.md, "Queued by Kueue"). The cron jobs are
 suspended when the faulty phase ends, so the drain ends.
 
 ``--scenario NAME`` replaces the random faults by a named incident's fault
@@ -80,11 +87,18 @@ from chaos import judge
 from chaos.scenarios import LEASE_SECONDS, SCENARIOS
 from chaos.worker import SCHEMA_SQL, clock, record, work
 from faultproxy import TcpProxy
+from kueueproc import (
+    KueueProcess,
+    create_queue,
+    create_workload_priority_class,
+    install_crds,
+)
 from leasehold import worker as sdk
 from leasehold.fencing.postgres import install
 from leasehold.lease.store import LeaseStore
 from leasehold.names import LABEL_COMPLETION_INDEX, LABEL_CRON_JOB
 from localcluster import LocalCluster, tools_bin_dir
+from localcluster.kubectl import Kubectl
 from operatorproc import OperatorProcess
 from pgserver import PostgresServer
 from podrunner import PodRunner
@@ -120,6 +134,18 @@ SUSPEND_SHARE: dict[str, float] = {
 }
 """The share of each workload kind the suspender suspends once while it runs."""
 
+QUEUED_EVERY: Final = 10
+"""With Kueue, every tenth job (index % 10 == 9) is queued."""
+QUEUE_QUOTA_JOBS: Final = 2
+"""Queued jobs the ClusterQueue admits at once (quota 2 CPUs, each asks 1)."""
+QUEUED_HOLD_SECONDS: Final = 6
+"""About how long a queued job's attempt works under its lease (its writes spread over it)."""
+QUEUED_WRITES: Final = 4
+"""Fenced writes per queued attempt."""
+QUEUE_NAME: Final = "chaos-queue"
+PRIORITIES: Final = {"queued-low": ("chaos-low", 10), "queued-high": ("chaos-high", 1000)}
+"""Each queued kind's WorkloadPriorityClass and its value: high preempts low."""
+
 SCALE_SHARE: Final = 0.5
 """The share of the picked Indexed jobs scaled down (3 to 2 completions, with
 parallelism; a successPolicy's succeededCount of 2 still fits) and up again
@@ -149,6 +175,8 @@ class Run:
         """The run's LeasedCronJobs and their concurrencyPolicy."""
         self.last_phases: dict[str, dict[str, Any]] = {}
         self.crons_suspended = False
+        self.kueue: KueueProcess | None = None
+        """Kueue's manager, when the run queues jobs (``--kueue``; not ``chaos.kind``)."""
 
     # -- set-up ---------------------------------------------------------------
 
@@ -206,6 +234,8 @@ class Run:
             check=True,
             capture_output=True,
         )
+        if getattr(self.args, "kueue", False):
+            self.start_kueue(Kubectl(Path(kubectl), self.kubeconfig))
         self.pg = PostgresServer(Path(tempfile.mkdtemp(prefix="chaos-pg-", dir="/tmp")))
         dsn = self.pg.start()
         with psycopg.connect(dsn, autocommit=True) as conn:
@@ -241,10 +271,33 @@ class Run:
         self.store = LeaseStore(self.api)
         log(f"PostgreSQL {dsn}, proxies api:{self.api_proxy.port} db:{self.db_proxy.port}")
 
+    def start_kueue(self, kubectl: Kubectl) -> None:
+        """Kueue's CRDs, its manager (before the operator, which looks for it), the queue.
+
+        The ClusterQueue has quota for :data:`QUEUE_QUOTA_JOBS` queued jobs and
+        preempts a lower priority within itself (``LowerPriority``).
+        """
+        install_crds(kubectl)
+        kubectl("create", "namespace", "kueue-system", check=False)
+        work = self.dir / "kueue"
+        work.mkdir(exist_ok=True)
+        self.kueue = KueueProcess(self.kubeconfig, work, self.dir / "kueue.log")
+        self.kueue.start()
+        for name, value in PRIORITIES.values():
+            create_workload_priority_class(kubectl, name, value)
+        queue = create_queue(kubectl, self.ns, {"cpu": str(QUEUE_QUOTA_JOBS)}, name=QUEUE_NAME)
+        record(
+            self.history,
+            kind="queue-created",
+            queue=f"{self.ns}/{queue.local_queue}",
+            jobs=QUEUE_QUOTA_JOBS,
+        )
+        log(f"Kueue up: ClusterQueue {queue.cluster_queue}, quota for {QUEUE_QUOTA_JOBS} jobs")
+
     def teardown(self) -> None:
         """Stop every part; keep the logs."""
         self.stop.set()
-        for part in ("operator", "runner", "api_proxy", "db_proxy", "pg", "cluster"):
+        for part in ("operator", "kueue", "runner", "api_proxy", "db_proxy", "pg", "cluster"):
             thing = getattr(self, part, None)
             if thing is not None:
                 try:
@@ -322,11 +375,30 @@ class Run:
             kind = "indexed-success"
         if kind == "plain" and index % 3 == 2:  # a third of the plain ones: a work queue
             kind = "work-queue"  # (the same choices from the seed: scenarios replay)
+        metadata: dict[str, Any] = {"name": name}
+        env = self.worker_env()
+        spec = self.job_spec(env, kind)
+        if self.kueue is not None and index % QUEUED_EVERY == QUEUED_EVERY - 1:
+            kind = "queued-high" if (index // QUEUED_EVERY) % 2 else "queued-low"
+            metadata["labels"] = {
+                "kueue.x-k8s.io/queue-name": QUEUE_NAME,
+                "kueue.x-k8s.io/priority-class": PRIORITIES[kind][0],
+            }
+            # Long enough that a high one often arrives while two hold the quota:
+            # the preempted attempt has written, and may write on, under its token.
+            queued_env = [
+                *(e for e in env if e["name"] != "CHAOS_WRITES"),
+                {"name": "CHAOS_WRITES", "value": str(QUEUED_WRITES)},
+                {"name": "CHAOS_HOLD_SECONDS", "value": str(QUEUED_HOLD_SECONDS)},
+            ]
+            spec = self.job_spec(queued_env, "plain")
+            # what Kueue admits on: one CPU each, so the quota holds QUEUE_QUOTA_JOBS
+            spec["template"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
         body = {
             "apiVersion": "leasehold.dev/v1alpha1",
             "kind": "LeasedJob",
-            "metadata": {"name": name},
-            "spec": self.job_spec(self.worker_env(), kind),
+            "metadata": metadata,
+            "spec": spec,
         }
         self.create_object("leasedjobs", body)
         self.jobs.append(name)
@@ -672,6 +744,7 @@ class Run:
             ("operator-restart", self.f_operator),
             ("apiserver-restart", lambda: self.f_restart("kube-apiserver")),
             ("etcd-restart", lambda: self.f_restart("etcd")),
+            *([("kueue-restart", self.f_kueue)] if self.kueue is not None else []),
         ]
         _, action = self.rng.choice(kinds)
         action()
@@ -734,6 +807,19 @@ class Run:
         time.sleep(self.rng.uniform(0.5, 2.0))
         self.operator.start()
 
+    def f_kueue(self) -> None:
+        """SIGKILL Kueue's manager and start it again (admissions and preemptions pause)."""
+        assert self.kueue is not None and self.kueue.proc is not None
+        self.fault("kueue-restart")
+        self.kueue.proc.kill()
+        self.kueue.proc.wait()
+        time.sleep(self.rng.uniform(0.5, 2.0))
+        try:
+            self.kueue.start()
+        except Exception as exc:
+            log(f"restart of Kueue failed: {exc}")
+            raise
+
     def f_restart(self, component: str) -> None:
         """Restart one control-plane component."""
         self.fault(f"{component}-restart")
@@ -754,6 +840,45 @@ class Run:
 
     def collect(self) -> None:
         """Gather records kept elsewhere into the history (here, none: all in one file)."""
+
+    def record_workloads(self, wait_seconds: float = 60) -> None:
+        """Record each queued job's Workload at the end: Finished, and how often evicted.
+
+        Waits up to ``wait_seconds`` for the Workloads of ended jobs to be
+        marked Finished (the operator marks them after the job's status).
+        """
+        queued = {n for n, k in self.kinds.items() if k.startswith("queued")}
+        if self.kueue is None or not queued:
+            return
+        deadline = time.monotonic() + wait_seconds
+        items: list[dict[str, Any]] = []
+        while True:
+            try:
+                listed: Any = self.custom.list_namespaced_custom_object(
+                    "kueue.x-k8s.io", "v1beta2", self.ns, "workloads"
+                )
+                items = list(listed["items"])
+            except Exception as exc:
+                log(f"listing Workloads: {str(exc).splitlines()[0][:120]}")
+            finished = {_owner(w) for w in items if _condition_true(w, "Finished")}
+            if queued <= finished or time.monotonic() > deadline:
+                break
+            time.sleep(2)
+        by_owner = {_owner(w): w for w in items}
+        for name in sorted(queued):
+            workload = by_owner.get(name) or {}
+            stats = (workload.get("status") or {}).get("schedulingStats") or {}
+            evictions = {
+                str(e.get("reason")): int(e.get("count", 0)) for e in stats.get("evictions") or []
+            }
+            record(
+                self.history,
+                kind="workload-end",
+                job=f"{self.ns}/{name}",
+                workload=(workload.get("metadata") or {}).get("name"),
+                finished=_condition_true(workload, "Finished"),
+                evictions=evictions,
+            )
 
     def execute(self) -> judge.Judgement:
         """Run the workload under faults; judge the history with both checkers."""
@@ -844,6 +969,7 @@ class Run:
         for name in sorted(set(self.jobs) - set(ended)):
             # created, but not listed at the end: judged as not ended (no-job-lost)
             record(self.history, kind="job_end", job=f"{self.ns}/{name}", phase=None, reason=None)
+        self.record_workloads()
         if created < self.args.jobs:
             record(
                 self.history,
@@ -863,6 +989,20 @@ class Run:
 
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
+
+
+def _owner(workload: dict[str, Any]) -> str | None:
+    """The name of the LeasedJob that owns a Workload (its controller), if any."""
+    for ref in (workload.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("kind") == "LeasedJob" and ref.get("controller"):
+            return str(ref.get("name"))
+    return None
+
+
+def _condition_true(obj: dict[str, Any], type_: str) -> bool:
+    """Whether an object's ``status.conditions`` has ``type_`` True."""
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == type_ and c.get("status") == "True" for c in conditions)
 
 
 POLICIES = ("Forbid", "Replace", "Allow")
@@ -956,6 +1096,14 @@ def main(argv: list[str] | None = None) -> int:
         help="replay a named incident (chaos/scenarios.py) instead of random faults",
     )
     add_cron_arguments(parser, hold_seconds=70)
+    parser.add_argument(
+        "--kueue",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="queue every tenth job in a Kueue LocalQueue with quota for two, at two"
+        " priorities, and restart Kueue as a fault (default on; Kueue built by"
+        " hack/kueue/build.sh, cached)",
+    )
     parser.add_argument("--keep", type=Path, help="copy the history and logs here")
     args = parser.parse_args(argv)
     log(

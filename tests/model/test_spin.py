@@ -1,8 +1,10 @@
-"""The Promela models (lifecycle, schedules, indexes, work queue), checked by Spin (bounded run).
+"""The Promela models (lifecycle, schedules, indexes, work queue, Kueue), checked by Spin.
 
 Runs ``model/check.sh quick``: a bitstate search of the lifecycle model with
 every scenario on, and the exhaustive searches of the schedules, indexes and
-work-queue models that end in seconds, must find no error, and the seeded protocol
+work-queue models that end in seconds, and of the Kueue model
+(``model/queue.pml``: two LeasedJobs in a quota for one, with preemption),
+must find no error, and the seeded protocol
 bugs whose counterexample Spin finds within seconds must be caught, each
 with a trail Spin replays. ``make model-check`` runs the exhaustive search and every
 mutation (the figures are in bench/model-check.md; the exhaustive searches,
@@ -52,6 +54,15 @@ MUTATIONS = (
     "first-index-only-replace",
     "index-no-run-check",
     "index-list-before-close",
+    # model/queue.pml: LeasedJobs queued by Kueue (Q1 gate, Q2 quota, Q3 fence, Q4 no hang)
+    "queue-no-gate",
+    "queue-no-gate-pull",
+    "queue-unset-first",
+    "queue-unset-first-pull",
+    "queue-resume-old-token",
+    "queue-unfenced-evict",
+    "queue-no-finish",
+    "queue-no-fence",
 )
 """The mutations caught within seconds; ``make model-check`` runs every one."""
 CORRECT = (
@@ -64,6 +75,9 @@ CORRECT = (
     "index",
     "index-collide",
     "workqueue",
+    "queue",
+    "queue-pull",
+    "queue-shared",
 )
 """The searches of the correct models in the quick mode."""
 

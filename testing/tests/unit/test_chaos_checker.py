@@ -193,3 +193,56 @@ def test_each_violation_is_found(history: list[dict[str, Any]], invariant: str) 
     assert report.violations[invariant], report.table()
     others = [name for name in INVARIANTS if name != invariant and report.violations.get(name)]
     assert others == [], report.table()
+
+
+def queued_history(third_held_before_release: bool) -> list[dict[str, Any]]:
+    """Three queued jobs, quota for two: the third claims after (or before) one is preempted."""
+
+    def held(job: str, holder: str | None, token: int) -> dict[str, Any]:
+        return {**observed(f"ns/{job}", holder, token), "job_name": f"ns/{job}"}
+
+    release = held("low-1", None, 1)  # the fenced suspend of the preempted attempt
+    third = held("high", "high-1", 1)
+    return [
+        {"kind": "queue-created", "queue": "ns/q", "jobs": 2},
+        *(
+            {"kind": "job-created", "job": f"ns/{j}", "workload": w}
+            for j, w in (("low-1", "queued-low"), ("low-2", "queued-low"), ("high", "queued-high"))
+        ),
+        held("low-1", "low-1-1", 1),
+        held("low-2", "low-2-1", 1),
+        *([third, release] if third_held_before_release else [release, third]),
+        {
+            "kind": "workload-end",
+            "job": "ns/low-1",
+            "finished": True,
+            "evictions": {"Preempted": 1},
+        },
+        {"kind": "workload-end", "job": "ns/high", "finished": True, "evictions": {}},
+        {"kind": "job_end", "job": "ns/low-1", "phase": "Succeeded", "reason": None},
+        {"kind": "job_end", "job": "ns/high", "phase": "Succeeded", "reason": None},
+    ]
+
+
+def test_queued_jobs_hold_no_more_leases_than_the_quota_admits() -> None:
+    report = check(queued_history(third_held_before_release=False))
+    assert report.ok, report.table()
+    assert report.operations["queued jobs"] == 3
+    assert report.operations["queued leases held at once (peak)"] == 2
+    assert report.operations["kueue evictions (Preempted)"] == 1
+    over = check(queued_history(third_held_before_release=True))
+    assert [v.split(" held")[0] for v in over.violations["kueue-quota-holders"]] == ["ns/high"]
+    others = [n for n in INVARIANTS if n != "kueue-quota-holders" and over.violations.get(n)]
+    assert others == [], over.table()
+
+
+def test_a_queued_job_that_ended_has_its_workload_finished() -> None:
+    history = [
+        r
+        for r in queued_history(third_held_before_release=False)
+        if not (r.get("kind") == "workload-end" and r.get("job") == "ns/high")
+    ]
+    report = check(history)
+    assert report.violations["queued-workload-finished"] == [
+        "ns/high: the job ended but its Workload was not marked Finished"
+    ]
