@@ -274,10 +274,8 @@ class CronActor:
             if plan.run_is_over(lease.record) and lease.record.holder_identity is None:
                 current.append(lease)
                 continue
-            result = self._store.close(lease, release=True)
-            if not isinstance(result, Accepted):
-                raise TransientStoreError(f"close lease {lease.name}: it moved, retrying")
-            current.append(result.lease)
+            taken = self._take_back(lease)
+            current.append(taken)
             if plan.run_of(lease) in finished:
                 continue
             closed.append(lease)
@@ -292,6 +290,31 @@ class CronActor:
             if meta["name"] in deleted:
                 self._jobs.delete(str(meta["namespace"]), str(meta["name"]))
         return current, deleted
+
+    def _take_back(self, lease: StoredLease) -> StoredLease:
+        """Replace's close of one lease (released in the same write); the lease as it is now.
+
+        A lease that moved since read is read again and closed again, within
+        this reconcile: the run's own reconcile may have stopped it meanwhile
+        (it saw its run's lease closed), and the run must still be judged on
+        the runs as read before this Replace began. Were the retry left to
+        the next reconcile, the run, Failed by then because of this very
+        close, would be taken for one that finished on its own and kept.
+
+        Returns:
+            The lease closed (or found over and unheld).
+
+        Raises:
+            TransientStoreError: it kept moving (three tries): decide again.
+        """
+        for _ in range(3):
+            result = self._store.close(lease, release=True)
+            if isinstance(result, Accepted):
+                return result.lease
+            lease = result.lease
+            if plan.run_is_over(lease.record) and lease.record.holder_identity is None:
+                return lease
+        raise TransientStoreError(f"close lease {lease.name}: it moved, retrying")
 
     # -- the fencing domain ---------------------------------------------------------
 
