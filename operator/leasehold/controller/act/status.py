@@ -75,10 +75,6 @@ def write_status(
 def with_pod_counts(ctx: Context, job: LeasedJob, status: LeasedJobStatus) -> LeasedJobStatus:
     """``status`` with ``ready`` and ``terminating`` counted from the pod watch's memory.
 
-    ``active``, where the plan counts it (jobs with several completions), is
-    raised to ``ready`` when the leases it was counted from were read before
-    a ready pod's claim landed: ``ready`` never exceeds ``active``.
-
     batch/v1 Job's ``status.ready`` (active pods with ``Ready=True``) and
     ``status.terminating`` (pods with a ``deletionTimestamp``, not yet terminal),
     counted as ``countReadyPods`` and ``countTerminatingPods`` do
@@ -103,13 +99,7 @@ def with_pod_counts(ctx: Context, job: LeasedJob, status: LeasedJobStatus) -> Le
     )
     if counts is None:
         return status
-    update: dict[str, int] = {"ready": counts.ready, "terminating": counts.terminating}
-    if status.active is not None and counts.ready > status.active:
-        # A ready pod is active, as in batch/v1 (ready counts a subset of the
-        # active pods). An attempt's pod is made before its claim lands, so its
-        # Ready event may reach a reconcile whose leases were read before the claim.
-        update["active"] = counts.ready
-    return status.model_copy(update=update)
+    return status.model_copy(update={"ready": counts.ready, "terminating": counts.terminating})
 
 
 def with_selector(job: LeasedJob, status: LeasedJobStatus) -> LeasedJobStatus:
