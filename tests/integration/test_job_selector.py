@@ -230,10 +230,18 @@ def test_manual_selector_never_adopts_a_pod_the_job_did_not_create(
         selector={"matchLabels": {"app": "etl"}},
         manualSelector=True,
     )
-    wait_for("one pod ready", lambda: status(api_client, namespace, "etl").get("ready") == 1, 60)
-    st = status(api_client, namespace, "etl")
+    # Ready and active are counted from two sources (the pod watch and the index
+    # leases): the pod, made before its claim lands, may be seen ready first.
+    st = wait_for(
+        "one pod ready and its index lease held",
+        lambda: (
+            (s := status(api_client, namespace, "etl")).get("ready") == 1
+            and s.get("active") == 1
+            and s
+        ),
+        60,
+    )
     assert st["selector"] == "app=etl"
-    assert st["active"] == 1
     core = client.CoreV1Api(api_client)
     real = _pods(api_client, namespace, st["selector"])
     assert len(real) == 1
