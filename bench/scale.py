@@ -308,6 +308,7 @@ def expiry_burst(h: Harness, ns: str, leases: int, gen: LoadGenerator) -> dict[s
         if not isinstance(result, Accepted) or result.token != 1:
             raise AssertionError(f"claim of {name}: {result}")
 
+    h.note_load("scale: expiry burst")
     marks = [_mark(h, gen)]
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         for f in [pool.submit(claim, x) for x in names]:
