@@ -760,6 +760,16 @@ def test_pool_token_is_confined_to_its_own_lease(
         {"metadata": {"labels": {"pool": "mine"}}},
         {"metadata": {"finalizers": ["example.com/keep"]}},
         {"metadata": {"annotations": {"note": "mine"}}},
+        # Nor forge the operator's note of a reclaim (read to skip the wait
+        # for an earlier hold): it is written only by the reclaim itself.
+        {
+            "metadata": {
+                "annotations": {
+                    names.ANNOTATION_RECLAIMED_TOKEN: "1",
+                    names.ANNOTATION_RECLAIM_REASON: "LeaseExpired",
+                }
+            }
+        },
         {
             "metadata": {
                 "ownerReferences": [
