@@ -71,6 +71,7 @@ _OPERATOR_SETTING_FLAGS = (
     "priority",
     "peering_lifetime_seconds",
     "reconcile_workers",
+    "index_step_workers",
 )
 """``leasehold operator`` options named as the setting they override, which they
 override when given (``None``: not given, the setting's own source decides)."""
@@ -185,6 +186,12 @@ def _add_operator_parser(sub: Any) -> None:
         type=int,
         metavar="N",
         help="threads running reconciles and reclaims at once (default 16)",
+    )
+    p_op.add_argument(
+        "--index-step-workers",
+        type=int,
+        metavar="N",
+        help="threads carrying out an Indexed job's index steps at once (default 8)",
     )
     p_op.add_argument(
         "--log-level",

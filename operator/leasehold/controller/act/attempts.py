@@ -15,6 +15,7 @@ fenced-off attempts are deleted, but those the job's retention keeps.
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import replace
 from typing import Any, Final, NamedTuple
 
@@ -73,6 +74,8 @@ class Attempts:
         self._ctx = ctx
         self._quota_refusals: dict[str, int] = {}
         """``namespace/job`` -> pod creates refused by a quota in a row (dropped on success)."""
+        self._quota_lock = threading.Lock()
+        """Guards :attr:`_quota_refusals`: an Indexed job's steps run on several threads."""
 
     def forget(self, namespace: str, name: str) -> None:
         """The job is gone: drop what is kept about it.
@@ -223,6 +226,9 @@ class Attempts:
             token=token,
             job_uid=str(body["metadata"]["uid"]),
         )
+        # The cache is never behind this operator's own writes; the claim's
+        # watch event is not skipped (the status planned before it counts it next).
+        ctx.lease_cache.put(claimed.lease.body)
         mine = claimed.lease.record.fencing_token == token and (
             claimed.lease.record.holder_uid == uid
         )
@@ -309,6 +315,7 @@ class Attempts:
             token=token,
             job_uid=str(body["metadata"]["uid"]),
         )
+        self._ctx.lease_cache.put(claimed.lease.body)
         if not isinstance(claimed, Accepted):
             return Claimed(None, claimed)
         message = (
@@ -317,6 +324,7 @@ class Attempts:
         )
         log.warning("%s/%s: %s", namespace, name, message)
         released = self._ctx.store.release(namespace, lease.name, plan.pod_name, token)
+        self._ctx.lease_cache.put(released.lease.body)
         status = plan.status.model_copy(update={"holder_identity": None})
         taken = JobEvent("Warning", "PodNameTaken", message)
         return Claimed(replace(plan, status=status, events=[*plan.events, taken]), released)
@@ -334,6 +342,7 @@ class Attempts:
         if isinstance(bound, Accepted):
             ctx.wrote_lease(bound.lease)
         else:
+            ctx.lease_cache.put(bound.lease.body)  # as read when refused: newer than planned on
             log.info(
                 "lease %s/%s not bound to pod %s (uid %s, job uid %s): %s",
                 lease.namespace,
@@ -401,7 +410,8 @@ class Attempts:
             f" released fencing token {token} and moving to the next attempt."
         )
         log.warning("%s/%s: %s", namespace, body["metadata"]["name"], message)
-        self._ctx.store.release(namespace, lease.name, plan.pod_name, token)
+        released = self._ctx.store.release(namespace, lease.name, plan.pod_name, token)
+        self._ctx.lease_cache.put(released.lease.body)
         status = plan.status.model_copy(update={"holder_identity": None})
         taken = JobEvent("Warning", "PodNameTaken", message)
         return replace(plan, status=status, events=[*plan.events, taken])
@@ -423,8 +433,9 @@ class Attempts:
         """
         namespace, name = ns_name(body)
         key = f"{namespace}/{name}"
-        refusals = self._quota_refusals.get(key, 0)
-        self._quota_refusals[key] = refusals + 1
+        with self._quota_lock:
+            refusals = self._quota_refusals.get(key, 0)
+            self._quota_refusals[key] = refusals + 1
         delay = QUOTA_BACKOFF_SECONDS[min(refusals, len(QUOTA_BACKOFF_SECONDS) - 1)]
         message = (
             f"Pod {plan.pod_name} was refused by a ResourceQuota; retrying in {delay:g}s: {refusal}"
@@ -451,7 +462,8 @@ class Attempts:
         message = f"The pod template was rejected: {refusal}"
         log.warning("%s/%s: %s", *ns_name(body), message)
         current = ctx.store.get(lease.namespace, lease.name)
-        ctx.store.stop(current)
+        stopped = ctx.store.stop(current)
+        ctx.lease_cache.put(stopped.lease.body)
         status = failed_status(
             LeasedJob.model_validate(body), plan.status, "PodCreateFailed", message, now=ctx.now()
         )
