@@ -989,10 +989,16 @@ class IndexedActor:
         if started is None:  # the claim did not land: its pod is deleted
             log.info("claim of %s/%s refused: %s", namespace, lease.name, claimed)
             return None  # its lease's watch event brings the next reconcile
-        if isinstance(claimed, Accepted) and claimed.lease.record.holder_uid is not None:
-            self._attempts.delete_index_pods(
-                namespace, lease.record.job_name, step.index, claimed.token
+        job_name = lease.record.job_name
+        if (
+            isinstance(claimed, Accepted)
+            and claimed.lease.record.holder_uid is not None
+            # No LIST when the pod watch saw no earlier pod of the index (a first attempt).
+            and self._ctx.pod_memory.may_have_below(
+                namespace, job_name, claimed.token, index=step.index
             )
+        ):
+            self._attempts.delete_index_pods(namespace, job_name, step.index, claimed.token)
         for event in started.events:
             self._ctx.events.record(
                 body, event.type, event.reason, f"Index {step.index}: {event.message}"
