@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Final, NamedTuple
 
@@ -40,6 +41,9 @@ log = logging.getLogger(__name__)
 
 QUOTA_BACKOFF_SECONDS: Final = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0)
 """Delays before retrying a pod create refused by a ResourceQuota (the last repeats)."""
+
+Tell = Callable[[dict[str, Any], str, str, str], None]
+"""Records an Event: ``tell(obj, type, reason, message)`` (as ``EventRecorder.record``)."""
 
 
 def ns_name(body: dict[str, Any]) -> tuple[str, str]:
@@ -102,6 +106,8 @@ class Attempts:
         token: int,
         lease: StoredLease,
         index: int | None = None,
+        *,
+        tell: Tell | None = None,
     ) -> Plan:
         """Create the attempt's pod (of completion ``index``, if given) and bind the lease.
 
@@ -112,6 +118,7 @@ class Attempts:
             token: the fencing token the attempt runs under.
             lease: the lease as claimed.
             index: the completion index, for an Indexed job.
+            tell: records the ``Started`` Event (``None``: at once, in this thread).
 
         Returns:
             The plan with the status to write and the Events to record.
@@ -136,7 +143,7 @@ class Attempts:
         # Known at once, not only when the pod watch delivers it: a stop planned
         # before then (a cancel, a suspend) must see that this pod may exist.
         ctx.pod_memory.observe(created.pod)
-        status = self._started(job, body, plan, status, token)
+        status = self._started(job, body, plan, status, token, tell)
         uid = str(created.pod["metadata"]["uid"])
         self.bind(lease, plan.pod_name, token, uid, str(body["metadata"]["uid"]))
         return replace(plan, status=status)
@@ -148,13 +155,14 @@ class Attempts:
         plan: Plan,
         status: LeasedJobStatus,
         token: int,
+        tell: Tell | None = None,
     ) -> LeasedJobStatus:
         """Say that the attempt's pod was created (condition, log, Event); return the status."""
         ctx = self._ctx
         namespace, name = ns_name(body)
         self._quota_refusals.pop(f"{namespace}/{name}", None)
         log.info("started pod %s/%s under fencing token %d", namespace, plan.pod_name, token)
-        ctx.events.record(
+        (tell or ctx.events.record)(
             body, "Normal", "Started", f"Created pod {plan.pod_name} (fencing token {token})."
         )
         return with_conditions(
@@ -171,6 +179,8 @@ class Attempts:
         plan: Plan,
         lease: StoredLease,
         index: int | None = None,
+        *,
+        tell: Tell | None = None,
     ) -> Claimed:
         """Create the next attempt's pod under ``plan.token``, then claim the lease bound to it.
 
@@ -192,6 +202,7 @@ class Attempts:
             plan: the ``CLAIM_AND_START`` plan (``pod_name`` and ``token`` set).
             lease: the lease as planned on (unheld, at ``plan.token - 1``).
             index: the completion index, for an Indexed job.
+            tell: records the ``Started`` Event (``None``: at once, in this thread).
 
         Returns:
             :class:`Claimed`.
@@ -235,7 +246,7 @@ class Attempts:
         if not mine:
             self._lost(namespace, name, pod, claimed)
             return Claimed(None, claimed)
-        status = self._started(job, body, plan, _attempt_status(plan, token, lease), token)
+        status = self._started(job, body, plan, _attempt_status(plan, token, lease), token, tell)
         return Claimed(replace(plan, status=status), claimed)
 
     def _ours_to_claim_for(

@@ -93,6 +93,9 @@ written when the interval ends (the reconcile asks to be run again then)."""
 DEFAULT_STEP_WORKERS: Final = 8
 """Index steps run at once, over all jobs (``OperatorSettings.index_step_workers``)."""
 
+EVENT_WORKERS: Final = 4
+"""Threads recording index attempts' ``Started`` Events (:meth:`IndexedActor._tell_soon`)."""
+
 
 def cron_of(body: dict[str, Any]) -> str | None:
     """The LeasedCronJob whose run this job is (its controller ownerReference), or ``None``.
@@ -183,6 +186,19 @@ class IndexedActor:
             if step_workers > 1
             else None
         )
+        self._events = ThreadPoolExecutor(EVENT_WORKERS, thread_name_prefix="index-events")
+        """Records each attempt's ``Started`` Event off the step (:meth:`_tell_soon`)."""
+
+    def _tell_soon(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        """Record an index attempt's ``Started`` Event on its own threads, not in the step.
+
+        An Indexed job records one per attempt (batch/v1's job controller
+        records its ``SuccessfulCreate`` through an asynchronous broadcaster
+        too): posted in the step, it would add a round trip to every index's
+        start. Events are told, not relied on; a failure is logged
+        (:meth:`EventRecorder.record`).
+        """
+        self._events.submit(self._ctx.events.record, obj, type_, reason, message)
 
     def _leases(self, namespace: str, name: str) -> _IndexLeases:
         """The job's index leases, under today's names and the legacy ones.
@@ -984,7 +1000,7 @@ class IndexedActor:
     ) -> float | None:
         namespace = lease.namespace
         started, claimed = self._attempts.claim_and_start(
-            job, body, replace(plan, events=[]), lease, step.index
+            job, body, replace(plan, events=[]), lease, step.index, tell=self._tell_soon
         )
         if started is None:  # the claim did not land: its pod is deleted
             log.info("claim of %s/%s refused: %s", namespace, lease.name, claimed)
@@ -1015,7 +1031,7 @@ class IndexedActor:
         token: int,
     ) -> float | None:
         started = self._attempts.start(
-            job, body, replace(plan, events=[]), token, lease, step.index
+            job, body, replace(plan, events=[]), token, lease, step.index, tell=self._tell_soon
         )
         for event in started.events:
             self._ctx.events.record(
