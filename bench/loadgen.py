@@ -87,7 +87,7 @@ class LoadGenerator:
         self._go.set()
 
     def totals(self) -> Counter[str]:
-        """Renewals ``sent``, ``accepted``, ``rejected`` and ``errors`` so far."""
+        """Renewals ``sent``, ``answered``, ``accepted``, ``rejected`` and ``errors`` so far."""
         total: Counter[str] = Counter()
         for c in self._counts:
             total.update(dict(c))
@@ -151,6 +151,7 @@ class LoadGenerator:
                 except StoreError:
                     counts["errors"] += 1
                 finally:
+                    counts["answered"] += 1  # as the API server counts it: once served
                     self._busy[t] = False
             if not paused:
                 # Slots are absolute: a thread that fell behind catches up (as

@@ -33,6 +33,7 @@ from bench.harness import (
     REPO,
     WRITE_VERBS,
     CpuMeter,
+    CpuSnapshot,
     G,
     Harness,
     Scrape,
@@ -59,6 +60,7 @@ from bench.stats import (
     histogram_buckets,
     histogram_quantile,
     ratio,
+    reclaim_floor,
     sum_samples,
     summarize,
 )
@@ -75,6 +77,9 @@ behind on a small machine never lets one expire (a reclaim storm is not the load
 measured)."""
 BURST_DURATION: Final = 3
 """The expiry burst's leases' ``leaseDurationSeconds`` (the reclaim part's)."""
+BURST_SETTLE: Final = 2.0
+"""Seconds the burst's reclaims window runs on after the last reclaim was seen: the
+operator's writes that follow a reclaim (the job's status, its Event)."""
 FLOORS: Final = {
     "kopf": REPO / "bench" / "floors" / "kopf_floor.py",
     "watch": REPO / "bench" / "floors" / "plain_watch.py",
@@ -189,7 +194,7 @@ def run(h: Harness) -> ScaleResults:
                 f" {row['rss']:.0f} MB"
             )
         if op is not None and created:
-            out.burst = expiry_burst(h, ns, created)
+            out.burst = expiry_burst(h, ns, created, gen)
             log(f"scale: 1% expiry burst: {out.burst}")
         if sizes.profile_seconds > 0 and op is not None and op.proc is not None:
             out.profile = profile.record(op.proc.pid, sizes.profile_seconds, h.workdir)
@@ -205,20 +210,33 @@ def run(h: Harness) -> ScaleResults:
     return out
 
 
-def expiry_burst(h: Harness, ns: str, leases: int) -> dict[str, Any]:
+def expiry_burst(h: Harness, ns: str, leases: int, gen: LoadGenerator) -> dict[str, Any]:
     """Claim 1% more leases at once, never renew them, and time their reclaims.
 
     Pull-mode LeasedJobs (``b<i>``, duration :data:`BURST_DURATION`) are
     created and their leases, made by the operator, claimed from 8 threads at
-    once, while the tier's leases keep being renewed: the operator reclaims
-    the burst while it carries the whole tier. Latency: from each lease's
-    expiry (its claim's answer + duration) to its reclaim seen through a
-    watch; the operator's margin is part of it by design.
+    once, while the tier's leases keep being renewed (by ``gen``): the
+    operator reclaims the burst while it carries the whole tier. Latency:
+    from each lease's expiry (its claim's answer + duration) to its reclaim
+    seen through a watch; the operator's margin is part of it by design.
+
+    The API server's requests (by verb and resource) and CPU are measured in
+    two windows: *claims* (the benchmark's claims, the operator seeing them)
+    and *reclaims* (from the last claim's answer until every reclaim was seen,
+    plus :data:`BURST_SETTLE` s for the operator's follow-up writes). The
+    reclaims window gives the floor (:func:`~bench.stats.reclaim_floor`):
+    the operator's requests per reclaimed lease x the API server's CPU per
+    request, at what the renewals leave of the API server.
 
     Returns:
         ``leases`` (the burst's size), ``expiries_spread_s`` (first to last
         expiry), ``lag`` (:class:`~bench.stats.Summary` of the latencies, s),
-        ``missing`` (not seen reclaimed in time), ``margin`` (s).
+        ``missing`` (not seen reclaimed in time), ``margin`` (s), and per
+        window (``claims``, ``reclaims``): ``seconds``, ``requests`` (the
+        operator's, by ``"<verb> <resource>"``: the renewals and the
+        benchmark's claims taken out), ``served`` (every request), ``renewals``
+        (answered, of ``gen``), ``cpu`` (cores by process); ``floor``
+        (:class:`~bench.stats.BurstFloor`, from the reclaims window).
 
     Raises:
         RuntimeError: the operator did not make the burst's leases in time
@@ -286,19 +304,101 @@ def expiry_burst(h: Harness, ns: str, leases: int) -> dict[str, Any]:
         if not isinstance(result, Accepted) or result.token != 1:
             raise AssertionError(f"claim of {name}: {result}")
 
+    marks = [_mark(h, gen)]
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         for f in [pool.submit(claim, x) for x in names]:
             f.result()
+    marks.append(_mark(h, gen))
     watcher.join(timeout=BURST_DURATION + MARGIN_SECONDS + 60)
     stop.set()
+    time.sleep(BURST_SETTLE)  # the operator's writes after its last reclaim
+    marks.append(_mark(h, gen))
     expiry = {x: at + BURST_DURATION for x, at in claimed.items()}
     lag = [reclaimed[x] - at for x, at in expiry.items() if x in reclaimed]
+    spread = max(expiry.values()) - min(expiry.values()) if expiry else 0.0
+    # The benchmark's claims: GET + PATCH each (store.claim reads first).
+    claims = _window(
+        marks[0], marks[1], {"GET jobleases": len(names), "PATCH jobleases": len(names)}
+    )
+    reclaims = _window(marks[1], marks[2], {"WATCH jobleases": 1})  # our watch's end
+    floor = reclaim_floor(
+        reclaims=len(lag),
+        operator_requests=sum(reclaims["requests"].values()),
+        renewals=reclaims["renewals"],
+        served=reclaims["served"],
+        apiserver_cpu_seconds=reclaims["cpu"].get("kube-apiserver", math.nan) * reclaims["seconds"],
+        window_seconds=reclaims["seconds"],
+        expiry_spread=spread,
+        margin=MARGIN_SECONDS,
+        idle_cores=(os.cpu_count() or 1) - reclaims["cpu"]["machine"],
+    )
     return {
         "leases": len(names),
-        "expiries_spread_s": max(expiry.values()) - min(expiry.values()) if expiry else 0.0,
+        "expiries_spread_s": spread,
         "lag": summarize(lag),
         "missing": len(names) - len(lag),
         "margin": MARGIN_SECONDS,
+        "claims": claims,
+        "reclaims": reclaims,
+        "floor": floor,
+    }
+
+
+@dataclass(frozen=True)
+class _Mark:
+    """One end of a measuring window: API server counters, CPU, renewals answered."""
+
+    server: Scrape
+    cpu: CpuSnapshot
+    renewals: float
+    renewals_unsure: float
+
+
+def _mark(h: Harness, gen: LoadGenerator) -> _Mark:
+    """The API server's request counters, every process's CPU and ``gen``'s renewals, now.
+
+    Renewals keep landing while the scrape runs: they are counted as the mean
+    of the generator's answered renewals just before and just after it, give
+    or take half their difference (``renewals_unsure``).
+    """
+    first = gen.totals()["answered"]
+    server = apiserver_samples(h.admin)
+    last = gen.totals()["answered"]
+    return _Mark(server, h.meter.snapshot(), (first + last) / 2, (last - first) / 2)
+
+
+def _window(before: _Mark, after: _Mark, ours: dict[str, int]) -> dict[str, Any]:
+    """What the API server served between two marks, the operator's requests apart.
+
+    Args:
+        before: the window's start.
+        after: its end.
+        ours: the benchmark's own requests in it, by ``"<verb> <resource>"``
+            (taken out along with the renewals, PATCH jobleases each).
+
+    Returns:
+        ``seconds``, ``served`` (every request), ``renewals`` (give or take
+        ``renewals_unsure``), ``requests`` (the rest: the operator's; the
+        API server's own identity lease and discovery left out, listed in
+        ``control_plane``), ``cpu`` (cores by process, ``machine`` and
+        ``other``).
+    """
+    every = all_requests(before.server, after.server)
+    served = sum(every.values())
+    renewals = after.renewals - before.renewals
+    every.subtract({**ours, "PATCH jobleases": ours.get("PATCH jobleases", 0) + round(renewals)})
+    control_plane = Counter(
+        {k: v for k, v in every.items() if k.endswith((" leases", " /api", " /apis"))}
+    )
+    every.subtract(control_plane)
+    return {
+        "seconds": after.cpu.at - before.cpu.at,
+        "served": served,
+        "renewals": renewals,
+        "renewals_unsure": before.renewals_unsure + after.renewals_unsure,
+        "requests": +every,
+        "control_plane": +control_plane,
+        "cpu": CpuMeter.cores(before.cpu, after.cpu),
     }
 
 

@@ -484,6 +484,105 @@ def stack_share(collapsed: str, group: FrameGroup) -> float:
 # Tables
 
 
+@dataclass(frozen=True)
+class BurstFloor:
+    """The API server time an expiry burst needs, and the reclaim latency it allows.
+
+    Attributes:
+        requests_per_reclaim: the operator's requests per reclaimed lease.
+        cpu_per_request: API server CPU seconds per request it served (a mean).
+        apiserver_cores: cores the API server could have had: what it used
+            in the window plus what the machine left idle.
+        renewal_cores: the part of them the renewals took.
+        burst_seconds: seconds the burst's requests take at all of
+            ``apiserver_cores`` (the renewals set aside).
+        p99_floor: the lowest p99 latency (s) that allows: no reclaim
+            pattern on this API server's share does better.
+        burst_seconds_with_renewals: the same at what the renewals, at their
+            rate in the window, leave (``inf`` when they leave nothing).
+        p99_with_renewals: the p99 latency (s) that allows; an estimate, not
+            a bound: closed-loop renewals slow down while the burst is served.
+    """
+
+    requests_per_reclaim: float
+    cpu_per_request: float
+    apiserver_cores: float
+    renewal_cores: float
+    burst_seconds: float
+    p99_floor: float
+    burst_seconds_with_renewals: float
+    p99_with_renewals: float
+
+
+def reclaim_floor(
+    *,
+    reclaims: int,
+    operator_requests: float,
+    renewals: float,
+    served: float,
+    apiserver_cpu_seconds: float,
+    window_seconds: float,
+    expiry_spread: float,
+    margin: float,
+    idle_cores: float = 0.0,
+) -> BurstFloor:
+    """The floor of an expiry burst's reclaim latency set by the API server's CPU.
+
+    All figures come from one window. The API server's CPU per request is its
+    CPU time over the requests it served (watch fan-out included: every
+    request pays its share; a mean, which a nearly idle API server's own
+    background work inflates). The burst needs ``operator_requests`` of
+    them: ``burst_seconds`` = operator requests x CPU per request / the
+    cores the API server could have had (what it used, plus what the machine
+    left idle). Reclaims cannot start before the first expiry
+    plus ``margin``, and expiries spread evenly over ``expiry_spread`` s, so
+    the i-th of n is reclaimed no sooner than ``margin + (i/n) x
+    (burst_seconds - expiry_spread)`` after its expiry: ``p99_floor`` =
+    ``margin + 0.99 x max(0, burst_seconds - expiry_spread)``. That is a
+    lower bound (renewals set aside), as far as the mean CPU per request is
+    the burst's. With the renewals at their rate in the window (x the same
+    CPU per request) out of those cores, the same arithmetic gives
+    ``p99_with_renewals``: an estimate, not a bound (closed-loop renewals
+    slow down while the burst is served, and a nearly idle API server's mean
+    per request is mostly its own background work).
+
+    Args:
+        reclaims: leases reclaimed in the window (> 0).
+        operator_requests: the operator's requests for them in the window.
+        renewals: renewal requests in the window.
+        served: every request the API server served in the window.
+        apiserver_cpu_seconds: the API server's CPU time in the window.
+        window_seconds: the window's length.
+        expiry_spread: seconds from the first expiry to the last.
+        margin: the operator's expiry margin, s.
+        idle_cores: cores the machine left idle in the window (the API
+            server could have had them too).
+
+    Returns:
+        The :class:`BurstFloor`; NaN figures when nothing was served.
+    """
+    if reclaims <= 0 or served <= 0 or window_seconds <= 0:
+        nan = math.nan
+        return BurstFloor(nan, nan, nan, nan, nan, nan, nan, nan)
+    per_request = apiserver_cpu_seconds / served
+    cores = apiserver_cpu_seconds / window_seconds + max(0.0, idle_cores)
+    renewal_cores = renewals * per_request / window_seconds
+    need = operator_requests * per_request
+    alone = need / cores if cores > 0 else math.inf
+    left = cores - renewal_cores
+    shared = need / left if left > 0 else math.inf
+    return BurstFloor(
+        requests_per_reclaim=operator_requests / reclaims,
+        cpu_per_request=per_request,
+        apiserver_cores=cores,
+        renewal_cores=renewal_cores,
+        burst_seconds=alone,
+        p99_floor=margin + 0.99 * max(0.0, alone - expiry_spread),
+        burst_seconds_with_renewals=shared,
+        p99_with_renewals=margin + 0.99 * max(0.0, shared - expiry_spread),
+    )
+
+
 def fmt(value: float, unit: str = "", digits: int = 1) -> str:
     """Format a figure for a table (``-`` for missing values).
 

@@ -97,7 +97,8 @@ byte l_cap = 0;       /* spec.maxFencingToken */
 byte l_ctok = 0;      /* completion token, 0: none */
 bool l_susp = false;  /* spec.suspended */
 byte l_lut = 0;       /* spec.lastUncountedToken, 0: none */
-byte l_rtok = 0;      /* status.lastReclaimedToken: the last token judged expired */
+byte l_rtok = 0;      /* annotation leasehold.dev/last-reclaimed-token (written by
+                       * the reclaim itself): the last token judged expired */
 /* resourceVersion, as what the operator's conditional writes compare: per
  * replica, "changed since the watch last showed it" (or never shown) and
  * "unchanged since the expiry was judged". Two bits instead of a counter, so

@@ -70,6 +70,12 @@ ANNOTATION_FENCING_DOMAIN: Final = f"{GROUP}/fencing-domain"
 whose tokens it compares. One object, one domain: each index of an Indexed job is its own."""
 ANNOTATION_HOLDER: Final = f"{GROUP}/holder"
 ANNOTATION_LEASE: Final = f"{GROUP}/lease"
+ANNOTATION_RECLAIMED_TOKEN: Final = f"{GROUP}/last-reclaimed-token"
+"""On a JobLease: the last fencing token the operator took back on expiry (decimal).
+Written in the reclaim's own conditional write, with :data:`ANNOTATION_RECLAIM_REASON`;
+workers may not change a lease's annotations (the chart's worker lease policy)."""
+ANNOTATION_RECLAIM_REASON: Final = f"{GROUP}/last-reclaim-reason"
+"""On a JobLease: why that token was taken back (``LeaseExpired``, ``StartupDeadlineExceeded``)."""
 FINALIZER_DOMAIN: Final = f"{GROUP}/fencing-domain"
 """On every JobLease: the lease is its job name's fencing domain and outlives the
 job; only the operator removes it, when the lease's namespace is deleted."""

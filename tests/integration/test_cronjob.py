@@ -32,7 +32,7 @@ from leasehold.fencing.postgres import fence, install
 from leasehold.lease.errors import LeaseNotFoundError
 from leasehold.lease.indexes import index_lease_name
 from leasehold.lease.protocol import LeaseRecord, Outcome
-from leasehold.lease.store import LeaseStore, Rejected
+from leasehold.lease.store import LeaseStore, Rejected, reclaim_note
 from operatorproc import OperatorProcess
 from podrunner import PodRunner
 from tests.integration.jobs import condition_true, run, wait_for
@@ -349,13 +349,10 @@ def test_forbid_waits_for_a_frozen_runs_lease_then_claims_a_higher_token(
     # Not before its lease expired: 20 s after its last renewal, which came at
     # most a third of the lease (the SDK's renew interval) before the freeze.
     assert time.monotonic() - frozen_at >= 20 - 20 / 3
-    # Reclaimed (the operator notes the token in the lease's status just after).
+    # Reclaimed (the reclaim's own write notes the token in the lease's annotations).
     assert wait_for(
-        "lastReclaimedToken",
-        lambda: (
-            (store.get(namespace, first).body.get("status") or {}).get("lastReclaimedToken")
-            == token
-        ),
+        "the reclaim's note",
+        lambda: (reclaim_note(store.get(namespace, first).body) or (0, ""))[0] == token,
         10,
     )
     assert store.get(namespace, first).record.max_fencing_token == token  # closed

@@ -116,7 +116,6 @@ OPERATOR_RULES = {
     ("leasehold.dev", "leasedjobs/status", ("get", "patch"), ()),
     ("leasehold.dev", "leasedjobs/finalizers", ("update",), ()),
     ("leasehold.dev", "jobleases", ("create", "delete", "get", "list", "patch", "watch"), ()),
-    ("leasehold.dev", "jobleases/status", ("patch",), ()),
     ("", "pods", ("create", "delete", "get", "list", "watch"), ()),
     ("", "events", ("create", "patch"), ()),
     # Kueue (issue 30): the Workload of a queued LeasedJob, its LocalQueue.

@@ -17,7 +17,14 @@ from leasehold import names
 from leasehold.controller.engines.expiry import ExpiryClock
 from leasehold.lease.errors import LeaseNotFoundError, StoreError, TransientStoreError
 from leasehold.lease.protocol import FencingToken, Outcome, Rejection
-from leasehold.lease.store import Accepted, LeaseStore, Rejected, Result, StoredLease
+from leasehold.lease.store import (
+    Accepted,
+    LeaseStore,
+    Rejected,
+    Result,
+    StoredLease,
+    reclaim_note,
+)
 from tests.integration.leases import claim_ok, count_requests, wait_expired
 
 CLAIMERS = 50
@@ -107,6 +114,79 @@ def test_reclaim_fails_when_a_renewal_landed_after_judging(
     result = store.reclaim(judged)
     assert isinstance(result, Rejected) and result.rejection is Rejection.NOT_EXPIRED
     assert store.get(namespace, "job").record.holder_identity == "worker-a"
+
+
+def test_a_reclaim_notes_its_token_and_reason_in_the_same_write(
+    store: LeaseStore,
+    api_client: client.ApiClient,
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One conditional PATCH unholds the lease and notes why; the lease's own annotations stay."""
+    custom = client.CustomObjectsApi(api_client)
+    store.create(namespace, "job", job_name="job", lease_duration_seconds=5)
+    custom.patch_namespaced_custom_object(
+        names.GROUP,
+        names.VERSION,
+        namespace,
+        names.PLURAL_JOB_LEASES,
+        "job",
+        {"metadata": {"annotations": {"example.com/kept": "yes"}}},
+    )
+    token = claim_ok(store, namespace, "job", "worker-a")
+    judged = store.get(namespace, "job")
+    sent = count_requests(api_client, monkeypatch)  # the store's client
+    result = store.reclaim(judged, "StartupDeadlineExceeded")
+    assert isinstance(result, Accepted)
+    assert sent == {"PATCH": 1}
+    annotations = result.lease.body["metadata"]["annotations"]
+    assert annotations == {
+        "example.com/kept": "yes",
+        names.ANNOTATION_RECLAIMED_TOKEN: str(token),
+        names.ANNOTATION_RECLAIM_REASON: "StartupDeadlineExceeded",
+    }
+    assert reclaim_note(store.get(namespace, "job").body) == (token, "StartupDeadlineExceeded")
+    # A lease without annotations gets the map; a later reclaim replaces the note.
+    store.create(namespace, "bare", job_name="bare", lease_duration_seconds=5)
+    for reason in ("LeaseExpired", "StartupDeadlineExceeded"):
+        token = claim_ok(store, namespace, "bare", "worker-b")
+        done = store.reclaim(store.get(namespace, "bare"), reason)
+        assert isinstance(done, Accepted)
+        assert reclaim_note(done.lease.body) == (token, reason)
+        assert done.lease.record.holder_identity is None
+
+
+def test_a_refused_reclaim_notes_nothing(store: LeaseStore, namespace: str) -> None:
+    store.create(namespace, "job", job_name="job", lease_duration_seconds=5)
+    token = claim_ok(store, namespace, "job", "worker-a")
+    judged = store.get(namespace, "job")
+    assert isinstance(store.renew(namespace, "job", "worker-a", token), Accepted)
+    result = store.reclaim(judged, "LeaseExpired")
+    assert isinstance(result, Rejected) and result.rejection is Rejection.NOT_EXPIRED
+    assert reclaim_note(store.get(namespace, "job").body) is None
+
+
+def test_a_note_of_an_older_operator_on_the_status_is_read_too(
+    store: LeaseStore, api_client: client.ApiClient, namespace: str
+) -> None:
+    """Leases an older operator reclaimed carry the note on their status: still read."""
+    store.create(namespace, "job", job_name="job", lease_duration_seconds=5)
+    first = claim_ok(store, namespace, "job", "worker-a")
+    assert isinstance(store.reclaim(store.get(namespace, "job")), Accepted)
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object_status(
+        names.GROUP,
+        names.VERSION,
+        namespace,
+        names.PLURAL_JOB_LEASES,
+        "job",
+        {"status": {"lastReclaimedToken": first, "lastReclaimReason": "LeaseExpired"}},
+    )
+    assert reclaim_note(store.get(namespace, "job").body) == (first, "LeaseExpired")
+    # A later reclaim by this operator: its annotation is the later note.
+    second = claim_ok(store, namespace, "job", "worker-a")
+    done = store.reclaim(store.get(namespace, "job"), "StartupDeadlineExceeded")
+    assert isinstance(done, Accepted)
+    assert reclaim_note(done.lease.body) == (second, "StartupDeadlineExceeded")
 
 
 def test_stale_release_retried_after_reclaim_changes_nothing(

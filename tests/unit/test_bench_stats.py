@@ -21,6 +21,7 @@ from bench.stats import (
     parse_samples,
     percentile,
     ratio,
+    reclaim_floor,
     renewal_offsets,
     rss_bytes,
     schedstat,
@@ -266,3 +267,89 @@ def test_profile_groups_name_the_operator_code_where_it_is() -> None:
 def test_schedstat() -> None:
     assert schedstat("958162273 123238929 928\n") == (958162273, 123238929)
     assert schedstat("") == (0, 0)
+
+
+def test_reclaim_floor_is_the_burst_s_api_server_time() -> None:
+    # 10 s window, API server 1.5 cores: 15 CPU s over 5,000 requests = 3 ms each.
+    # 1,000 reclaims x 2 requests x 3 ms = 6 CPU s: 4 s at 1.5 cores.
+    # Renewals 3,000: 9 CPU s, 0.9 cores; at the 0.6 cores left, 10 s.
+    floor = reclaim_floor(
+        reclaims=1000,
+        operator_requests=2000,
+        renewals=3000,
+        served=5000,
+        apiserver_cpu_seconds=15.0,
+        window_seconds=10.0,
+        expiry_spread=2.0,
+        margin=1.0,
+    )
+    assert floor.requests_per_reclaim == 2.0
+    assert floor.cpu_per_request == pytest.approx(0.003)
+    assert floor.apiserver_cores == pytest.approx(1.5)
+    assert floor.renewal_cores == pytest.approx(0.9)
+    assert floor.burst_seconds == pytest.approx(4.0)
+    assert floor.p99_floor == pytest.approx(1.0 + 0.99 * 2.0)
+    assert floor.burst_seconds_with_renewals == pytest.approx(10.0)
+    assert floor.p99_with_renewals == pytest.approx(1.0 + 0.99 * 8.0)
+
+
+def test_reclaim_floor_is_the_margin_when_the_burst_fits_in_its_spread() -> None:
+    floor = reclaim_floor(
+        reclaims=10,
+        operator_requests=30,
+        renewals=0,
+        served=100,
+        apiserver_cpu_seconds=0.5,
+        window_seconds=5.0,
+        expiry_spread=2.0,
+        margin=1.0,
+    )
+    assert floor.burst_seconds == pytest.approx(1.5)
+    assert floor.p99_floor == 1.0
+    assert floor.p99_with_renewals == 1.0
+
+
+def test_reclaim_floor_without_room_for_the_burst_is_infinite() -> None:
+    floor = reclaim_floor(
+        reclaims=10,
+        operator_requests=30,
+        renewals=130,  # the window's requests were all renewals: nothing left
+        served=130,
+        apiserver_cpu_seconds=1.3,
+        window_seconds=1.0,
+        expiry_spread=0.0,
+        margin=1.0,
+    )
+    assert floor.burst_seconds == pytest.approx(0.3 / 1.3)  # 30 x 10 ms at 1.3 cores
+    assert floor.burst_seconds_with_renewals == math.inf
+    assert floor.p99_with_renewals == math.inf
+    empty = reclaim_floor(
+        reclaims=0,
+        operator_requests=0,
+        renewals=0,
+        served=0,
+        apiserver_cpu_seconds=0.0,
+        window_seconds=1.0,
+        expiry_spread=0.0,
+        margin=1.0,
+    )
+    assert math.isnan(empty.p99_floor)
+
+
+def test_reclaim_floor_counts_idle_cores_as_the_api_server_s_too() -> None:
+    # 0.5 cores used + 1.0 idle: 1.5 cores; 30 requests x 10 ms = 0.3 CPU s: 0.2 s.
+    floor = reclaim_floor(
+        reclaims=10,
+        operator_requests=30,
+        renewals=20,
+        served=50,
+        apiserver_cpu_seconds=0.5,
+        window_seconds=1.0,
+        expiry_spread=0.0,
+        margin=1.0,
+        idle_cores=1.0,
+    )
+    assert floor.apiserver_cores == pytest.approx(1.5)
+    assert floor.burst_seconds == pytest.approx(0.2)
+    assert floor.renewal_cores == pytest.approx(0.2)
+    assert floor.burst_seconds_with_renewals == pytest.approx(0.3 / 1.3)

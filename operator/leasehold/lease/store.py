@@ -105,6 +105,60 @@ def _excuse_ops(before: LeaseRecord, after: LeaseRecord) -> list[dict[str, Any]]
     ]
 
 
+def _note_ops(judged: StoredLease, reason: str) -> list[dict[str, Any]]:
+    """JSON-patch ops noting the reclaim of ``judged``'s token, and why, in its annotations.
+
+    The write they join is conditioned on ``judged``'s ``resourceVersion``, so
+    the annotations as judged are the lease's own: when it has none, the map
+    is added whole; else each key is added (or replaced).
+    """
+    note = {
+        names.ANNOTATION_RECLAIMED_TOKEN: str(judged.record.fencing_token),
+        names.ANNOTATION_RECLAIM_REASON: reason,
+    }
+    if not (judged.body.get("metadata") or {}).get("annotations"):
+        return [{"op": "add", "path": "/metadata/annotations", "value": note}]
+    return [
+        {"op": "add", "path": "/metadata/annotations/" + _pointer(key), "value": value}
+        for key, value in note.items()
+    ]
+
+
+def _pointer(key: str) -> str:
+    """``key`` escaped as one JSON-pointer segment (RFC 6901: ``~`` and ``/``)."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def reclaim_note(body: dict[str, Any]) -> tuple[int, str] | None:
+    """The reclaim noted on a JobLease: ``(token taken back, reason)``, or ``None``.
+
+    Read from the annotations :meth:`LeaseStore.reclaim` writes; for a lease
+    last reclaimed by an operator that noted it in a second write, from
+    ``status.lastReclaimedToken`` and ``status.lastReclaimReason``. Of the
+    two, the higher token is the later reclaim.
+
+    Args:
+        body: the JobLease as read or watched.
+
+    Returns:
+        ``(token, reason)``, or ``None`` when no reclaim is noted (or a note
+        is malformed).
+    """
+    notes: list[tuple[int, str]] = []
+    annotations = (body.get("metadata") or {}).get("annotations") or {}
+    token, reason = (
+        annotations.get(names.ANNOTATION_RECLAIMED_TOKEN),
+        annotations.get(names.ANNOTATION_RECLAIM_REASON),
+    )
+    if isinstance(token, str) and token.isdecimal() and reason:
+        notes.append((int(token), str(reason)))
+    status = body.get("status") or {}
+    token, reason = status.get("lastReclaimedToken"), status.get("lastReclaimReason")
+    if isinstance(token, int) and reason:
+        notes.append((token, str(reason)))
+    return max(notes, key=lambda note: note[0]) if notes else None
+
+
 def _timeout(request_timeout: float | None) -> dict[str, Any]:
     """The client's ``_request_timeout`` keyword, when a timeout is given."""
     return {} if request_timeout is None else {"_request_timeout": request_timeout}
@@ -305,11 +359,21 @@ class LeaseStore(LeaseWriter):
 
     # -- the protocol -------------------------------------------------------
 
-    def reclaim(self, judged: StoredLease) -> Result:
+    def reclaim(self, judged: StoredLease, reason: str | None = None) -> Result:
         """Reclaim a lease the operator judged expired: unheld, token kept.
 
         The write carries ``judged.resource_version``: if the lease changed since (a
-        renewal), the server answers 409 and nothing is reclaimed.
+        renewal), the server answers 409 and nothing is reclaimed. With a
+        ``reason``, the same write notes the taken-back token and the reason in
+        the lease's annotations (:data:`~leasehold.names.ANNOTATION_RECLAIMED_TOKEN`,
+        :data:`~leasehold.names.ANNOTATION_RECLAIM_REASON`; read back by
+        :func:`reclaim_note`): one request, and no moment at which the lease is
+        reclaimed but the note missing.
+
+        Args:
+            judged: the lease as judged expired.
+            reason: why it is taken back (``LeaseExpired``,
+                ``StartupDeadlineExceeded``); ``None``: no note.
 
         Returns:
             :class:`Accepted`, or :class:`Rejected` with ``NOT_EXPIRED`` (changed
@@ -329,6 +393,8 @@ class LeaseStore(LeaseWriter):
             {"op": "remove", "path": "/spec/holderIdentity"},
             UNBIND,
         ]
+        if reason is not None:
+            ops += _note_ops(judged, reason)
         return self._conditional(judged, ops, "reclaim")
 
     def stop(self, judged: StoredLease) -> Result:

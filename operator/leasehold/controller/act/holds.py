@@ -16,7 +16,7 @@ from typing import Any
 
 from leasehold.controller.act.context import Context
 from leasehold.lease.protocol import hold_may_outlive
-from leasehold.lease.store import Accepted, StoredLease
+from leasehold.lease.store import Accepted, StoredLease, reclaim_note
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,11 @@ def clock_key(lease: StoredLease) -> str:
 
 
 def last_reclaim_reason(lease: StoredLease) -> str | None:
-    """Why the lease's current token was taken back, if it was (its status says).
+    """Why the lease's current token was taken back, if it was (the reclaim noted it).
+
+    The note is in the lease's annotations, written by the reclaim itself
+    (:func:`~leasehold.lease.store.reclaim_note`; an older operator's, on
+    its status).
 
     Args:
         lease: the stored lease.
@@ -37,11 +41,10 @@ def last_reclaim_reason(lease: StoredLease) -> str | None:
         ``LeaseExpired``, ``StartupDeadlineExceeded``, or ``None`` when the
         current token was not reclaimed (or the note is missing).
     """
-    status = lease.body.get("status") or {}
-    if status.get("lastReclaimedToken") != lease.record.fencing_token:
+    note = reclaim_note(lease.body)
+    if note is None or note[0] != lease.record.fencing_token:
         return None
-    reason = status.get("lastReclaimReason")
-    return str(reason) if reason else None
+    return note[1]
 
 
 class HoldWaits:

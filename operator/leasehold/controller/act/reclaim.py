@@ -3,10 +3,11 @@
 Why this module exists: expiry is decided by one party, this operator, on
 its own monotonic clock (:mod:`leasehold.controller.engines.expiry`). The
 reclaim write carries the version that was judged, so a renewal that landed
-meanwhile makes it fail; then the lease is read again and judged again. A
-taken-back token is noted on the lease's status (why: the lease duration
-after it started, or the startup bound before), for the job's next
-reconcile and for people.
+meanwhile makes it fail; then the lease is read again and judged again. The
+same write notes the taken-back token and why (the lease duration after it
+started, or the startup bound before) in the lease's annotations, for the
+job's next reconcile and for people: a reclaim is one request to the lease
+(plus the job's Event).
 """
 
 from __future__ import annotations
@@ -19,11 +20,9 @@ from typing import Any, Final
 from leasehold import names
 from leasehold.controller.act.context import Context
 from leasehold.controller.engines.expiry import ExpiryReason
-from leasehold.controller.kube.objects import Refused
 from leasehold.lease.errors import (
     InvalidLeaseError,
     LeaseNotFoundError,
-    StoreError,
     TransientStoreError,
 )
 from leasehold.lease.protocol import LeaseRecord
@@ -80,11 +79,11 @@ class Reclaimer:
         meanwhile makes it fail; then it re-reads, and if the generation moved,
         nothing is reclaimed. ``reason`` says which bound the attempt went past
         (the lease duration after it started, or the startup bound before): it
-        is told in the Event and in the lease's ``status.lastReclaimReason``.
+        is told in the Event and in the lease's annotation
+        ``leasehold.dev/last-reclaim-reason``, written by the reclaim itself.
 
-        Runs under the job's lock, as its reconciles do: none of them may read
-        the lease between the reclaim and its note (it would record the ended
-        attempt as ``Reclaimed`` when it went past its startup bound).
+        Runs under the job's lock, as its reconciles do, so none of them acts
+        on the lease while it is being judged and taken back.
 
         Raises:
             TransientStoreError: the API server failed; try again later.
@@ -153,8 +152,10 @@ class Reclaimer:
                 return ReclaimOutcome(
                     False, record.fencing_token, record.holder_identity, "QuotaWait"
                 )
-            result = self._ctx.store.reclaim(lease)
+            result = self._ctx.store.reclaim(lease, str(reason))
             if isinstance(result, Accepted):
+                # Cached with its note: the reconcile the reclaim triggers
+                # reads the reason from the cache (its watch event is skipped).
                 self._ctx.wrote_lease(result.lease)
                 log.info(
                     "reclaimed %s/%s from %s (token %d): no renewal seen for %ds + margin",
@@ -164,7 +165,6 @@ class Reclaimer:
                     record.fencing_token,
                     record.lease_duration_seconds,
                 )
-                self._note(result.lease, reason)
                 job = _owner_job(lease)
                 if job is not None:
                     self._ctx.events.record(job, "Warning", *_reclaim_event(lease, reason))
@@ -173,36 +173,6 @@ class Reclaimer:
                 )
             # 409: something changed; re-read and judge again.
         raise TransientStoreError(f"reclaim {namespace}/{lease_name}: kept conflicting")
-
-    def _note(self, lease: StoredLease, reason: ExpiryReason) -> None:
-        """Record on the lease's status which token was taken back, and why.
-
-        The job's next reconcile reads it to say why the attempt ended. A
-        failure is logged only: the reclaim itself stands.
-        """
-        patch = {
-            "status": {
-                "lastReclaimedToken": lease.record.fencing_token,
-                "lastReclaimReason": str(reason),
-            }
-        }
-        try:
-            written = self._ctx.lease_objects.patch_status(lease.namespace, lease.name, patch)
-        except StoreError as exc:
-            written = None
-            failure = str(exc)
-        else:
-            failure = f"HTTP {written.value}" if isinstance(written, Refused) else ""
-        if not isinstance(written, dict):
-            log.warning(
-                "could not note the reclaim on %s/%s: %s", lease.namespace, lease.name, failure
-            )
-            return
-        version = (written.get("metadata") or {}).get("resourceVersion")
-        self._ctx.own_writes.record("JobLease", lease.namespace, lease.name, str(version or ""))
-        # Its watch event is skipped as our own: the reconcile the reclaim
-        # triggers must read the reason from the cache.
-        self._ctx.lease_cache.put(written)
 
 
 def _reclaim_event(lease: StoredLease, reason: ExpiryReason) -> tuple[str, str]:

@@ -507,13 +507,18 @@ class JobLeaseStatus(ApiModel):
 
     observed_generation: int | None = Field(default=None, ge=0)
     last_reclaimed_token: int | None = Field(
-        default=None, ge=1, description="The last token the operator took back on expiry."
+        default=None,
+        ge=1,
+        description="Written by operators before 2026-12-05 only: the last token taken back"
+        " on expiry. The reclaim now notes it in its own write, as the annotation"
+        " leasehold.dev/last-reclaimed-token; the operator reads both.",
     )
     last_reclaim_reason: str | None = Field(
         default=None,
         max_length=64,
-        description="Why that token was taken back: LeaseExpired (no renewal for the lease"
-        " duration) or StartupDeadlineExceeded (the attempt never started).",
+        description="Written by operators before 2026-12-05 only: why that token was taken"
+        " back, LeaseExpired (no renewal for the lease duration) or StartupDeadlineExceeded"
+        " (the attempt never started). Now the annotation leasehold.dev/last-reclaim-reason.",
     )
     conditions: list[LeaseCondition] | None = Field(
         default=None,
