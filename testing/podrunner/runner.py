@@ -75,6 +75,11 @@ POD_UID_ENV = "PODRUNNER_POD_UID"
 """Set to the pod's uid in every pod process: how the runner finds all of them."""
 _KILL_PASSES = 200
 """SIGKILL passes over a pod's processes before giving up on stragglers."""
+STARTED_FILE = "started"
+"""In a pod's folder: the wall-clock time (``time.time()``, seconds, 6 decimals) taken
+right before its process was spawned; what benchmarks time a start-up from."""
+EXITED_FILE = "exited"
+"""In a pod's folder: the wall-clock time its main process was seen to exit."""
 
 
 def pod_processes(uid: str, session: int) -> list[int]:
@@ -271,7 +276,9 @@ class PodRunner:
     For each pod the scheduler binds to the node, the first container's
     ``command + args`` runs as a process (the image is ignored) with the
     pod's env, a service-account token bound to the pod, and its output in
-    ``<workdir>/pods/<namespace>_<name>_<uid>/log``. The pod status follows
+    ``<workdir>/pods/<namespace>_<name>_<uid>/log`` (next to it ``pid``, and
+    :data:`STARTED_FILE` / :data:`EXITED_FILE`: the wall-clock moments the
+    process was spawned and seen to exit). The pod status follows
     the process: Running, then Succeeded (exit 0) or Failed. Every restart
     policy is treated as ``Never``. Deleting the pod sends SIGTERM to all its
     processes, SIGKILL after the grace period (at most 30 s), and then
@@ -960,6 +967,7 @@ class PodRunner:
                 return
             try:
                 with (handle.directory / "log").open("ab") as output:
+                    spawned = time.time()
                     popen = subprocess.Popen(
                         launch.argv,
                         stdin=subprocess.DEVNULL,
@@ -981,12 +989,14 @@ class PodRunner:
             return
         started_at = handle.started_at or rfc3339()
         (handle.directory / "pid").write_text(f"{popen.pid}\n")
+        (handle.directory / STARTED_FILE).write_text(f"{spawned:.6f}\n")
         log.info("started pod %s pid %d: %s", handle.ref, popen.pid, shlex.join(launch.argv))
         self._patch_status(
             handle, running_status(pod, pid=popen.pid, started_at=started_at, now=rfc3339())
         )
         self._wait(handle, popen)
         returncode = popen.returncode
+        (handle.directory / EXITED_FILE).write_text(f"{time.time():.6f}\n")
         finished_at = rfc3339()
         exit_code, signum = exit_details(returncode)
         (handle.directory / "exit_code").write_text(f"{exit_code}\n")
