@@ -15,6 +15,7 @@ time, so every request the jobs caused is counted, by verb and resource.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import os
 import re
 import subprocess
@@ -46,7 +47,7 @@ from leasehold.worker.startup import STEPS, parse_line
 from localcluster import tools_bin_dir
 from operatorproc import OperatorProcess
 from podrunner import PodRunner
-from podrunner.runner import STARTED_FILE
+from podrunner.runner import CPU_FILE, STARTED_FILE
 
 SLEEP: Final = "date +%s.%N; sleep 1"
 """The job's shell command, for both kinds: its start moment first (the pod's log), then 1 s."""
@@ -383,7 +384,9 @@ def measure(
         stages[f"-> {stage}"] = summarize([at[x] - previous[x] for x in at if x in previous])
         previous = at
     stages["-> done"] = summarize([done[x] - previous[x] for x in done if x in previous])
-    startup, steps = pod_startups(runner, ns, prefix) if runner is not None else ([], [])
+    startup, steps, pod_cpu = (
+        pod_startups(runner, ns, prefix) if runner is not None else ([], [], [])
+    )
     return {
         "kind": kind,
         "n": n,
@@ -400,6 +403,7 @@ def measure(
         "load": (load_before, load_after),
         "startup": startup,
         "steps": steps,
+        "pod_cpu": pod_cpu,
         "controller_cpu": (cpu_after.ticks.get(controller, 0) - cpu_before.ticks.get(controller, 0))
         / CLK_TCK,
         "cpu": cpu,
@@ -523,14 +527,16 @@ _STAMP: Final = re.compile(r"^\d{9,}\.\d+$")
 
 def pod_startups(
     runner: PodRunner, ns: str, prefix: str
-) -> tuple[list[float], list[dict[str, float]]]:
-    """Spawn -> command start per pod of the round (seconds), and ``leasehold run``'s lines.
+) -> tuple[list[float], list[dict[str, float]], list[float]]:
+    """Per pod of the round: spawn -> command start (s), ``leasehold run``'s lines, CPU (s).
 
-    The pod runner stamps the spawn (``started``); the command prints its own
-    start first (``date +%s.%N``); the wrapper logs its start-up line.
+    The pod runner stamps the spawn (``started``) and the process tree's CPU
+    (``cpu``, from ``wait4``); the command prints its own start first
+    (``date +%s.%N``); the wrapper logs its start-up line.
     """
     startups: list[float] = []
     steps: list[dict[str, float]] = []
+    cpu: list[float] = []
     for folder in sorted(runner.pods_dir.glob(f"{ns}_{prefix}*")):
         try:
             spawned = float((folder / STARTED_FILE).read_text())
@@ -543,7 +549,9 @@ def pod_startups(
         line = parse_line(text)
         if line is not None:
             steps.append(line)
-    return startups, steps
+        with contextlib.suppress(OSError, ValueError):
+            cpu.append(float((folder / CPU_FILE).read_text()))
+    return startups, steps, cpu
 
 
 def watch_done(
@@ -714,7 +722,9 @@ def section(
         " every lease version (same holder and token, a new `renewTime`: only a worker"
         " renews; the first after a claim is its confirm renewal); *refused*: JobLease"
         " writes answered 4xx (counted in the writes: the API server served them)."
-        " *start-up*: the pod runner's spawn stamp to the command's own `date +%s.%N`."
+        " *start-up*: the pod runner's spawn stamp to the command's own `date +%s.%N`;"
+        " *pod CPU*: user + system seconds of each pod's process tree (the runner's"
+        " `wait4`), summed / jobs."
         " Load: the 1-minute load average before the creates -> after the last done."
         " Controller CPU: the operator's process for LeasedJobs, the whole"
         " kube-controller-manager for Jobs.",
@@ -746,6 +756,7 @@ def section(
                 f"{(_writes(req) - renewals) / n:.1f}",
                 f"{_gets(req) / n:.1f}",
                 f"{_median(row.get('startup') or []):.3f}" if row.get("startup") else "-",
+                f"{sum(row['pod_cpu']) / n:.3f}" if row.get("pod_cpu") else "-",
                 f"{1000 * row['controller_cpu'] / n:.0f}",
                 f"{row['cpu'].get('kube-apiserver', 0):.2f}",
                 f"{row['cpu'].get('machine', 0):.2f}",
@@ -770,6 +781,7 @@ def section(
                 "writes/job, renewals excluded",
                 "GETs/job",
                 "start-up p50 s",
+                "pod CPU s/job",
                 "controller CPU ms/job",
                 "API server cores",
                 "machine cores",

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import os
 import re
 import sys
@@ -55,7 +56,7 @@ from leasehold.lease.leaseops import Accepted, StoredLease
 from leasehold.lease.store import LeaseStore
 from leasehold.worker.startup import STEPS, parse_line
 from podrunner import DEFAULT_NODE, PodRunner
-from podrunner.runner import EXITED_FILE, STARTED_FILE
+from podrunner.runner import CPU_FILE, EXITED_FILE, STARTED_FILE
 
 COMMAND: Final = "date +%s.%N; sleep 1"
 """Every pod's shell command: the start moment first, then a 1 s job."""
@@ -81,6 +82,7 @@ class Round:
         startup: command start - spawn per pod (seconds).
         run: exit - spawn per pod (seconds).
         steps: the wrapper's steps per pod (its start-up line's values).
+        cpu: CPU seconds per pod (its process tree's, from the runner's ``wait4``).
         missing: pods with no command start (did not run, or no stamp).
         lease_requests: JobLease requests in the round (``"<verb> <code>"`` -> count),
             the benchmark's own creates and claims taken out.
@@ -94,6 +96,7 @@ class Round:
     startup: list[float] = field(default_factory=list)
     run: list[float] = field(default_factory=list)
     steps: list[dict[str, float]] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
     missing: int = 0
     lease_requests: Counter[str] = field(default_factory=Counter)
     load_before: float = 0.0
@@ -219,12 +222,14 @@ def measure(
     for name in pod_names:
         folder = runner.pod_dir(ns, name)
         figures = read_pod(folder) if folder is not None else None
-        if figures is None:
+        if folder is None or figures is None:
             result.missing += 1
             continue
         startup, run, steps = figures
         result.startup.append(startup)
         result.run.append(run)
+        with contextlib.suppress(OSError, ValueError):
+            result.cpu.append(float((folder / CPU_FILE).read_text()))
         if steps is not None:
             result.steps.append(steps)
     return result
@@ -321,7 +326,8 @@ def section(rounds: Sequence[Round]) -> list[str]:
         " own start-up line, p50 over the pods (process = interpreter start up to"
         " `main`, imports, environment = lease env and HTTP client, confirm = the"
         " confirm renewal and any wait for the claim, child = the shim and the"
-        " command's fork). Lease requests: the API server's count in the round, the"
+        " command's fork). CPU: user + system seconds of the pod's process tree (the"
+        " runner's `wait4`), mean per pod. Lease requests: the API server's count in the round, the"
         " benchmark's own creates and claims taken out, by verb and HTTP code, per pod.",
         "",
     ]
@@ -333,6 +339,8 @@ def section(rounds: Sequence[Round]) -> list[str]:
     for (n, kind), mine in sorted(groups.items(), key=lambda kv: (kv[0][0], order.index(kv[0][1]))):
         startup = [x for r in mine for x in r.startup]
         run_ = [x for r in mine for x in r.run]
+        cpu = [x for r in mine for x in r.cpu]
+        base_cpu = [x for r in groups.get((n, KINDS[0]), []) for x in r.cpu]
         steps = [s for r in mine for s in r.steps]
         base = [x for r in groups.get((n, KINDS[0]), []) for x in r.run]
         base_start = [x for r in groups.get((n, KINDS[0]), []) for x in r.startup]
@@ -360,6 +368,8 @@ def section(rounds: Sequence[Round]) -> list[str]:
                 f"{_p(run_, 'p50'):.2f}",
                 f"{_p(run_, 'p50') / _p(base, 'p50'):.2f}x" if base else "-",
                 f"{_p(run_, 'p99') / _p(base, 'p99'):.2f}x" if base else "-",
+                f"{_p(cpu, 'mean'):.3f}" if cpu else "-",
+                f"{_p(cpu, 'mean') - _p(base_cpu, 'mean'):.3f}" if cpu and base_cpu else "-",
                 step_text,
                 counts,
                 " ".join(f"{k} {v / pods:.2f}" for k, v in sorted(requests.items())) or "-",
@@ -379,6 +389,8 @@ def section(rounds: Sequence[Round]) -> list[str]:
                 "run p50 s",
                 "run p50 vs sh -c",
                 "run p99 vs sh -c",
+                "CPU s/pod (mean)",
+                "CPU s/pod above sh -c",
                 "steps p50 s: " + " / ".join(STEPS),
                 "confirm renewals / reads per pod",
                 "lease requests per pod",
