@@ -14,6 +14,7 @@ import argparse
 import signal
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
@@ -237,12 +238,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         The process exit code.
     """
+    main_at = time.monotonic()
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list[:1] == ["run"] and threading.current_thread() is threading.main_thread():
         for signum in EARLY_SIGNALS:
             signal.signal(signum, _record)
     args = build_parser().parse_args(args_list)
     args.early_signals = _received
+    args.main_at = main_at
     code: int = args.func(args)
     return code
 
