@@ -250,35 +250,41 @@ class Renewer:
             result = attempt.result
             if isinstance(result, Rejected) and result.rejection is Rejection.NOT_BOUND:
                 last_error = RuntimeError(f"lease {self.key} is not yet bound to this pod")
-                if self._bound is not None:
-                    self._wait_bound(give_up_at)
-                    continue
+                if self._bound is not None and self._wait_bound(give_up_at):
+                    continue  # bound now (or may be judged): the renewal confirms at once
             time.sleep(
                 min(self.timing.retry_interval_seconds, max(0.0, give_up_at - self._monotonic()))
             )
 
-    def _wait_bound(self, give_up_at: float) -> None:
+    def _wait_bound(self, give_up_at: float) -> bool:
         """Read the lease until it is bound to this holder (or may be judged), or ``give_up_at``.
 
         Reads, not refused renewals: a refused renewal is a write request and a
         read (the store re-reads to say why). Soon after the pod started the
         reads are quick (:data:`NOT_BOUND_POLLS`), then one per retry interval.
         Nothing is decided here: the renewal that follows is what confirms.
+
+        Returns:
+            ``True`` once a read found the lease bound (or judgeable): renew at
+            once. ``False`` when a read failed or ``give_up_at`` came: the
+            caller waits its retry interval before the next renewal, so a read
+            that keeps failing (an overloaded API server answering 429) never
+            turns the wait into a renewal every 0.05 s.
         """
         assert self._bound is not None
         delays = iter(NOT_BOUND_POLLS)
         while True:
             left = give_up_at - self._monotonic()
             if left <= 0:
-                return
+                return False
             time.sleep(min(next(delays, self.timing.retry_interval_seconds), left))
             self.confirm_reads += 1
             try:
                 if self._bound(min(self.timing.request_timeout_seconds, max(left, 0.001))):
-                    return
+                    return True
             except Exception as exc:  # the renewal tells what is wrong
                 log.debug("reading lease %s while not bound failed: %s", self.key, exc)
-                return
+                return False
 
     def retime(self, timing: LeaseTiming) -> None:
         """Time the window, the renewals and the requests by ``timing`` from now on."""
