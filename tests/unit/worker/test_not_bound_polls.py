@@ -1,4 +1,4 @@
-"""Review of issue 29: while a push lease is not yet bound, a failing read must not speed up renewals."""
+"""While a push lease is not yet bound, a failing read must not speed up renewals."""
 
 from __future__ import annotations
 
