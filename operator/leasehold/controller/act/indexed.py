@@ -1042,13 +1042,24 @@ class IndexedActor:
     def retire(self, namespace: str, name: str) -> None:
         """The job is gone: stop its index leases for good, keeping them as domains.
 
+        A stop refused because the lease moved since it was read (a renewal
+        the cache has not seen yet) is made again on the lease the refusal
+        read: a held lease's renewals bring no reconcile, so a dropped
+        refusal would leave the gone job's lease held and claimable.
+
         Args:
             namespace: the job's namespace.
             name: the job's name.
+
+        Raises:
+            TransientStoreError: a lease kept moving (try again).
+            StoreError: the API server failed or refused.
         """
-        for lease in self._leases(namespace, name).all():
-            domain.release_if_namespace_goes(self._ctx, lease)
-            domain.stop_for_good(self._ctx, lease)
+        moving = [
+            lease.name
+            for lease in self._leases(namespace, name).all()
+            if not self._stop_for_good(lease)
+        ]
         prefix = (namespace, f"{name}{INDEX_SEPARATOR}")
         with self._guard:  # the backoffs of its indexes end with it
             self._parsed.pop((namespace, name), None)
@@ -1057,3 +1068,25 @@ class IndexedActor:
                 del self._retry_after[key]
             for told in [t for t in self._told_waits if (t[0], t[1][: len(prefix[1])]) == prefix]:
                 self._told_waits.discard(told)
+        if moving:
+            raise TransientStoreError(
+                f"retire {namespace}/{name}: index lease(s) {', '.join(moving)} kept moving"
+            )
+
+    def _stop_for_good(self, lease: StoredLease) -> bool:
+        """Stop a gone job's index lease for good, again on what a refusal read.
+
+        Returns:
+            ``True`` once it is stopped, final or completed (a completion
+            stands); ``False`` when it kept moving for :data:`STOP_TRIES` stops.
+        """
+        domain.release_if_namespace_goes(self._ctx, lease)
+        for _ in range(STOP_TRIES):
+            result = domain.stop_for_good(self._ctx, lease)
+            if result is None or isinstance(result, Accepted):
+                return True
+            lease = result.lease
+            self._ctx.lease_cache.put(lease.body)
+            if lease.record.completion is not None:
+                return True
+        return False
