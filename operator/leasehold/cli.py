@@ -14,6 +14,7 @@ import argparse
 import signal
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
@@ -71,6 +72,7 @@ _OPERATOR_SETTING_FLAGS = (
     "priority",
     "peering_lifetime_seconds",
     "reconcile_workers",
+    "index_step_workers",
 )
 """``leasehold operator`` options named as the setting they override, which they
 override when given (``None``: not given, the setting's own source decides)."""
@@ -187,6 +189,12 @@ def _add_operator_parser(sub: Any) -> None:
         help="threads running reconciles and reclaims at once (default 16)",
     )
     p_op.add_argument(
+        "--index-step-workers",
+        type=int,
+        metavar="N",
+        help="threads carrying out an Indexed job's index steps at once (default 8)",
+    )
+    p_op.add_argument(
         "--log-level",
         type=str.upper,
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
@@ -230,12 +238,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         The process exit code.
     """
+    main_at = time.monotonic()
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list[:1] == ["run"] and threading.current_thread() is threading.main_thread():
         for signum in EARLY_SIGNALS:
             signal.signal(signum, _record)
     args = build_parser().parse_args(args_list)
     args.early_signals = _received
+    args.main_at = main_at
     code: int = args.func(args)
     return code
 

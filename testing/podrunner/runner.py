@@ -75,6 +75,14 @@ POD_UID_ENV = "PODRUNNER_POD_UID"
 """Set to the pod's uid in every pod process: how the runner finds all of them."""
 _KILL_PASSES = 200
 """SIGKILL passes over a pod's processes before giving up on stragglers."""
+STARTED_FILE = "started"
+"""In a pod's folder: the wall-clock time (``time.time()``, seconds, 6 decimals) taken
+right before its process was spawned; what benchmarks time a start-up from."""
+EXITED_FILE = "exited"
+"""In a pod's folder: the wall-clock time its main process was seen to exit."""
+CPU_FILE = "cpu"
+"""In a pod's folder: CPU seconds (user + system) of its main process and the
+descendants it reaped, from ``wait4``: what the pod took from the machine."""
 
 
 def pod_processes(uid: str, session: int) -> list[int]:
@@ -161,6 +169,7 @@ class _Pod:
     popen: subprocess.Popen[bytes] | None = None
     started_at: str | None = None
     returncode: int | None = None
+    cpu_seconds: float | None = None
     failure: str | None = None
     terminating: bool = False
     gone: bool = False
@@ -271,7 +280,9 @@ class PodRunner:
     For each pod the scheduler binds to the node, the first container's
     ``command + args`` runs as a process (the image is ignored) with the
     pod's env, a service-account token bound to the pod, and its output in
-    ``<workdir>/pods/<namespace>_<name>_<uid>/log``. The pod status follows
+    ``<workdir>/pods/<namespace>_<name>_<uid>/log`` (next to it ``pid``,
+    :data:`STARTED_FILE` / :data:`EXITED_FILE`: the wall-clock moments the
+    process was spawned and seen to exit, and :data:`CPU_FILE`: its CPU). The pod status follows
     the process: Running, then Succeeded (exit 0) or Failed. Every restart
     policy is treated as ``Never``. Deleting the pod sends SIGTERM to all its
     processes, SIGKILL after the grace period (at most 30 s), and then
@@ -960,6 +971,7 @@ class PodRunner:
                 return
             try:
                 with (handle.directory / "log").open("ab") as output:
+                    spawned = time.time()
                     popen = subprocess.Popen(
                         launch.argv,
                         stdin=subprocess.DEVNULL,
@@ -981,12 +993,16 @@ class PodRunner:
             return
         started_at = handle.started_at or rfc3339()
         (handle.directory / "pid").write_text(f"{popen.pid}\n")
+        (handle.directory / STARTED_FILE).write_text(f"{spawned:.6f}\n")
         log.info("started pod %s pid %d: %s", handle.ref, popen.pid, shlex.join(launch.argv))
         self._patch_status(
             handle, running_status(pod, pid=popen.pid, started_at=started_at, now=rfc3339())
         )
         self._wait(handle, popen)
         returncode = popen.returncode
+        (handle.directory / EXITED_FILE).write_text(f"{time.time():.6f}\n")
+        if handle.cpu_seconds is not None:
+            (handle.directory / CPU_FILE).write_text(f"{handle.cpu_seconds:.6f}\n")
         finished_at = rfc3339()
         exit_code, signum = exit_details(returncode)
         (handle.directory / "exit_code").write_text(f"{exit_code}\n")
@@ -1023,7 +1039,14 @@ class PodRunner:
         with handle.lock:
             signal_pod(handle.uid, popen.pid, signal.SIGKILL)
             handle.exited.set()
-        handle.returncode = popen.wait()
+        try:  # wait4: the process's CPU, and its reaped descendants' (a container's CPU)
+            _, status, usage = os.wait4(popen.pid, 0)
+        except ChildProcessError:  # reaped elsewhere: the code is Popen's
+            handle.returncode = popen.wait()
+            return
+        popen.returncode = os.waitstatus_to_exitcode(status)
+        handle.returncode = popen.returncode
+        handle.cpu_seconds = usage.ru_utime + usage.ru_stime
 
     def _refresh_tokens(self) -> None:
         with self._lock:

@@ -901,3 +901,54 @@ def test_run_keeps_its_lease_through_a_rolling_api_server_restart(
     assert lease.completion is not None, stderr
     assert (lease.completion.outcome, lease.completion.fencing_token) == (Outcome.SUCCEEDED, token)
     print(f"\n[measure] rolling restart: {hung} renewal(s) hung and were retried, child kept")
+
+
+POD_UID = "0a1b2c3d-0000-4000-8000-000000000001"
+"""The pod UID the late claim binds (a UID's shape: the CRD checks it)."""
+
+
+def test_run_waits_for_a_late_claim_by_reading_and_starts_after_one_refused_renewal(
+    store: LeaseStore, crds_installed: Path, namespace: str
+) -> None:
+    """The pod starts before the operator's claim lands (the claim binds the pod's UID).
+
+    The wrapper's first renewal is refused (``NOT_BOUND``); it then reads the
+    lease until the claim has landed and confirms with one more renewal, so a
+    claim landing 1.5 s late costs two renewals and some reads (each read a
+    GET, no write), and the command starts soon after the claim. Before the
+    reads, every try was a refused renewal (a PATCH and a GET) one retry
+    interval (0.83 s for this lease) apart: three renewals here, and up to
+    0.83 s after the claim before the start.
+    """
+    from leasehold.worker.startup import parse_line
+
+    store.create(namespace, "job", job_name="job", lease_duration_seconds=10)
+    env = {**run_env(crds_installed, namespace, 1, 10), "LEASEHOLD_POD_UID": POD_UID}
+    with subprocess.Popen(
+        [*RUN, "--", "sh", "-c", "date +%s.%N"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        assert proc.stderr is not None
+        seen: list[str] = []
+        for line in proc.stderr:  # the first renewal refused: the claim has not landed
+            seen.append(line)
+            if "not yet bound" in line:
+                break
+        else:
+            raise AssertionError("".join(seen))
+        time.sleep(1.5)
+        claimed = store.claim(namespace, "job", "pod-a", holder_uid=POD_UID, token=1)
+        claimed_at = time.time()
+        assert isinstance(claimed, Accepted)
+        out, err = proc.communicate(timeout=30)
+        err = "".join(seen) + err
+    assert proc.returncode == 0, err
+    started = float(out.split()[0])
+    values = parse_line(err)
+    assert values is not None, err
+    assert values["tries"] == 2, err  # one refused, the confirm; no refused retry
+    assert values["reads"] >= 1, err
+    assert started - claimed_at < 0.6, err  # reads at most 0.4 s apart in the first second

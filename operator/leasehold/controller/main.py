@@ -62,7 +62,10 @@ def run_operator(settings: OperatorSettings) -> int:
         # Kopf logs every handler call at INFO; our own lines say what happened.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     identity = own_identity()
-    actors = Actors.connect(api_client(pool_size=settings.reconcile_workers + 2))
+    actors = Actors.connect(
+        api_client(pool_size=settings.reconcile_workers + settings.index_step_workers + 2),
+        step_workers=settings.index_step_workers,
+    )
     runtime = build_runtime(settings, actors, api_client, identity)
     crons = cron.build_queue(
         cron.CronActor(*cron_objects(api_client(pool_size=2)), actors.ctx, actors.holds),

@@ -26,6 +26,7 @@ from leasehold.controller import metrics
 from leasehold.controller.act.attempts import Attempts
 from leasehold.controller.act.context import COMPONENT, Context
 from leasehold.controller.act.holds import HoldWaits
+from leasehold.controller.act.indexed import DEFAULT_STEP_WORKERS
 from leasehold.controller.act.jobs import JobActor
 from leasehold.controller.act.queue import QueueActor
 from leasehold.controller.act.reclaim import Reclaimer
@@ -113,11 +114,19 @@ class Actors:
     holds: HoldWaits
 
     @classmethod
-    def connect(cls, api_client: client.ApiClient, **context: Any) -> Actors:
+    def connect(
+        cls,
+        api_client: client.ApiClient,
+        *,
+        step_workers: int = DEFAULT_STEP_WORKERS,
+        **context: Any,
+    ) -> Actors:
         """Actors that talk to the API through ``api_client``.
 
         Args:
             api_client: a configured ``kubernetes.client.ApiClient``.
+            step_workers: index steps of Indexed jobs run at once
+                (``OperatorSettings.index_step_workers``).
             **context: passed to :func:`connect` (``clock``, ``monotonic``,
                 ``instance``).
 
@@ -127,7 +136,8 @@ class Actors:
         ctx = connect(api_client, **context)
         holds = HoldWaits(ctx)
         queue = QueueActor(ctx, Workloads(api_client, COMPONENT))
-        return cls(ctx, JobActor(ctx, holds, Attempts(ctx), queue), Reclaimer(ctx), holds)
+        jobs = JobActor(ctx, holds, Attempts(ctx), queue, step_workers=step_workers)
+        return cls(ctx, jobs, Reclaimer(ctx), holds)
 
 
 @dataclass

@@ -63,6 +63,12 @@ class OperatorSettings(BaseSettings):
     """Threads running reconciles and reclaims (blocking API calls) at once.
     A burst of expiries is taken back this many at a time."""
 
+    index_step_workers: int = Field(default=8, ge=1, le=256)
+    """Threads carrying out an Indexed job's index steps at once (over all
+    jobs): the indexes a burst of completions freed start together (each a pod
+    create and a claim), not one after another. 1 runs them one by one in the
+    reconcile's own thread."""
+
     retry_delay_seconds: float = Field(default=2.0, gt=0, le=300)
     """Delay before a reconcile that hit a transient API error is retried."""
 

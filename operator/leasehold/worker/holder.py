@@ -18,7 +18,6 @@ fenced at the target (docs/fencing.md).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import math
@@ -30,16 +29,15 @@ from types import TracebackType
 from typing import Any, Final, TypeVar
 
 from leasehold import fencing
-from leasehold.fencing import http as http_fencing
-from leasehold.fencing import kube as kube_fencing
 from leasehold.lease.errors import TransientStoreError
-from leasehold.lease.leaseops import Accepted, LeaseOperations, Rejected, Result
+from leasehold.lease.leaseops import Accepted, LeaseOperations, Rejected, Result, StoredLease
 from leasehold.lease.protocol import (
     FencingToken,
     HolderIdentity,
     MonotonicClock,
     Outcome,
     Rejection,
+    check_holder,
 )
 from leasehold.names import (
     ENV_COMPLETION_INDEX,
@@ -158,6 +156,7 @@ class LeaseHolder:
             acquired_at=acquired_at,
             on_loss=self._lose,
             monotonic=monotonic,
+            bound=self._bound_now if callable(getattr(self._store, "get", None)) else None,
         )
 
     @classmethod
@@ -242,6 +241,14 @@ class LeaseHolder:
     def deadline(self) -> float | None:
         """The local deadline (on the holder's monotonic clock), ``None`` before the first."""
         return self._renewer.deadline
+
+    @property
+    def confirm_requests(self) -> dict[str, int]:
+        """What :meth:`start` sent to confirm the lease.
+
+        ``tries``: renew requests; ``reads``: reads while the claim had not landed.
+        """
+        return {"tries": self._renewer.confirm_tries, "reads": self._renewer.confirm_reads}
 
     @property
     def loss(self) -> LeaseLost | None:
@@ -352,6 +359,8 @@ class LeaseHolder:
 
         ``step`` names the effect, for an ``Idempotency-Key`` header.
         """
+        from leasehold.fencing import http as http_fencing  # asyncio: not at start-up
+
         key = self.effect_key(step) if step is not None else None
         return http_fencing.fencing_headers(self._token, self.fence_resource(resource), key)
 
@@ -364,6 +373,8 @@ class LeaseHolder:
 
     def annotate(self, body: dict[str, Any]) -> dict[str, Any]:
         """Put the fencing-token annotation on ``body`` (in place) and return it."""
+        from leasehold.fencing import kube as kube_fencing
+
         return kube_fencing.annotate(body, self._token)
 
     # -- renewing --------------------------------------------------------
@@ -377,6 +388,13 @@ class LeaseHolder:
             request_timeout=timeout,
             **self._uid,
         )
+
+    def _bound_now(self, timeout: float) -> bool:
+        """Read the lease (no write): ``False`` while not yet bound to this holder."""
+        read: Callable[..., StoredLease] = getattr(self._store, "get")  # noqa: B009
+        lease = read(self.namespace, self.lease_name, request_timeout=timeout)
+        waiting = check_holder(lease.record, self.holder_identity, self._token, self.holder_uid)
+        return waiting is not Rejection.NOT_BOUND
 
     def renew_now(self) -> Result:
         """Renew once, now, in this thread: to refresh the deadline before a long step.
@@ -688,6 +706,8 @@ class LeaseHolder:
         Raises:
             LeaseLost: the lease was lost before or during the block.
         """
+        import asyncio  # here: ``leasehold run`` never needs it (28 ms of its start-up)
+
         self.check()
         task = asyncio.current_task()
         if task is None:

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Final
 
 from leasehold.lease.errors import LeaseNotFoundError
 from leasehold.lease.leaseops import Accepted, Rejected, Result
@@ -29,6 +30,18 @@ log = logging.getLogger(__name__)
 
 RenewRequest = Callable[[float], Result]
 """Sends one renew request bounded by the given timeout (seconds) and returns the store's result."""
+
+BoundProbe = Callable[[float], bool]
+"""Reads the lease (no write) within the given timeout (seconds): ``False`` while it
+is still not bound to this holder (its claim has not landed), ``True`` once a
+renewal may be judged; may raise any error (the renewal is then tried)."""
+
+NOT_BOUND_POLLS: Final = (0.05, 0.1, 0.2, 0.4)
+"""Seconds between reads while a push lease is not yet bound to this pod, then
+every retry interval. The operator creates the pod before its claim lands (the
+claim binds the pod's UID), so a quick worker starts before it; the claim
+usually lands within a few hundred ms, and one retry interval (0.83 s for a
+10 s lease) was paid whole by every such start."""
 
 
 @dataclass(eq=False)
@@ -61,10 +74,16 @@ class Renewer:
         acquired_at: float | None,
         on_loss: Callable[[LeaseLost], None],
         monotonic: MonotonicClock = time.monotonic,
+        bound: BoundProbe | None = None,
     ) -> None:
         self.timing = timing
         self.key = key
         self._renew = renew
+        self._bound = bound
+        self.confirm_tries = 0
+        """Renew requests :meth:`confirm` sent (the last one accepted)."""
+        self.confirm_reads = 0
+        """Reads :meth:`confirm` made while the lease was not yet bound to this holder."""
         self._on_loss = on_loss
         self._monotonic = monotonic
         self._lock = threading.Lock()
@@ -215,6 +234,7 @@ class Renewer:
                     f" (last error: {last_error})",
                 )
             attempt = self._launch(give_up_at)
+            self.confirm_tries += 1
             wait_for_event(attempt.done, attempt.answer_by - self._monotonic())
             if not attempt.done.is_set():
                 last_error = TimeoutError(
@@ -227,9 +247,44 @@ class Renewer:
             if isinstance(attempt.result, Accepted):
                 return attempt.result
             last_error = attempt.error
+            result = attempt.result
+            if isinstance(result, Rejected) and result.rejection is Rejection.NOT_BOUND:
+                last_error = RuntimeError(f"lease {self.key} is not yet bound to this pod")
+                if self._bound is not None and self._wait_bound(give_up_at):
+                    continue  # bound now (or may be judged): the renewal confirms at once
             time.sleep(
                 min(self.timing.retry_interval_seconds, max(0.0, give_up_at - self._monotonic()))
             )
+
+    def _wait_bound(self, give_up_at: float) -> bool:
+        """Read the lease until it is bound to this holder (or may be judged), or ``give_up_at``.
+
+        Reads, not refused renewals: a refused renewal is a write request and a
+        read (the store re-reads to say why). Soon after the pod started the
+        reads are quick (:data:`NOT_BOUND_POLLS`), then one per retry interval.
+        Nothing is decided here: the renewal that follows is what confirms.
+
+        Returns:
+            ``True`` once a read found the lease bound (or judgeable): renew at
+            once. ``False`` when a read failed or ``give_up_at`` came: the
+            caller waits its retry interval before the next renewal, so a read
+            that keeps failing (an overloaded API server answering 429) never
+            turns the wait into a renewal every 0.05 s.
+        """
+        assert self._bound is not None
+        delays = iter(NOT_BOUND_POLLS)
+        while True:
+            left = give_up_at - self._monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(next(delays, self.timing.retry_interval_seconds), left))
+            self.confirm_reads += 1
+            try:
+                if self._bound(min(self.timing.request_timeout_seconds, max(left, 0.001))):
+                    return True
+            except Exception as exc:  # the renewal tells what is wrong
+                log.debug("reading lease %s while not bound failed: %s", self.key, exc)
+                return False
 
     def retime(self, timing: LeaseTiming) -> None:
         """Time the window, the renewals and the requests by ``timing`` from now on."""

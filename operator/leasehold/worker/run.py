@@ -63,6 +63,7 @@ from leasehold.names import ENV_FENCING_TOKEN
 from leasehold.worker import shim
 from leasehold.worker.errors import LeaseEnvironmentError, LeaseLost
 from leasehold.worker.holder import LeaseHolder
+from leasehold.worker.startup import StartupClock
 from leasehold.worker.timing import LeaseTiming
 
 log = logging.getLogger("leasehold.worker.run")
@@ -265,9 +266,14 @@ class _Runner:
     """One ``leasehold run``: the holder, the child, and the signal forwarding."""
 
     def __init__(
-        self, holder: LeaseHolder, grace_seconds: float, received: Sequence[int] = ()
+        self,
+        holder: LeaseHolder,
+        grace_seconds: float,
+        received: Sequence[int] = (),
+        startup: StartupClock | None = None,
     ) -> None:
         self.holder = holder
+        self.startup = startup
         self.grace = max(0.0, grace_seconds)
         self.lead = term_lead_seconds(holder.timing, self.grace)
         self.received = received
@@ -307,6 +313,10 @@ class _Runner:
             except LeaseLost as loss:
                 log.error("lease lost: %s (the command was not started)", loss)
                 return EXIT_LEASE_LOST
+            if self.startup is not None:
+                self.startup.mark("confirm")
+                for name, value in self.holder.confirm_requests.items():
+                    self.startup.count(name, value)
             if self.pending is not None:
                 return self._stopped_before_start()
             # start() times the window by the lease's own duration: so must the lead.
@@ -325,6 +335,9 @@ class _Runner:
                 self.child.command_pid,
                 self.holder.token,
             )
+            if self.startup is not None:
+                self.startup.mark("child")
+                log.info("%s", self.startup.line())
             # A signal handled while the child was starting (the handler now
             # forwards on its own): forward it now, unless the command has ended
             # meanwhile (the wrapper was descheduled while starting it): it was
@@ -468,6 +481,7 @@ def run_command(
     grace_seconds: float = DEFAULT_GRACE_SECONDS,
     holder: LeaseHolder | None = None,
     received: Sequence[int] = (),
+    startup: StartupClock | None = None,
 ) -> int:
     """Run ``command`` under the pod's lease; see the module docstring.
 
@@ -480,6 +494,9 @@ def run_command(
         received: stop signals that arrived before this call (the command
             line records them from its first instruction): the command is
             then not started and the lease is released.
+        startup: marks of the start-up so far; the steps up to the
+            command's start are added and logged in one line
+            (:mod:`leasehold.worker.startup`).
 
     Returns:
         The exit code: the child's (``128 + N`` if killed by signal N;
@@ -498,8 +515,10 @@ def run_command(
         except LeaseEnvironmentError as exc:
             log.error("bad lease environment: %s", exc)
             return EXIT_USAGE
+    if startup is not None:
+        startup.mark("environment")
     try:
-        return _Runner(holder, grace_seconds, received).run(command)
+        return _Runner(holder, grace_seconds, received, startup).run(command)
     finally:
         holder.close()
 
@@ -551,13 +570,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
     lost); the interpreter's shutdown must neither wait for it nor let it
     wake inside the TLS library mid-shutdown, which aborts the process.
     """
+    main_at = getattr(args, "main_at", None)
+    startup = StartupClock(main_at if main_at is not None else time.monotonic())
+    startup.mark("imports")
     _configure_logging()
     shim.become_subreaper()
     argv = list(args.run_argv)
     if argv and argv[0] == "--":
         argv = argv[1:]
     received: Sequence[int] = getattr(args, "early_signals", ())
-    code = run_command(argv, grace_seconds=args.grace_seconds, received=received)
+    code = run_command(argv, grace_seconds=args.grace_seconds, received=received, startup=startup)
     shim.kill_tree(os.getpid())
     logging.shutdown()
     sys.stdout.flush()

@@ -47,19 +47,38 @@ EXIT_NOT_FOUND = 127
 EXIT_SHIM_USAGE = 2
 
 
-def _prctl() -> Callable[[int, int], int] | None:
-    """``prctl(option, arg)`` from libc, or ``None`` off Linux."""
+_PRCTL: list[Callable[[int, int], int] | None] = []
+"""The one ``prctl`` found (a one-element cache, filled on first use)."""
+
+
+def _find_prctl() -> Callable[[int, int], int] | None:
     if not sys.platform.startswith("linux"):
         return None
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
-    libc = ctypes.CDLL(name, use_errno=True)
+    try:
+        # The interpreter's own symbols: libc is linked in (glibc and musl), so
+        # no search is needed. ``find_library`` runs ``ldconfig -p`` in a
+        # subprocess (9 ms on an idle machine, far more under load), which the
+        # start of every command paid three times, once inside the command's
+        # own pre-exec hook.
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl  # noqa: B018 - raises AttributeError when not linked in
+    except (OSError, AttributeError):
+        name = ctypes.util.find_library("c")
+        if name is None:
+            return None
+        libc = ctypes.CDLL(name, use_errno=True)
 
     def prctl(option: int, arg: int) -> int:
         return int(libc.prctl(option, arg, 0, 0, 0))
 
     return prctl
+
+
+def _prctl() -> Callable[[int, int], int] | None:
+    """``prctl(option, arg)`` from libc, or ``None`` off Linux; looked up once per process."""
+    if not _PRCTL:
+        _PRCTL.append(_find_prctl())
+    return _PRCTL[0]
 
 
 def become_subreaper() -> bool:
@@ -177,7 +196,7 @@ def run(watch_fd: int, report_fd: int, command: Sequence[str]) -> None:
         command: the program and its arguments.
     """
     me = os.getpid()
-    become_subreaper()
+    become_subreaper()  # also finds prctl, before the fork: the command's hook reuses it
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, _ignore)
     wake_read, wake_write = os.pipe()

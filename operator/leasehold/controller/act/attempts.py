@@ -15,6 +15,8 @@ fenced-off attempts are deleted, but those the job's retention keeps.
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Final, NamedTuple
 
@@ -39,6 +41,9 @@ log = logging.getLogger(__name__)
 
 QUOTA_BACKOFF_SECONDS: Final = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0)
 """Delays before retrying a pod create refused by a ResourceQuota (the last repeats)."""
+
+Tell = Callable[[dict[str, Any], str, str, str], None]
+"""Records an Event: ``tell(obj, type, reason, message)`` (as ``EventRecorder.record``)."""
 
 
 def ns_name(body: dict[str, Any]) -> tuple[str, str]:
@@ -73,6 +78,8 @@ class Attempts:
         self._ctx = ctx
         self._quota_refusals: dict[str, int] = {}
         """``namespace/job`` -> pod creates refused by a quota in a row (dropped on success)."""
+        self._quota_lock = threading.Lock()
+        """Guards :attr:`_quota_refusals`: an Indexed job's steps run on several threads."""
 
     def forget(self, namespace: str, name: str) -> None:
         """The job is gone: drop what is kept about it.
@@ -99,6 +106,8 @@ class Attempts:
         token: int,
         lease: StoredLease,
         index: int | None = None,
+        *,
+        tell: Tell | None = None,
     ) -> Plan:
         """Create the attempt's pod (of completion ``index``, if given) and bind the lease.
 
@@ -109,6 +118,7 @@ class Attempts:
             token: the fencing token the attempt runs under.
             lease: the lease as claimed.
             index: the completion index, for an Indexed job.
+            tell: records the ``Started`` Event (``None``: at once, in this thread).
 
         Returns:
             The plan with the status to write and the Events to record.
@@ -133,7 +143,7 @@ class Attempts:
         # Known at once, not only when the pod watch delivers it: a stop planned
         # before then (a cancel, a suspend) must see that this pod may exist.
         ctx.pod_memory.observe(created.pod)
-        status = self._started(job, body, plan, status, token)
+        status = self._started(job, body, plan, status, token, tell)
         uid = str(created.pod["metadata"]["uid"])
         self.bind(lease, plan.pod_name, token, uid, str(body["metadata"]["uid"]))
         return replace(plan, status=status)
@@ -145,13 +155,14 @@ class Attempts:
         plan: Plan,
         status: LeasedJobStatus,
         token: int,
+        tell: Tell | None = None,
     ) -> LeasedJobStatus:
         """Say that the attempt's pod was created (condition, log, Event); return the status."""
         ctx = self._ctx
         namespace, name = ns_name(body)
         self._quota_refusals.pop(f"{namespace}/{name}", None)
         log.info("started pod %s/%s under fencing token %d", namespace, plan.pod_name, token)
-        ctx.events.record(
+        (tell or ctx.events.record)(
             body, "Normal", "Started", f"Created pod {plan.pod_name} (fencing token {token})."
         )
         return with_conditions(
@@ -168,6 +179,8 @@ class Attempts:
         plan: Plan,
         lease: StoredLease,
         index: int | None = None,
+        *,
+        tell: Tell | None = None,
     ) -> Claimed:
         """Create the next attempt's pod under ``plan.token``, then claim the lease bound to it.
 
@@ -189,6 +202,7 @@ class Attempts:
             plan: the ``CLAIM_AND_START`` plan (``pod_name`` and ``token`` set).
             lease: the lease as planned on (unheld, at ``plan.token - 1``).
             index: the completion index, for an Indexed job.
+            tell: records the ``Started`` Event (``None``: at once, in this thread).
 
         Returns:
             :class:`Claimed`.
@@ -223,13 +237,16 @@ class Attempts:
             token=token,
             job_uid=str(body["metadata"]["uid"]),
         )
+        # The cache is never behind this operator's own writes; the claim's
+        # watch event is not skipped (the status planned before it counts it next).
+        ctx.lease_cache.put(claimed.lease.body)
         mine = claimed.lease.record.fencing_token == token and (
             claimed.lease.record.holder_uid == uid
         )
         if not mine:
             self._lost(namespace, name, pod, claimed)
             return Claimed(None, claimed)
-        status = self._started(job, body, plan, _attempt_status(plan, token, lease), token)
+        status = self._started(job, body, plan, _attempt_status(plan, token, lease), token, tell)
         return Claimed(replace(plan, status=status), claimed)
 
     def _ours_to_claim_for(
@@ -309,6 +326,7 @@ class Attempts:
             token=token,
             job_uid=str(body["metadata"]["uid"]),
         )
+        self._ctx.lease_cache.put(claimed.lease.body)
         if not isinstance(claimed, Accepted):
             return Claimed(None, claimed)
         message = (
@@ -317,6 +335,7 @@ class Attempts:
         )
         log.warning("%s/%s: %s", namespace, name, message)
         released = self._ctx.store.release(namespace, lease.name, plan.pod_name, token)
+        self._ctx.lease_cache.put(released.lease.body)
         status = plan.status.model_copy(update={"holder_identity": None})
         taken = JobEvent("Warning", "PodNameTaken", message)
         return Claimed(replace(plan, status=status, events=[*plan.events, taken]), released)
@@ -334,6 +353,7 @@ class Attempts:
         if isinstance(bound, Accepted):
             ctx.wrote_lease(bound.lease)
         else:
+            ctx.lease_cache.put(bound.lease.body)  # as read when refused: newer than planned on
             log.info(
                 "lease %s/%s not bound to pod %s (uid %s, job uid %s): %s",
                 lease.namespace,
@@ -401,7 +421,8 @@ class Attempts:
             f" released fencing token {token} and moving to the next attempt."
         )
         log.warning("%s/%s: %s", namespace, body["metadata"]["name"], message)
-        self._ctx.store.release(namespace, lease.name, plan.pod_name, token)
+        released = self._ctx.store.release(namespace, lease.name, plan.pod_name, token)
+        self._ctx.lease_cache.put(released.lease.body)
         status = plan.status.model_copy(update={"holder_identity": None})
         taken = JobEvent("Warning", "PodNameTaken", message)
         return replace(plan, status=status, events=[*plan.events, taken])
@@ -423,8 +444,9 @@ class Attempts:
         """
         namespace, name = ns_name(body)
         key = f"{namespace}/{name}"
-        refusals = self._quota_refusals.get(key, 0)
-        self._quota_refusals[key] = refusals + 1
+        with self._quota_lock:
+            refusals = self._quota_refusals.get(key, 0)
+            self._quota_refusals[key] = refusals + 1
         delay = QUOTA_BACKOFF_SECONDS[min(refusals, len(QUOTA_BACKOFF_SECONDS) - 1)]
         message = (
             f"Pod {plan.pod_name} was refused by a ResourceQuota; retrying in {delay:g}s: {refusal}"
@@ -451,7 +473,8 @@ class Attempts:
         message = f"The pod template was rejected: {refusal}"
         log.warning("%s/%s: %s", *ns_name(body), message)
         current = ctx.store.get(lease.namespace, lease.name)
-        ctx.store.stop(current)
+        stopped = ctx.store.stop(current)
+        ctx.lease_cache.put(stopped.lease.body)
         status = failed_status(
             LeasedJob.model_validate(body), plan.status, "PodCreateFailed", message, now=ctx.now()
         )

@@ -9,10 +9,12 @@ reaches into another's private methods.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
+from leasehold import names
 from leasehold.controller.engines.caches import ObjectCache
 from leasehold.controller.engines.expiry import ExpiryClock
 from leasehold.controller.engines.locks import JobLocks
@@ -32,6 +34,32 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def index_lease_group(body: Mapping[str, Any]) -> str | None:
+    """The group of a JobLease in the lease cache: its job's name, if it is an index lease.
+
+    An index lease carries the labels ``leasehold.dev/job`` (its job) and
+    ``leasehold.dev/completion-index``: the same selector the indexed actor
+    would LIST with (``names.LABEL_JOB=<job>,names.LABEL_COMPLETION_INDEX``),
+    so the group holds exactly what that LIST would return.
+
+    Args:
+        body: a JobLease body.
+
+    Returns:
+        The job's name (the ``leasehold.dev/job`` label), or ``None`` for a
+        job's own lease or a run's lease.
+    """
+    labels = (body.get("metadata") or {}).get("labels") or {}
+    if names.LABEL_COMPLETION_INDEX not in labels:
+        return None
+    job = labels.get(names.LABEL_JOB)
+    return str(job) if job is not None else None
+
+
+def _lease_cache() -> ObjectCache:
+    return ObjectCache(group_of=index_lease_group)
+
+
 @dataclass
 class Context:
     """The edges and the state the actors share (one per operator process).
@@ -45,7 +73,8 @@ class Context:
         clock: wall clock for status stamps (for people; never judged).
         monotonic: this process's monotonic clock (deadlines, waits).
         job_cache: the newest LeasedJob bodies seen (Kopf's events, status writes).
-        lease_cache: the newest JobLease bodies seen (the lease watch, own writes).
+        lease_cache: the newest JobLease bodies seen (the lease watch, own writes),
+            index leases grouped by job (:func:`index_lease_group`).
         pod_memory: the last state seen of attempt pods (the pod watch).
         own_writes: versions written here (their watch events are skipped).
         locks: one lock per job.
@@ -71,7 +100,7 @@ class Context:
     clock: Callable[[], datetime] = _utcnow
     monotonic: MonotonicClock = time.monotonic
     job_cache: ObjectCache = field(default_factory=ObjectCache)
-    lease_cache: ObjectCache = field(default_factory=ObjectCache)
+    lease_cache: ObjectCache = field(default_factory=_lease_cache)
     pod_memory: PodMemory = field(default_factory=PodMemory)
     own_writes: OwnWrites = field(default_factory=OwnWrites)
     locks: JobLocks = field(default_factory=JobLocks)

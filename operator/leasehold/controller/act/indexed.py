@@ -1,7 +1,7 @@
 """Carry out the plan of a job with several completions: one JobLease per index.
 
 Why this module exists: :mod:`leasehold.controller.plan.indexed` decides, purely;
-this actor reads the job's index leases (one list), performs each index's
+this actor reads the job's index leases, performs each index's
 step through the same store writes and pod handling as a single-lease job
 (claim, pod create with its 409/quota/rejection cases through
 :class:`~leasehold.controller.act.attempts.Attempts`, bind, stop, reopen,
@@ -15,16 +15,34 @@ An index lease that an earlier build named
 ``<job>-<index>`` is stopped for good, and the index's lease is created at
 its token.
 
-Called by :meth:`~leasehold.controller.act.jobs.JobActor.reconcile` under the job's lock;
-blocking calls.
+At batch scale (1,000 indexes, 100 at once) a reconcile costs what the
+indexes that changed cost, not what the job has:
+
+- the index leases come from the lease watch's cache
+  (:meth:`IndexedActor._leases`), not a LIST per reconcile, and are parsed
+  again only when their ``resourceVersion`` moved;
+- the steps of one reconcile (each on its own index: its lease, its pods)
+  run at once on a small bounded pool (``indexStepWorkers``), so the
+  indexes freed by a burst of completions start together, not one after
+  another;
+- a status change that only moves counts is written at most once per
+  :data:`STATUS_WRITE_INTERVAL_SECONDS` (:mod:`leasehold.controller.plan.coalesce`);
+  the phase and conditions are written at once.
+
+Called by :meth:`~leasehold.controller.act.jobs.JobActor.reconcile` under the job's lock
+(held while the steps run); blocking calls.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import partial
 from typing import Any, Final
 
 from leasehold import names
@@ -39,15 +57,15 @@ from leasehold.controller.act.status import (
     with_selector,
     write_status,
 )
-from leasehold.controller.plan import indexed, replacement
+from leasehold.controller.plan import coalesce, indexed, replacement
 from leasehold.controller.plan import terminal as plan_terminal
 from leasehold.controller.plan.indexed import IndexStep
 from leasehold.controller.plan.single import Action, Plan, PodFacts, owes_stop
-from leasehold.lease.api import LeasedJob, Phase, PodRetention
-from leasehold.lease.errors import LeaseNotFoundError, WriteRefusedError
+from leasehold.lease.api import LeasedJob, LeasedJobStatus, Phase, PodRetention
+from leasehold.lease.errors import LeaseNotFoundError, TransientStoreError, WriteRefusedError
 from leasehold.lease.indexes import INDEX_SEPARATOR, index_lease_name, legacy_index_lease_name
 from leasehold.lease.protocol import LeaseRecord, lease_is_closed, lease_is_final
-from leasehold.lease.store import Accepted, StoredLease
+from leasehold.lease.store import Accepted, StoredLease, to_stored
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +80,21 @@ MAX_REPLANS = 4
 NAME_TAKEN_RECHECK_SECONDS = 60.0
 """How soon to try again an index whose lease name another lease holds: that
 lease is not this job's, so its deletion brings no event for this job."""
+
+STEP_ERROR_RETRY_SECONDS: Final = 2.0
+"""When one index's step failed on an API error: plan again this soon (the
+other indexes' steps of the same reconcile stand, and the status is written)."""
+
+STATUS_WRITE_INTERVAL_SECONDS: Final = 1.0
+"""At most one status write per job this often while only counts change
+(:func:`leasehold.controller.plan.coalesce.may_wait`); a count held back is
+written when the interval ends (the reconcile asks to be run again then)."""
+
+DEFAULT_STEP_WORKERS: Final = 8
+"""Index steps run at once, over all jobs (``OperatorSettings.index_step_workers``)."""
+
+EVENT_WORKERS: Final = 4
+"""Threads recording index attempts' ``Started`` Events (:meth:`IndexedActor._tell_soon`)."""
 
 
 def cron_of(body: dict[str, Any]) -> str | None:
@@ -123,22 +156,81 @@ class IndexedActor:
         ctx: the shared edges and state.
         holds: the waits before a take-over or a resume issues a new token.
         attempts: starts attempts' pods (shared with the single-job actor).
+        step_workers: index steps run at once, over all jobs (1: one after
+            another, in the reconcile's own thread).
     """
 
-    def __init__(self, ctx: Context, holds: HoldWaits, attempts: Attempts) -> None:
+    def __init__(
+        self,
+        ctx: Context,
+        holds: HoldWaits,
+        attempts: Attempts,
+        step_workers: int = DEFAULT_STEP_WORKERS,
+    ) -> None:
         self._ctx = ctx
         self._holds = holds
         self._attempts = attempts
         self._retry_after: dict[tuple[str, str, int], datetime] = {}
+        """(namespace, lease, token) -> when that failure's backoff ends (memory only)."""
         self._told_waits: set[tuple[str, str, int]] = set()
         """(namespace, index lease, token) whose wait for earlier pods was told."""
-        """(namespace, lease, token) -> when that failure's backoff ends (memory only)."""
+        self._parsed: dict[tuple[str, str], dict[str, StoredLease]] = {}
+        """(namespace, job) -> its index leases as last parsed, by lease name: a
+        cached body is parsed again only when its ``resourceVersion`` moved."""
+        self._status_written: dict[tuple[str, str], float] = {}
+        """(namespace, job) -> when (:attr:`Context.monotonic`) its status was last written."""
         self._guard = threading.Lock()
+        self._step_workers = step_workers
+        self._pool = (
+            ThreadPoolExecutor(step_workers, thread_name_prefix="index-step")
+            if step_workers > 1
+            else None
+        )
+        self._events = ThreadPoolExecutor(EVENT_WORKERS, thread_name_prefix="index-events")
+        """Records each attempt's ``Started`` Event off the step (:meth:`_tell_soon`)."""
+
+    def _tell_soon(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        """Record an index attempt's ``Started`` Event on its own threads, not in the step.
+
+        An Indexed job records one per attempt (batch/v1's job controller
+        records its ``SuccessfulCreate`` through an asynchronous broadcaster
+        too): posted in the step, it would add a round trip to every index's
+        start. Events are told, not relied on; a failure is logged
+        (:meth:`EventRecorder.record`).
+        """
+        self._events.submit(self._ctx.events.record, obj, type_, reason, message)
 
     def _leases(self, namespace: str, name: str) -> _IndexLeases:
-        """The job's index leases (one LIST), under today's names and the legacy ones."""
-        selector = f"{names.LABEL_JOB}={name},{names.LABEL_COMPLETION_INDEX}"
-        found = self._ctx.store.list_leases(namespace, label_selector=selector)
+        """The job's index leases, under today's names and the legacy ones.
+
+        From the lease watch's cache once it is fed (no request); a LIST only
+        before (:attr:`ObjectCache.watched`). Why the cache is safe to plan
+        on: every write of an index lease this operator makes (its create, a
+        claim, a bind, a stop, a reopen, a take-over, a reclaim) puts the
+        answer into the cache before the reconcile that made it ends, and the
+        cache keeps only the newest version it saw of each lease (older
+        answers and a deleted lease's late answers are refused). So the cache
+        is never behind this operator's own writes; it can only miss what
+        others wrote since (a worker's renewal or completion, a peer replica's
+        write), and each such write brings its watch event, which puts it in
+        the cache before it triggers the next reconcile. Until then the plan
+        is conservative: an index a worker completed still looks held (its
+        slot is not reused yet), never the other way round, because only this
+        operator claims for pods. And every write is conditioned on what was
+        planned on (``test`` ops on holder and token, a ``resourceVersion``,
+        a create's 409), so a stale body costs a refused write and a fresh
+        read, never a write the API server would accept on an old version.
+
+        Raises:
+            StoreError: the LIST failed (only before the cache is fed).
+            InvalidLeaseError: a lease does not match the JobLease model.
+        """
+        bodies = self._ctx.lease_cache.members(namespace, name)
+        if bodies is None:
+            selector = f"{names.LABEL_JOB}={name},{names.LABEL_COMPLETION_INDEX}"
+            found = self._ctx.store.list_leases(namespace, label_selector=selector)
+        else:
+            found = self._parse(namespace, name, bodies)
         leases = _IndexLeases({}, {})
         for lease in found:
             index = index_of(lease)
@@ -149,6 +241,31 @@ class IndexedActor:
             elif lease.name == legacy_index_lease_name(name, index):
                 leases.legacy[index] = lease
         return leases
+
+    def _parse(
+        self, namespace: str, name: str, bodies: list[Mapping[str, Any]]
+    ) -> list[StoredLease]:
+        """The cached bodies of a job's index leases, parsed (again only if they moved).
+
+        Parsing checks each body against the JobLease model: at 1,000
+        indexes that is most of a reconcile, and most leases did not change
+        since the last one. The parsed leases are kept per job until the
+        next call (the job's lock keeps calls for one job apart).
+        """
+        key = (namespace, name)
+        with self._guard:
+            known = self._parsed.get(key, {})
+        parsed: dict[str, StoredLease] = {}
+        for body in bodies:
+            meta = body.get("metadata") or {}
+            lease_name = str(meta.get("name", ""))
+            lease = known.get(lease_name)
+            if lease is None or lease.resource_version != str(meta.get("resourceVersion", "")):
+                lease = to_stored(copy.deepcopy(dict(body)))  # the cache's body stays unchanged
+            parsed[lease_name] = lease
+        with self._guard:
+            self._parsed[key] = parsed
+        return list(parsed.values())
 
     def _backoff_end(self, lease: StoredLease) -> datetime | None:
         key = (lease.namespace, lease.name, lease.record.fencing_token)
@@ -220,9 +337,7 @@ class IndexedActor:
         )
         requeue = decided.requeue_after_seconds
         taken: dict[int, StoredLease] = {}
-        for step in decided.steps:
-            legacy = legacies.get(step.index)
-            done = self._step(job, body, step, leases.get(step.index), legacy, pods.get(step.index))
+        for step, done in self._run_steps(job, body, decided.steps, leases, legacies, pods):
             if done.name_taken_by is not None:
                 taken[step.index] = done.name_taken_by
             after = done.requeue_after_seconds
@@ -260,8 +375,97 @@ class IndexedActor:
         if taken:  # never silent: the job cannot finish while an index cannot start
             status = report_index_lease_names_taken(self._ctx, job, body, status, taken)
         status = with_pod_counts(self._ctx, job, with_selector(job, status))
-        write_status(self._ctx, namespace, name, body, status)
+        wait = self._write_status(namespace, name, body, status)
+        if wait is not None:  # only counts moved, and a write went out just now
+            requeue = wait if requeue is None else min(requeue, wait)
         return Plan(Action.NONE, status, requeue_after_seconds=requeue)
+
+    def _write_status(
+        self, namespace: str, name: str, body: dict[str, Any], status: LeasedJobStatus
+    ) -> float | None:
+        """Write the job's status now, or hold a change of counts back a moment.
+
+        A change that only moves counts (:func:`~leasehold.controller.plan.coalesce.may_wait`)
+        within :data:`STATUS_WRITE_INTERVAL_SECONDS` of this job's last write is
+        not written: the reconcile is asked for again when the interval ends,
+        and that one writes what it then plans (the leases, not the status,
+        hold what the counts count, so nothing is lost meanwhile). The phase
+        and conditions are written at once.
+
+        Returns:
+            ``None`` (written, or nothing to write), or seconds until the
+            held-back change is due.
+
+        Raises:
+            StoreError: the status write failed (not a conflict).
+        """
+        key = (namespace, name)
+        written = body.get("status") or {}
+        planned = status.model_dump(mode="json", by_alias=True, exclude_none=True)
+        if planned == written:
+            return None
+        now = self._ctx.monotonic()
+        with self._guard:
+            last = self._status_written.get(key)
+        if last is not None and coalesce.may_wait(written, planned):
+            left = last + STATUS_WRITE_INTERVAL_SECONDS - now
+            if left > 0:
+                return left
+        if write_status(self._ctx, namespace, name, body, status):
+            with self._guard:
+                self._status_written[key] = now
+        return None
+
+    def _run_steps(
+        self,
+        job: LeasedJob,
+        body: dict[str, Any],
+        steps: list[IndexStep],
+        leases: Mapping[int, StoredLease],
+        legacies: Mapping[int, StoredLease],
+        pods: Mapping[int, dict[int, PodFacts]],
+    ) -> list[tuple[IndexStep, _Done]]:
+        """Carry out the indexes' steps: at once on the step pool when there are several.
+
+        Each step touches its own index only (its lease, its pods, its
+        backoff and wait memory; :class:`Attempts` and the context's caches
+        are thread-safe), so they need no order; the job's lock, held by the
+        caller, keeps every other reconcile of the job out meanwhile. A step
+        that raises is logged and looked at again soon
+        (:data:`STEP_ERROR_RETRY_SECONDS`); the others' results stand.
+
+        Returns:
+            Each step with what it came to, in the steps' order.
+        """
+        namespace = str(job.metadata["namespace"])
+
+        def run(step: IndexStep) -> _Done:
+            index = step.index
+            return self._step(
+                job, body, step, leases.get(index), legacies.get(index), pods.get(index)
+            )
+
+        if self._pool is None or len(steps) <= 1:
+            return [(step, self._settled(namespace, step, partial(run, step))) for step in steps]
+        futures: list[tuple[IndexStep, Future[_Done]]] = [
+            (step, self._pool.submit(run, step)) for step in steps
+        ]
+        return [(step, self._settled(namespace, step, future.result)) for step, future in futures]
+
+    def _settled(self, namespace: str, step: IndexStep, result: Callable[[], _Done]) -> _Done:
+        """What one step came to; an error is logged and the index looked at again soon."""
+        try:
+            return result()
+        except LeaseNotFoundError as exc:
+            # Deleted since the cache saw it (its deletion's event is on its way).
+            self._ctx.lease_cache.drop(namespace, step.lease_name)
+            log.info("%s: index %d: %s; planning again", namespace, step.index, exc)
+        except TransientStoreError as exc:
+            log.info("%s: index %d will be retried: %s", namespace, step.index, exc)
+        except Exception:
+            log.exception("%s: index %d: step %s failed", namespace, step.index, step.plan.action)
+            return _Done(STEP_ERROR_RETRY_SECONDS * 5)
+        return _Done(STEP_ERROR_RETRY_SECONDS)
 
     def _index_pods(self, job: LeasedJob, index: int, lease: LeaseRecord) -> dict[int, PodFacts]:
         """An index's attempt pods by token: listed to judge an end, else from the pod watch.
@@ -539,6 +743,8 @@ class IndexedActor:
             )
         except WriteRefusedError:
             return self._existing(namespace, name, step)
+        # Into the cache (not skipped as this operator's own: its event plans on the lease).
+        self._ctx.lease_cache.put(created.body)
         self._tell_carried(body, step, legacy, start)
         return created
 
@@ -615,6 +821,7 @@ class IndexedActor:
             )
         except WriteRefusedError:
             return self._existing(namespace, name, step)
+        self._ctx.lease_cache.put(created.body)
         log.info(
             "%s/%s: index lease %s made in the run's range (%d, %d]",
             namespace,
@@ -693,6 +900,7 @@ class IndexedActor:
             existing = self._ctx.store.get(namespace, step.lease_name)
         except LeaseNotFoundError:
             return None
+        self._ctx.lease_cache.put(existing.body)
         if existing.record.job_name != name or index_of(existing) != step.index:
             return _Done(NAME_TAKEN_RECHECK_SECONDS, name_taken_by=existing)
         return existing
@@ -772,8 +980,10 @@ class IndexedActor:
                 namespace, lease.record.job_name, step.index, plan.delete_pods_below_token
             )
         told = (namespace, lease.name, lease.record.fencing_token)
-        if told not in self._told_waits:
+        with self._guard:
+            first = told not in self._told_waits
             self._told_waits.add(told)
+        if first:
             for event in plan.events:
                 message = f"Index {step.index}: {event.message}"
                 log.info("%s/%s: %s", namespace, lease.record.job_name, message)
@@ -790,15 +1000,21 @@ class IndexedActor:
     ) -> float | None:
         namespace = lease.namespace
         started, claimed = self._attempts.claim_and_start(
-            job, body, replace(plan, events=[]), lease, step.index
+            job, body, replace(plan, events=[]), lease, step.index, tell=self._tell_soon
         )
         if started is None:  # the claim did not land: its pod is deleted
             log.info("claim of %s/%s refused: %s", namespace, lease.name, claimed)
             return None  # its lease's watch event brings the next reconcile
-        if isinstance(claimed, Accepted) and claimed.lease.record.holder_uid is not None:
-            self._attempts.delete_index_pods(
-                namespace, lease.record.job_name, step.index, claimed.token
+        job_name = lease.record.job_name
+        if (
+            isinstance(claimed, Accepted)
+            and claimed.lease.record.holder_uid is not None
+            # No LIST when the pod watch saw no earlier pod of the index (a first attempt).
+            and self._ctx.pod_memory.may_have_below(
+                namespace, job_name, claimed.token, index=step.index
             )
+        ):
+            self._attempts.delete_index_pods(namespace, job_name, step.index, claimed.token)
         for event in started.events:
             self._ctx.events.record(
                 body, event.type, event.reason, f"Index {step.index}: {event.message}"
@@ -815,7 +1031,7 @@ class IndexedActor:
         token: int,
     ) -> float | None:
         started = self._attempts.start(
-            job, body, replace(plan, events=[]), token, lease, step.index
+            job, body, replace(plan, events=[]), token, lease, step.index, tell=self._tell_soon
         )
         for event in started.events:
             self._ctx.events.record(
@@ -826,16 +1042,51 @@ class IndexedActor:
     def retire(self, namespace: str, name: str) -> None:
         """The job is gone: stop its index leases for good, keeping them as domains.
 
+        A stop refused because the lease moved since it was read (a renewal
+        the cache has not seen yet) is made again on the lease the refusal
+        read: a held lease's renewals bring no reconcile, so a dropped
+        refusal would leave the gone job's lease held and claimable.
+
         Args:
             namespace: the job's namespace.
             name: the job's name.
+
+        Raises:
+            TransientStoreError: a lease kept moving (try again).
+            StoreError: the API server failed or refused.
         """
-        for lease in self._leases(namespace, name).all():
-            domain.release_if_namespace_goes(self._ctx, lease)
-            domain.stop_for_good(self._ctx, lease)
+        moving = [
+            lease.name
+            for lease in self._leases(namespace, name).all()
+            if not self._stop_for_good(lease)
+        ]
         prefix = (namespace, f"{name}{INDEX_SEPARATOR}")
         with self._guard:  # the backoffs of its indexes end with it
+            self._parsed.pop((namespace, name), None)
+            self._status_written.pop((namespace, name), None)
             for key in [k for k in self._retry_after if (k[0], k[1][: len(prefix[1])]) == prefix]:
                 del self._retry_after[key]
             for told in [t for t in self._told_waits if (t[0], t[1][: len(prefix[1])]) == prefix]:
                 self._told_waits.discard(told)
+        if moving:
+            raise TransientStoreError(
+                f"retire {namespace}/{name}: index lease(s) {', '.join(moving)} kept moving"
+            )
+
+    def _stop_for_good(self, lease: StoredLease) -> bool:
+        """Stop a gone job's index lease for good, again on what a refusal read.
+
+        Returns:
+            ``True`` once it is stopped, final or completed (a completion
+            stands); ``False`` when it kept moving for :data:`STOP_TRIES` stops.
+        """
+        domain.release_if_namespace_goes(self._ctx, lease)
+        for _ in range(STOP_TRIES):
+            result = domain.stop_for_good(self._ctx, lease)
+            if result is None or isinstance(result, Accepted):
+                return True
+            lease = result.lease
+            self._ctx.lease_cache.put(lease.body)
+            if lease.record.completion is not None:
+                return True
+        return False

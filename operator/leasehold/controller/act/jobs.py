@@ -31,7 +31,7 @@ from leasehold.controller.act.context import Context
 from leasehold.controller.act.domain import mode, work_item
 from leasehold.controller.act.finish import Finisher
 from leasehold.controller.act.holds import HoldWaits, last_reclaim_reason
-from leasehold.controller.act.indexed import IndexedActor
+from leasehold.controller.act.indexed import DEFAULT_STEP_WORKERS, IndexedActor
 from leasehold.controller.act.queue import RECHECK_KUEUE_SECONDS, QueueActor, Queued, Told
 from leasehold.controller.act.status import (
     report_invalid,
@@ -72,6 +72,8 @@ class JobActor:
         attempts: starts attempts' pods (shared with the indexed actor).
         queue: the Workloads of jobs queued by Kueue (``None``: no job is
             queued, as in tests that wire no Kueue edge).
+        step_workers: index steps of Indexed jobs run at once
+            (:class:`~leasehold.controller.act.indexed.IndexedActor`).
     """
 
     def __init__(
@@ -80,6 +82,8 @@ class JobActor:
         holds: HoldWaits,
         attempts: Attempts,
         queue: QueueActor | None = None,
+        *,
+        step_workers: int = DEFAULT_STEP_WORKERS,
     ) -> None:
         self._ctx = ctx
         self._queue = queue
@@ -87,7 +91,7 @@ class JobActor:
         self._attempts = attempts
         self._clocks = JobClocks(ctx.monotonic)
         self._finisher = Finisher(ctx, attempts)
-        self.indexed = IndexedActor(ctx, holds, attempts)
+        self.indexed = IndexedActor(ctx, holds, attempts, step_workers)
         """The index leases of jobs with several completions."""
         self._foreign: dict[str, str] = {}
         """``namespace/name`` to the UID of a job another controller manages, once told."""

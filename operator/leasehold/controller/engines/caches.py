@@ -10,6 +10,11 @@ status on the ``resourceVersion`` read, the lease's writes on their ``test``
 ops or ``resourceVersion``), so a stale body costs one refused write and one
 re-read, never a decision the API server would accept on an old version.
 
+A cache may also keep its objects in groups (:class:`ObjectCache`'s
+``group_of``): the JobLeases of one Indexed job's indexes, so a reconcile
+finds its job's hundreds of index leases without a LIST and without scanning
+every lease the operator watches.
+
 Thread-safe: fed on the event loop, read in reconcile threads.
 """
 
@@ -18,7 +23,7 @@ from __future__ import annotations
 import copy
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 MAX_TOMBSTONES: Final = 10_000
@@ -40,21 +45,35 @@ def is_older(candidate: str, kept: str) -> bool:
     return candidate.isdigit() and kept.isdigit() and int(candidate) < int(kept)
 
 
+GroupOf = Callable[[Mapping[str, Any]], str | None]
+"""The group a body belongs to within its namespace (``None``: none)."""
+
+
 class ObjectCache:
     """The newest body seen of each object, by namespace and name.
 
     :meth:`put` keeps a body unless an object of a newer version is kept;
     :meth:`drop` forgets one (deleted, or found stale). Until the owner sets
-    :attr:`watched`, :meth:`get` answers nothing: a cache no watch feeds
-    (a service used without the operator's runtime, as in tests) would only
-    hold the owner's own writes and miss everyone else's.
+    :attr:`watched`, :meth:`get` and :meth:`members` answer nothing: a cache
+    no watch feeds (a service used without the operator's runtime, as in
+    tests) would only hold the owner's own writes and miss everyone else's.
+
+    Args:
+        group_of: puts each kept body in a group within its namespace
+            (:meth:`members` answers a group); ``None``: no groups. A body
+            whose group changes between versions moves with it.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, group_of: GroupOf | None = None) -> None:
         self._bodies: dict[tuple[str, str], dict[str, Any]] = {}
         self._deleted: OrderedDict[tuple[str, str], str] = OrderedDict()
         """Objects seen deleted, by key: the deleted version (a late put at or
         below it, e.g. a write's answer delivered after the deletion, is refused)."""
+        self._group_of = group_of
+        self._groups: dict[tuple[str, str], set[str]] = {}
+        """(namespace, group) -> the names of the kept bodies in it."""
+        self._group_by_key: dict[tuple[str, str], str] = {}
+        """(namespace, name) -> the group its kept body is in."""
         self._lock = threading.Lock()
         self.watched = False
         """Set by the owner once a watch feeds this cache and its first LIST was fed:
@@ -81,6 +100,8 @@ class ObjectCache:
                     return
                 del self._deleted[key]  # created again since
             self._bodies[key] = kept
+            if self._group_of is not None:
+                self._regroup(key, self._group_of(kept))
 
     def drop(self, namespace: str, name: str, deleted_version: str | None = None) -> None:
         """Forget an object (deleted, or its body found stale).
@@ -94,6 +115,7 @@ class ObjectCache:
         """
         with self._lock:
             self._bodies.pop((namespace, name), None)
+            self._regroup((namespace, name), None)
             if deleted_version:
                 self._deleted[(namespace, name)] = deleted_version
                 self._deleted.move_to_end((namespace, name))
@@ -116,3 +138,40 @@ class ObjectCache:
         with self._lock:
             body = self._bodies.get((namespace, name))
         return copy.deepcopy(body) if body is not None else None
+
+    def members(self, namespace: str, group: str) -> list[Mapping[str, Any]] | None:
+        """The kept bodies of a group (``group_of``), without scanning the others.
+
+        The bodies are the cache's own, not copies, to spare a copy of
+        hundreds of bodies per call: the caller must not change them (a
+        :meth:`put` replaces a kept body, never changes it in place, so one
+        handed out stays as it was).
+
+        Args:
+            namespace: the group's namespace.
+            group: the group, as ``group_of`` names it.
+
+        Returns:
+            The bodies (any order; empty if none), or ``None`` until :attr:`watched`.
+        """
+        if not self.watched:
+            return None
+        with self._lock:
+            found = self._groups.get((namespace, group), ())
+            return [self._bodies[(namespace, name)] for name in found]
+
+    def _regroup(self, key: tuple[str, str], group: str | None) -> None:
+        """Move ``key`` into ``group`` (``None``: out of every group); under the lock."""
+        old = self._group_by_key.get(key)
+        if old == group:
+            return
+        if old is not None:
+            members = self._groups.get((key[0], old))
+            if members is not None:
+                members.discard(key[1])
+                if not members:
+                    del self._groups[(key[0], old)]
+            del self._group_by_key[key]
+        if group is not None:
+            self._groups.setdefault((key[0], group), set()).add(key[1])
+            self._group_by_key[key] = group

@@ -207,8 +207,10 @@ class PodMemory:
                 if owner_uid is None or facts.owner_uid == owner_uid
             }
 
-    def may_have_below(self, namespace: str, job: str, token: int) -> bool:
-        """Whether a pod of the job under a token below ``token`` may exist.
+    def may_have_below(
+        self, namespace: str, job: str, token: int, *, index: int | None = None
+    ) -> bool:
+        """Whether a pod of the job (or of one index) under a token below ``token`` may exist.
 
         ``True`` unless a pod watch feeds this memory (:attr:`fed`) and it
         saw no such pod (nor forgot one). A pod the watch has not delivered
@@ -219,10 +221,14 @@ class PodMemory:
             namespace: the job's namespace.
             job: the job's name.
             token: the fencing token.
+            index: only that completion index's pods (an index's tokens are its
+                own); ``None``: every pod of the job.
         """
         with self._lock:
             if not self.fed or (namespace, job) in self._evicted:
                 return True
+            if index is not None:
+                return any(known < token for known in self._pods.get((namespace, job, index), {}))
             return any(
                 known < token
                 for key, tokens in self._pods.items()

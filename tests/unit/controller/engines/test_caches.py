@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from leasehold import names
+from leasehold.controller.act.context import index_lease_group
 from leasehold.controller.engines.caches import ObjectCache, is_older
 from leasehold.controller.engines.deadline import JobClocks
 from leasehold.controller.engines.pods import PodMemory
@@ -122,3 +123,65 @@ def test_a_write_answer_arriving_after_the_deletion_does_not_bring_the_object_ba
     assert cache.get("ns", "a") == body("a", "20")
     cache.put(body("a", "13"))  # the old tombstone is gone, and 20 is newer anyway
     assert cache.get("ns", "a") == body("a", "20")
+
+
+def index_lease(name: str, version: str, job: str | None, index: str | None) -> dict[str, Any]:
+    labels = {names.LABEL_JOB: job} if job is not None else {}
+    if index is not None:
+        labels[names.LABEL_COMPLETION_INDEX] = index
+    return {
+        "metadata": {"namespace": "ns", "name": name, "resourceVersion": version, "labels": labels},
+        "spec": {"jobName": job},
+    }
+
+
+def grouped() -> ObjectCache:
+    cache = ObjectCache(group_of=index_lease_group)
+    cache.watched = True
+    return cache
+
+
+def names_of(found: Any) -> set[str]:
+    return {b["metadata"]["name"] for b in found or []}
+
+
+def test_a_jobs_index_leases_are_found_without_its_own_lease_or_others() -> None:
+    cache = grouped()
+    cache.put(index_lease("big.0", "1", "big", "0"))
+    cache.put(index_lease("big.1", "2", "big", "1"))
+    cache.put(index_lease("big", "3", "big", None))  # the job's own lease: no index
+    cache.put(index_lease("other.0", "4", "other", "0"))
+    assert names_of(cache.members("ns", "big")) == {"big.0", "big.1"}
+    assert names_of(cache.members("ns", "other")) == {"other.0"}
+    assert cache.members("elsewhere", "big") == []
+
+
+def test_a_group_answers_nothing_until_watched_as_get_does() -> None:
+    cache = ObjectCache(group_of=index_lease_group)
+    cache.put(index_lease("big.0", "1", "big", "0"))
+    assert cache.members("ns", "big") is None  # the caller LISTs instead
+    cache.watched = True
+    assert names_of(cache.members("ns", "big")) == {"big.0"}
+
+
+def test_a_group_keeps_the_newest_version_and_forgets_a_deleted_lease() -> None:
+    cache = grouped()
+    cache.put(index_lease("big.0", "7", "big", "0"))
+    cache.put(index_lease("big.0", "5", "big", "0"))  # late, older: refused
+    assert [b["metadata"]["resourceVersion"] for b in cache.members("ns", "big") or []] == ["7"]
+    cache.drop("ns", "big.0", deleted_version="8")
+    assert cache.members("ns", "big") == []
+    cache.put(index_lease("big.0", "7", "big", "0"))  # a write's answer after the deletion
+    assert cache.members("ns", "big") == []
+    cache.put(index_lease("big.0", "9", "big", "0"))  # created again since
+    assert names_of(cache.members("ns", "big")) == {"big.0"}
+
+
+def test_a_body_whose_labels_change_moves_to_its_new_group() -> None:
+    cache = grouped()
+    cache.put(index_lease("x.0", "1", "a", "0"))
+    cache.put(index_lease("x.0", "2", "b", "0"))
+    assert cache.members("ns", "a") == []
+    assert names_of(cache.members("ns", "b")) == {"x.0"}
+    cache.put(index_lease("x.0", "3", "b", None))  # no longer an index lease
+    assert cache.members("ns", "b") == []
