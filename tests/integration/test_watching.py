@@ -211,3 +211,40 @@ def test_a_consumer_that_raises_on_one_object_still_gets_the_next(
         return [e.body["metadata"]["name"] for e in recorder.events]
 
     assert asyncio.run(scenario()) == ["good", "later"]
+
+
+def test_synced_means_every_listed_object_was_handed_to_the_consumer(
+    crds_installed: Path, api_client: client.ApiClient, namespace: str
+) -> None:
+    """When ``synced`` is set, the consumer has had every object of the first LIST.
+
+    The runtime marks its caches whole then; the watch thread hands events
+    over in batches on the loop, which may be busy.
+    """
+    custom = client.CustomObjectsApi(api_client)
+    count = 1_200  # more than two of the drain's batches
+    for i in range(count):
+        create(custom, namespace, f"l{i}")
+    seen: set[str] = set()
+    at_synced: list[int] = []
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        watch: ListWatch | None = None
+
+        def consume(event: WatchEvent) -> None:
+            seen.add(event.body["metadata"]["name"])
+
+        target = Target(names.GROUP, names.VERSION, "jobleases", namespace)
+        watch = ListWatch(new_api_client(crds_installed), target, consume, loop)
+        watch.start()
+        try:
+            while not watch.synced.is_set():
+                # A busy loop: the drain runs between these slices only.
+                await asyncio.sleep(0)
+            at_synced.append(len(seen))
+        finally:
+            await asyncio.to_thread(watch.stop)
+
+    asyncio.run(scenario())
+    assert at_synced == [count]

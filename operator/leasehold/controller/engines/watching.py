@@ -170,11 +170,19 @@ class ListWatch:
         self._pending: deque[WatchEvent] = deque()
         self._pending_lock = threading.Lock()
         self._drain_scheduled = False
+        self._queued = 0
+        """Events queued for the loop so far (under ``_pending_lock``)."""
+        self._handed = 0
+        """Events handed to the consumer so far (under ``_pending_lock``)."""
+        self._synced_at: int | None = None
+        """``_queued`` when the first LIST ended: :attr:`synced` is set once
+        that many were handed over (under ``_pending_lock``)."""
         self._thread = threading.Thread(
             target=self._run, name=f"watch {target.describe()}", daemon=True
         )
         self.synced = threading.Event()
-        """Set once the first LIST has been delivered."""
+        """Set once every event of the first LIST was handed to the consumer (on
+        the loop), not merely queued: a cache the consumer feeds is whole then."""
 
     def start(self) -> None:
         """Start the watch thread."""
@@ -215,6 +223,7 @@ class ListWatch:
         """
         with self._pending_lock:
             self._pending.append(event)
+            self._queued += 1
             if self._drain_scheduled:
                 return
             self._drain_scheduled = True
@@ -242,10 +251,26 @@ class ListWatch:
                     meta.get("name"),
                 )
         with self._pending_lock:
+            self._handed += len(batch)
+            if self._synced_at is not None and self._handed >= self._synced_at:
+                self.synced.set()
             if not self._pending:
                 self._drain_scheduled = False
                 return
         self._loop.call_soon(self._drain)
+
+    def _listed(self) -> None:
+        """The first LIST ended: :attr:`synced` once its events were handed over.
+
+        Set at once when they already were (or the LIST found nothing);
+        otherwise by :meth:`_drain` after the batch that hands over the last.
+        """
+        with self._pending_lock:
+            if self._synced_at is not None:
+                return
+            self._synced_at = self._queued
+            if self._handed >= self._queued:
+                self.synced.set()
 
     def _run(self) -> None:
         failures = 0
@@ -254,7 +279,7 @@ class ListWatch:
             try:
                 resource_version = self._list(initial)
                 initial = False
-                self.synced.set()
+                self._listed()
                 failures = 0
                 while not self._stopping.is_set():
                     began = time.monotonic()
