@@ -15,7 +15,7 @@ import kopf
 from kubernetes import client, config
 
 from leasehold.controller import handlers  # importing registers the Kopf handlers
-from leasehold.controller.act import cron
+from leasehold.controller.act import cron, indexed
 from leasehold.controller.engines.peering import own_identity
 from leasehold.controller.runtime import Actors, build_runtime, cron_objects
 from leasehold.controller.settings import OperatorSettings
@@ -63,7 +63,14 @@ def run_operator(settings: OperatorSettings) -> int:
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     identity = own_identity()
     actors = Actors.connect(
-        api_client(pool_size=settings.reconcile_workers + settings.index_step_workers + 2),
+        # One connection per thread that may call at once: the reconciles, the
+        # reclaims (as many), an Indexed job's steps and its Event threads.
+        api_client(
+            pool_size=2 * settings.reconcile_workers
+            + settings.index_step_workers
+            + indexed.EVENT_WORKERS
+            + 2
+        ),
         step_workers=settings.index_step_workers,
     )
     runtime = build_runtime(settings, actors, api_client, identity)

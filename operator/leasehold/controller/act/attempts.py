@@ -89,12 +89,17 @@ class Attempts:
             name: the job's name.
         """
         self._quota_refusals.pop(f"{namespace}/{name}", None)
+        # Copied first: an Indexed job's step threads add to these meanwhile
+        # (list() of a dict's items is one step under the GIL; a comprehension
+        # over the live dict could see it change size and raise).
         held = self._ctx.quota_held
-        for key in [k for k, job in held.items() if k[0] == namespace and job == name]:
-            del held[key]
+        for key, job in list(held.items()):
+            if key[0] == namespace and job == name:
+                held.pop(key, None)
         seen = self._ctx.decided_seen
-        for decided in [k for k in seen if k[:2] == (namespace, name)]:
-            del seen[decided]
+        for decided in list(seen):
+            if decided[:2] == (namespace, name):
+                seen.pop(decided, None)
 
     # -- starting ---------------------------------------------------------------
 

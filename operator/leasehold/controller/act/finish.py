@@ -61,7 +61,10 @@ class Finisher:
         if left is not None and left <= 0:
             self._delete(job, body)
         elif left is not None:
-            plan = replace(plan, requeue_after_seconds=left)
+            # The sooner of the two: a status write held back (coalesced) must
+            # not wait for the TTL.
+            after = plan.requeue_after_seconds
+            plan = replace(plan, requeue_after_seconds=left if after is None else min(left, after))
         return plan
 
     def _delete(self, job: LeasedJob, body: dict[str, Any]) -> None:
