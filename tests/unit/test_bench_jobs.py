@@ -13,15 +13,16 @@ def _lease(name: str, **spec: Any) -> dict[str, Any]:
 
 def test_each_lease_version_is_judged_by_what_changed() -> None:
     versions = LeaseVersions("l-")
-    held = {"holderIdentity": "l-1-1", "fencingToken": 1}
-    for event, spec in [
+    held: dict[str, Any] = {"holderIdentity": "l-1-1", "fencingToken": 1}
+    steps: list[tuple[str, dict[str, Any]]] = [
         ("ADDED", {"fencingToken": 0}),
         ("MODIFIED", {**held, "renewTime": "t0"}),  # the claim (binds the pod)
         ("MODIFIED", {**held, "renewTime": "t1"}),  # the worker's confirm renewal
         ("MODIFIED", {**held, "renewTime": "t2"}),  # a renewal
         ("MODIFIED", {**held, "renewTime": "t2", "labels": "x"}),  # something else
         ("MODIFIED", {"fencingToken": 1, "completion": {"outcome": "Succeeded"}}),
-    ]:
+    ]
+    for event, spec in steps:
         versions.see(event, _lease("l-1", **spec), 1.0)
     versions.see("ADDED", _lease("other", fencingToken=0), 2.0)  # not this round's
     assert versions.kinds == {
@@ -37,16 +38,17 @@ def test_each_lease_version_is_judged_by_what_changed() -> None:
 
 def test_a_release_and_a_second_attempts_confirm_are_told_apart() -> None:
     versions = LeaseVersions("l-")
-    first = {"holderIdentity": "a", "fencingToken": 1}
-    second = {"holderIdentity": "b", "fencingToken": 2}
-    for spec in [
+    first: dict[str, Any] = {"holderIdentity": "a", "fencingToken": 1}
+    second: dict[str, Any] = {"holderIdentity": "b", "fencingToken": 2}
+    specs: list[dict[str, Any]] = [
         {"fencingToken": 0},
         {**first, "renewTime": "t0"},
         {**first, "renewTime": "t1"},
         {"fencingToken": 1},
         {**second, "renewTime": "t2"},
         {**second, "renewTime": "t3"},
-    ]:
+    ]
+    for spec in specs:
         versions.see("MODIFIED", _lease("l-1", **spec), 0.0)
     assert versions.kinds["release or reclaim"] == 1
     assert versions.kinds["confirm renewal"] == 2
