@@ -14,7 +14,7 @@ def _lease(name: str, **spec: Any) -> dict[str, Any]:
 def test_each_lease_version_is_judged_by_what_changed() -> None:
     versions = LeaseVersions("l-")
     held: dict[str, Any] = {"holderIdentity": "l-1-1", "fencingToken": 1}
-    rounds: list[tuple[str, dict[str, Any]]] = [
+    steps: list[tuple[str, dict[str, Any]]] = [
         ("ADDED", {"fencingToken": 0}),
         ("MODIFIED", {**held, "renewTime": "t0"}),  # the claim (binds the pod)
         ("MODIFIED", {**held, "renewTime": "t1"}),  # the worker's confirm renewal
@@ -22,7 +22,7 @@ def test_each_lease_version_is_judged_by_what_changed() -> None:
         ("MODIFIED", {**held, "renewTime": "t2", "labels": "x"}),  # something else
         ("MODIFIED", {"fencingToken": 1, "completion": {"outcome": "Succeeded"}}),
     ]
-    for event, spec in rounds:
+    for event, spec in steps:
         versions.see(event, _lease("l-1", **spec), 1.0)
     versions.see("ADDED", _lease("other", fencingToken=0), 2.0)  # not this round's
     assert versions.kinds == {

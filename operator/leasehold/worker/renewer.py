@@ -129,10 +129,20 @@ class Renewer:
             attempt.done.set()
             self._wake.set()
 
-    def _launch(self, deadline: float) -> Attempt:
-        """Start one renew request in its own daemon thread; the clock is read first."""
+    def _launch(self, deadline: float, timeout: float | None = None) -> Attempt:
+        """Start one renew request in its own daemon thread; the clock is read first.
+
+        Args:
+            deadline: no answer is waited for past it (monotonic).
+            timeout: how long to wait for the answer (seconds); default the
+                timing's request timeout.
+        """
         started_at = self._monotonic()
-        attempt = Attempt(started_at, self.timing.answer_by(started_at, deadline))
+        if timeout is None:
+            answer_by = self.timing.answer_by(started_at, deadline)
+        else:
+            answer_by = min(started_at + timeout, deadline)
+        attempt = Attempt(started_at, answer_by)
         with self._lock:
             self._in_flight.add(attempt)
         threading.Thread(
@@ -233,7 +243,7 @@ class Renewer:
                     f"could not renew {self.key} within {self.timing.window_seconds:.3g} s"
                     f" (last error: {last_error})",
                 )
-            attempt = self._launch(give_up_at)
+            attempt = self._launch(give_up_at, self.confirm_timeout_seconds())
             self.confirm_tries += 1
             wait_for_event(attempt.done, attempt.answer_by - self._monotonic())
             if not attempt.done.is_set():
@@ -255,6 +265,20 @@ class Renewer:
             time.sleep(
                 min(self.timing.retry_interval_seconds, max(0.0, give_up_at - self._monotonic()))
             )
+
+    def confirm_timeout_seconds(self) -> float:
+        """Seconds a confirm renewal is waited for: half the window, at least the request timeout.
+
+        A renewal's deadline counts from its start, so a confirm answered late
+        loses only the time it took; giving up early loses the try. Each try
+        given up is retried on a new connection (a TLS handshake), which on an
+        overloaded API server takes as long again: with the renewals' timeout
+        (1.67 s for a 10 s lease), 100 pods started at once on 2 shared cores
+        at load 60-90 left 28-47% of their wrappers unconfirmed after the whole
+        8 s window (``bench/startup.py``, 2026-12-05). Two tries still fit in
+        the window when a connection hangs.
+        """
+        return max(self.timing.request_timeout_seconds, self.timing.window_seconds / 2)
 
     def _wait_bound(self, give_up_at: float) -> bool:
         """Read the lease until it is bound to this holder (or may be judged), or ``give_up_at``.

@@ -661,3 +661,25 @@ def test_claim_without_observed_lets_the_store_read_the_lease() -> None:
         assert store.claims == [("job", None)]
     finally:
         holder.close()
+
+
+def test_a_confirm_renewal_is_waited_for_half_the_window_not_a_renewals_timeout() -> None:
+    """Its deadline counts from its start: an overloaded API server's late answer still counts.
+
+    A renewal is given up after the request timeout (1.67 s for a 10 s lease)
+    and tried again on a new connection; a confirm gets half the window (4 s).
+    """
+    from leasehold.worker.renewer import Renewer
+
+    timeouts: list[float] = []
+
+    def renew(timeout: float) -> Result:
+        timeouts.append(timeout)
+        return Accepted(stored("pod-a", token=1))
+
+    timing = LeaseTiming.for_duration(10)
+    renewer = Renewer(renew, timing, key="ns/job", acquired_at=None, on_loss=lambda loss: None)
+    renewer.confirm()
+    assert timing.request_timeout_seconds == pytest.approx(10 / 3 / 2)
+    assert len(timeouts) == 1 and timeouts[0] == pytest.approx(4.0, abs=0.05)
+    assert renewer.confirm_tries == 1
