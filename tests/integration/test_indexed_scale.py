@@ -9,6 +9,7 @@ counted by the API server itself (``apiserver_request_total``).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from kubernetes import client
@@ -32,6 +33,27 @@ def served(api: client.ApiClient, verb: str, resource: str) -> float:
     return total
 
 
+def no_namespace_terminating(api: client.ApiClient, timeout_seconds: float = 60.0) -> None:
+    """Wait until no namespace is being deleted, for at most ``timeout_seconds``.
+
+    The namespace controller LISTs every resource of a namespace it deletes,
+    JobLeases too: an earlier test's namespace still going would count here.
+    One stuck for good (a finalizer no operator removes any more) is not
+    waited for longer: the count's tolerance covers its controller's retries.
+    """
+    core = client.CoreV1Api(api)
+    give_up = time.monotonic() + timeout_seconds
+    while time.monotonic() < give_up:
+        going = [
+            ns
+            for ns in core.list_namespace().items
+            if ns.status and ns.status.phase == "Terminating"
+        ]
+        if not going:
+            return
+        time.sleep(1.0)
+
+
 def test_an_indexed_job_runs_without_listing_its_index_leases(
     operator: OperatorProcess,
     local_pod_runner: PodRunner,
@@ -43,8 +65,11 @@ def test_an_indexed_job_runs_without_listing_its_index_leases(
     Before issue 29 each reconcile of the job listed its index leases (one
     LIST per reconcile: at least one per index here). The operator's lease
     watch listed once when it started, before the job existed; a re-list
-    of the watch (a broken stream) would add one, so one is tolerated.
+    of the watch (a broken stream) or a LIST by another controller (the
+    API server's counter does not say whose) would add one, so two are
+    tolerated; an earlier test's namespace deletion is waited out first.
     """
+    no_namespace_terminating(api_client)
     before = served(api_client, "LIST", "jobleases")
     create_job(
         api_client,
@@ -59,4 +84,4 @@ def test_an_indexed_job_runs_without_listing_its_index_leases(
     wait_for("Succeeded", phase_is(api_client, namespace, "eight", "Succeeded"), 120)
     lists = served(api_client, "LIST", "jobleases") - before
     assert status(api_client, namespace, "eight")["completedIndexes"] == "0-7"
-    assert lists <= 1, f"{lists:.0f} LISTs of JobLeases while the job ran"
+    assert lists <= 2, f"{lists:.0f} LISTs of JobLeases while the job ran"
