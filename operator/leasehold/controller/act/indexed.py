@@ -378,6 +378,10 @@ class IndexedActor:
         wait = self._write_status(namespace, name, body, status)
         if wait is not None:  # only counts moved, and a write went out just now
             requeue = wait if requeue is None else min(requeue, wait)
+        if status.phase in (Phase.SUCCEEDED, Phase.FAILED):
+            with self._guard:  # a finished job is rarely planned again: keep no parsed leases
+                self._parsed.pop((namespace, name), None)
+                self._status_written.pop((namespace, name), None)
         return Plan(Action.NONE, status, requeue_after_seconds=requeue)
 
     def _write_status(
