@@ -90,7 +90,7 @@ STATUS_WRITE_INTERVAL_SECONDS: Final = 1.0
 (:func:`leasehold.controller.plan.coalesce.may_wait`); a count held back is
 written when the interval ends (the reconcile asks to be run again then)."""
 
-DEFAULT_STEP_WORKERS: Final = 8
+DEFAULT_STEP_WORKERS: Final = 4
 """Index steps run at once, over all jobs (``OperatorSettings.index_step_workers``)."""
 
 EVENT_WORKERS: Final = 4
