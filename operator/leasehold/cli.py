@@ -192,7 +192,7 @@ def _add_operator_parser(sub: Any) -> None:
         "--index-step-workers",
         type=int,
         metavar="N",
-        help="threads carrying out an Indexed job's index steps at once (default 8)",
+        help="threads carrying out an Indexed job's index steps at once (default 4)",
     )
     p_op.add_argument(
         "--log-level",

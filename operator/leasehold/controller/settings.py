@@ -63,11 +63,14 @@ class OperatorSettings(BaseSettings):
     """Threads running reconciles and reclaims (blocking API calls) at once.
     A burst of expiries is taken back this many at a time."""
 
-    index_step_workers: int = Field(default=8, ge=1, le=256)
+    index_step_workers: int = Field(default=4, ge=1, le=256)
     """Threads carrying out an Indexed job's index steps at once (over all
     jobs): the indexes a burst of completions freed start together (each a pod
     create and a claim), not one after another. 1 runs them one by one in the
-    reconcile's own thread."""
+    reconcile's own thread. On the 2-core bench machine 1 and 4 ran 1,000
+    indexes alike and 8 or 16 slower (the API server and the wrappers share
+    the cores: bench/results.md); a cluster whose API server has cores of its
+    own gains more from more."""
 
     retry_delay_seconds: float = Field(default=2.0, gt=0, le=300)
     """Delay before a reconcile that hit a transient API error is retried."""

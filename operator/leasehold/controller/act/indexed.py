@@ -90,7 +90,7 @@ STATUS_WRITE_INTERVAL_SECONDS: Final = 1.0
 (:func:`leasehold.controller.plan.coalesce.may_wait`); a count held back is
 written when the interval ends (the reconcile asks to be run again then)."""
 
-DEFAULT_STEP_WORKERS: Final = 8
+DEFAULT_STEP_WORKERS: Final = 4
 """Index steps run at once, over all jobs (``OperatorSettings.index_step_workers``)."""
 
 EVENT_WORKERS: Final = 4
@@ -180,7 +180,6 @@ class IndexedActor:
         self._status_written: dict[tuple[str, str], float] = {}
         """(namespace, job) -> when (:attr:`Context.monotonic`) its status was last written."""
         self._guard = threading.Lock()
-        self._step_workers = step_workers
         self._pool = (
             ThreadPoolExecutor(step_workers, thread_name_prefix="index-step")
             if step_workers > 1
@@ -216,7 +215,8 @@ class IndexedActor:
         the cache before it triggers the next reconcile. Until then the plan
         is conservative: an index a worker completed still looks held (its
         slot is not reused yet), never the other way round, because only this
-        operator claims for pods. And every write is conditioned on what was
+        operator claims for pods (push mode; in pull mode a pool's claim moves
+        a lease between states that take a slot alike). And every write is conditioned on what was
         planned on (``test`` ops on holder and token, a ``resourceVersion``,
         a create's 409), so a stale body costs a refused write and a fresh
         read, never a write the API server would accept on an old version.
@@ -378,6 +378,10 @@ class IndexedActor:
         wait = self._write_status(namespace, name, body, status)
         if wait is not None:  # only counts moved, and a write went out just now
             requeue = wait if requeue is None else min(requeue, wait)
+        if status.phase in (Phase.SUCCEEDED, Phase.FAILED):
+            with self._guard:  # a finished job is rarely planned again: keep no parsed leases
+                self._parsed.pop((namespace, name), None)
+                self._status_written.pop((namespace, name), None)
         return Plan(Action.NONE, status, requeue_after_seconds=requeue)
 
     def _write_status(
