@@ -191,3 +191,9 @@ bench: venv controlplane tools ## Benchmarks vs a raw compare-and-swap baseline;
 bench-kind: venv tools ## LeasedJob vs batch/v1 Job on the kind cluster KIND_CLUSTER, real pods (BENCH_JOBS=20,200); writes build/bench-kind.md.
 	$(MAKE) --no-print-directory kind-up kind-load
 	PYTHONPATH=testing $(PY) -m bench.kind --cluster $(KIND_CLUSTER) --jobs $(or $(BENCH_JOBS),20)
+
+.PHONY: bench-kind-indexed
+bench-kind-indexed: venv tools ## Indexed LeasedJob vs Indexed batch/v1 Job on KIND_CLUSTER, real pods (COMPLETIONS=1000, PARALLELISM=100); writes build/bench-kind-indexed.md.
+	$(MAKE) --no-print-directory kind-up kind-load
+	PYTHONPATH=testing $(PY) -m bench.kind --indexed --cluster $(KIND_CLUSTER) \
+	  --completions $(or $(COMPLETIONS),1000) --parallelism $(or $(PARALLELISM),100)

@@ -25,6 +25,7 @@ leader-election heartbeats and Events counted apart, as in ``bench/jobs.py``).
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import threading
 import time
@@ -36,8 +37,10 @@ from kubernetes import client
 
 from bench.cluster import install_crds, local_cluster
 from bench.harness import (
+    CLK_TCK,
     QUICK,
     WRITE_VERBS,
+    CpuMeter,
     Harness,
     all_requests,
     apiserver_samples,
@@ -48,13 +51,17 @@ from bench.harness import (
 from bench.jobs import (
     BACKGROUND,
     KINDS,
+    LOCAL_PODS,
+    LOCAL_SETTING,
     SETTLE_SECONDS,
+    PodShape,
     _writes,
     grant_worker_rights,
     job_done,
     leased_job_done,
     pod_template,
 )
+from bench.stats import markdown_table
 from leasehold import names
 from leasehold.lease.errors import StoreError
 from leasehold.lease.protocol import Outcome
@@ -185,8 +192,10 @@ POD_LEASE_SECONDS: Final = 30
 """The LeasedJob's ``leaseDurationSeconds`` (long: a loaded machine starts pods slowly)."""
 
 
-def batch_indexed_job(name: str, completions: int, parallelism: int) -> dict[str, Any]:
-    """An Indexed batch/v1 Job of ``completions`` indexes running :data:`POD_COMMAND`."""
+def batch_indexed_job(
+    name: str, completions: int, parallelism: int, shape: PodShape = LOCAL_PODS
+) -> dict[str, Any]:
+    """An Indexed batch/v1 Job of ``completions`` indexes: :data:`POD_COMMAND` in ``shape``."""
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -196,12 +205,14 @@ def batch_indexed_job(name: str, completions: int, parallelism: int) -> dict[str
             "parallelism": parallelism,
             "completionMode": "Indexed",
             "backoffLimit": completions,
-            "template": pod_template(["sh", "-c", POD_COMMAND]),
+            "template": pod_template(["sh", "-c", POD_COMMAND], shape),
         },
     }
 
 
-def leased_indexed_job(name: str, completions: int, parallelism: int) -> dict[str, Any]:
+def leased_indexed_job(
+    name: str, completions: int, parallelism: int, shape: PodShape = LOCAL_PODS
+) -> dict[str, Any]:
     """The same job as a push-mode Indexed LeasedJob (its command under ``leasehold run``)."""
     return {
         "apiVersion": names.API_VERSION,
@@ -213,22 +224,54 @@ def leased_indexed_job(name: str, completions: int, parallelism: int) -> dict[st
             "completions": completions,
             "parallelism": parallelism,
             "completionMode": "Indexed",
-            "template": pod_template(["leasehold", "run", "--", "sh", "-c", POD_COMMAND]),
+            "template": pod_template(["leasehold", "run", "--", "sh", "-c", POD_COMMAND], shape),
         },
     }
 
 
-def _side(
-    h: Harness, ns: str, batch: bool, completions: int, parallelism: int, timeout: float
+def side(
+    h: Harness,
+    ns: str,
+    batch: bool,
+    completions: int,
+    parallelism: int,
+    timeout: float,
+    shape: PodShape = LOCAL_PODS,
+    name: str | None = None,
 ) -> dict[str, Any]:
-    """Create one job of the kind, wait until done; its time and requests."""
-    name = "bjob" if batch else "ljob"
+    """Create one Indexed job of the kind in ``ns``, wait until done; its time, requests and CPU.
+
+    Args:
+        h: the run's harness (its admin client scrapes the API server; its
+            CPU meter reads the cluster's processes).
+        ns: the namespace.
+        batch: a batch/v1 Job (True) or a LeasedJob (False).
+        completions: indexes.
+        parallelism: indexes running at once.
+        timeout: seconds to wait for done before giving up (``done`` False).
+        shape: the pods' image and ServiceAccount.
+        name: the job's name (default ``bjob`` / ``ljob``); on a cluster that
+            keeps earlier runs' index leases, a name new to the namespace.
+
+    Returns:
+        ``kind``, ``name``, ``done``, ``progress`` (the Job's ``succeeded`` or
+        the LeasedJob's ``completionProgress`` when last polled), ``seconds``
+        (create -> done, polled every second), ``writes_per_index``,
+        ``events_per_index``, ``writes`` (``"<verb> <resource>"`` -> count,
+        heartbeats and Events left out), ``reads`` (GET and LIST, same
+        keys), ``cpu`` (process name -> cores over the window, plus
+        ``machine`` and ``other``), ``cpu_seconds`` (process name -> CPU
+        seconds), ``load`` (1/5/15-min load average at the create and at done).
+    """
+    name = name or ("bjob" if batch else "ljob")
     batch_api = client.BatchV1Api(h.admin)
+    load_before = os.getloadavg()
+    cpu_before = h.meter.snapshot()
     before = apiserver_samples(h.admin)
     t0 = time.monotonic()
     if batch:
         batch_api.create_namespaced_job(
-            ns, cast(Any, batch_indexed_job(name, completions, parallelism))
+            ns, cast(Any, batch_indexed_job(name, completions, parallelism, shape))
         )
     else:
         h.custom.create_namespaced_custom_object(
@@ -236,11 +279,13 @@ def _side(
             names.VERSION,
             ns,
             names.PLURAL_LEASED_JOBS,
-            leased_indexed_job(name, completions, parallelism),
+            leased_indexed_job(name, completions, parallelism, shape),
         )
     progress = ""
+    polls = 0
     while True:
         time.sleep(1.0)
+        polls += 1
         if batch:
             got: Any = h.admin.sanitize_for_serialization(batch_api.read_namespaced_job(name, ns))
             finished = job_done(got)
@@ -254,23 +299,34 @@ def _side(
         elapsed = time.monotonic() - t0
         if finished or elapsed > timeout:
             break
+    cpu_after = h.meter.snapshot()
+    load_after = os.getloadavg()
     time.sleep(SETTLE_SECONDS)
     requests = all_requests(before, apiserver_samples(h.admin))
     # The benchmark's own create and polling reads are not the job's.
-    requests.subtract({f"POST {'jobs' if batch else names.PLURAL_LEASED_JOBS}": 1})
+    plural = "jobs" if batch else names.PLURAL_LEASED_JOBS
+    requests.subtract({f"POST {plural}": 1, f"GET {plural}": polls})
+    requests = +requests
     events = sum(v for k, v in requests.items() if k.split(" ")[1].startswith("events"))
+    counted = {
+        k: v for k, v in sorted(requests.items()) if k.split(" ")[1].split("/")[0] not in BACKGROUND
+    }
     return {
         "kind": KINDS[0] if batch else KINDS[1],
+        "name": name,
         "done": finished,
         "progress": progress,
         "seconds": elapsed,
-        "writes_per_index": _writes(+requests) / completions,
+        "writes_per_index": _writes(requests) / completions,
         "events_per_index": events / completions,
-        "writes": {
-            k: v
-            for k, v in sorted((+requests).items())
-            if k.split(" ")[0] in WRITE_VERBS and k.split(" ")[1].split("/")[0] not in BACKGROUND
+        "writes": {k: v for k, v in counted.items() if k.split(" ")[0] in WRITE_VERBS},
+        "reads": {k: v for k, v in counted.items() if k.split(" ")[0] in ("GET", "LIST")},
+        "cpu": CpuMeter.cores(cpu_before, cpu_after),
+        "cpu_seconds": {
+            k: (cpu_after.ticks.get(k, 0) - cpu_before.ticks.get(k, 0)) / CLK_TCK
+            for k in cpu_after.ticks
         },
+        "load": (load_before, load_after),
     }
 
 
@@ -298,10 +354,10 @@ def run_pods(completions: int, parallelism: int, timeout: float) -> dict[str, An
                 runner.start()
                 time.sleep(2.0)  # the operator's start-up settles
                 log(f"batch/v1 Job: {completions} indexes, parallelism {parallelism}")
-                batch = _side(h, ns, True, completions, parallelism, timeout)
+                batch = side(h, ns, True, completions, parallelism, timeout)
                 log(f"batch/v1 Job: {batch['seconds']:.1f} s, done={batch['done']}")
                 log(f"LeasedJob: {completions} indexes, parallelism {parallelism}")
-                leased = _side(h, ns, False, completions, parallelism, timeout)
+                leased = side(h, ns, False, completions, parallelism, timeout)
                 log(f"LeasedJob: {leased['seconds']:.1f} s, done={leased['done']}")
             finally:
                 runner.stop()
@@ -315,6 +371,120 @@ def run_pods(completions: int, parallelism: int, timeout: float) -> dict[str, An
         "time_ratio": leased["seconds"] / batch["seconds"],
         "writes_ratio": leased["writes_per_index"] / batch["writes_per_index"],
     }
+
+
+TARGET: Final = 1.2
+"""Issue 29's bound on both ratios (LeasedJob / Job): total time and writes per index."""
+
+
+def _verdict(ratio: float) -> str:
+    return f"target <= {TARGET}x: {'met' if ratio <= TARGET else 'missed'}"
+
+
+def pods_section(figures: dict[str, Any], title: str, setting: str) -> list[str]:
+    """The Markdown lines of one side by side (:func:`run_pods`'s or ``bench.kind``'s figures).
+
+    Args:
+        figures: ``completions``, ``parallelism``, ``command``, ``batch`` and
+            ``leased`` (:func:`side`'s dicts), ``time_ratio``, ``writes_ratio``.
+        title: the heading (``###``).
+        setting: what both kinds ran on, opening the first sentence.
+
+    Returns:
+        The lines: method, a table of both kinds, writes per index by verb
+        and resource, CPU per process, the two ratios with their verdicts.
+    """
+    n: int = figures["completions"]
+    b, lj = figures["batch"], figures["leased"]
+    sides = (b, lj)
+    lines = [
+        f"### {title}",
+        "",
+        f"{setting}. One Indexed job of each kind, {n} indexes at parallelism"
+        f" {figures['parallelism']}, the Job first, one after the other; every index runs"
+        f" `sh -c '{figures['command']}'` (the LeasedJob's under `leasehold run`,"
+        f" `leaseDurationSeconds: {POD_LEASE_SECONDS}`, `maxAttempts: 3`, push mode). Time:"
+        " create -> the Job's `Complete` condition / the LeasedJob's `Succeeded` phase, polled"
+        " every second. Requests: the API server's `apiserver_request_total` from just before"
+        f" the create to {SETTLE_SECONDS:g} s after done, the benchmark's create and polls taken"
+        f" out; writes exclude {', '.join(BACKGROUND)} (node and leader-election heartbeats;"
+        " Events counted apart). CPU: each process's utime + stime from this host's `/proc`"
+        " over create -> done.",
+        "",
+    ]
+
+    def per(counts: dict[str, int], verbs: tuple[str, ...]) -> float:
+        return sum(v for k, v in counts.items() if k.split(" ")[0] in verbs) / n
+
+    rows = []
+    for s in sides:
+        (l1, _, _), (l2, _, _) = s["load"]
+        rows.append(
+            [
+                s["kind"],
+                f"{s['seconds']:.1f}",
+                f"{s['done']} ({s['progress']})",
+                f"{s['writes_per_index']:.2f}",
+                f"{s['events_per_index']:.2f}",
+                f"{per(s['reads'], ('GET',)):.2f}",
+                f"{per(s['reads'], ('LIST',)):.2f}",
+                f"{l1:.1f} -> {l2:.1f}",
+            ]
+        )
+    lines += [
+        markdown_table(
+            [
+                "kind",
+                "total s",
+                "done (progress)",
+                "writes / index",
+                "Events / index",
+                "GETs / index",
+                "LISTs / index",
+                "load (1 min) create -> done",
+            ],
+            rows,
+        ),
+        "",
+        "Writes per index by verb and resource:",
+        "",
+    ]
+    keys = sorted({k for s in sides for k in s["writes"]})
+    lines += [
+        markdown_table(
+            ["request", b["kind"], lj["kind"]],
+            [[k, *(f"{s['writes'].get(k, 0) / n:.2f}" for s in sides)] for k in keys],
+        ),
+        "",
+        "CPU over create -> done (cores on average; CPU seconds in all):",
+        "",
+    ]
+    procs = [k for k in b["cpu"] if k not in ("machine", "other")] + ["other", "machine"]
+    lines += [
+        markdown_table(
+            ["process", f"{b['kind']} cores", "CPU s", f"{lj['kind']} cores", "CPU s"],
+            [
+                [
+                    k,
+                    *(
+                        x
+                        for s in sides
+                        for x in (
+                            f"{s['cpu'].get(k, 0):.2f}",
+                            f"{s['cpu_seconds'].get(k, s['cpu'].get(k, 0) * s['seconds']):.1f}",
+                        )
+                    ),
+                ]
+                for k in procs
+            ],
+        ),
+        "",
+        f"- total time {lj['seconds']:.1f} s vs {b['seconds']:.1f} s ="
+        f" **{figures['time_ratio']:.2f}x** ({_verdict(figures['time_ratio'])}); writes per"
+        f" index {lj['writes_per_index']:.2f} vs {b['writes_per_index']:.2f} ="
+        f" **{figures['writes_ratio']:.2f}x** ({_verdict(figures['writes_ratio'])}).",
+    ]
+    return lines
 
 
 def main() -> None:
@@ -331,6 +501,7 @@ def main() -> None:
     log(f"indexed job: {args.completions} indexes, parallelism {args.parallelism}")
     if args.pods:
         figures = run_pods(args.completions, args.parallelism, args.timeout)
+        print("\n".join(pods_section(figures, "Indexed, same pods", LOCAL_SETTING)), flush=True)
     else:
         figures = run(args.completions, args.parallelism, args.workers)
     for key, value in figures.items():

@@ -13,6 +13,13 @@ containers and are read from this host's ``/proc``.
 
 ``python -m bench.kind [--cluster NAME] [--jobs 20,200] [--rounds 2]`` (or
 ``make bench-kind``) prints the section and writes it to ``--output``.
+
+``python -m bench.kind --indexed [--completions 1000] [--parallelism 100]``
+(or ``make bench-kind-indexed``) runs issue 29's Indexed side by side here
+instead: :func:`bench.indexed.side`'s measurement (create -> done, the API
+server's requests by verb and resource, CPU per process), an Indexed
+batch/v1 Job and then the same Indexed LeasedJob, in the same image's pods
+on the same kubelets, the kubelets' CPU read as the control plane's is.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from typing import Any, Final
 from kubernetes import client
 
 from bench.harness import QUICK, REPO, Harness, log
+from bench.indexed import POD_COMMAND, pods_section, side
 from bench.jobs import KINDS, PodShape, measure, schedule, section
 from chaos.kind import kind_env
 
@@ -132,14 +140,15 @@ def _in_container(pid: int, container_ids: Mapping[str, str]) -> str | None:
 
 
 def find_processes(env: Mapping[str, str], cluster: str) -> dict[str, NodeProcess]:
-    """Find the kind cluster's control plane and operator among this host's processes.
+    """Find the kind cluster's control plane, operator and kubelets among this host's processes.
 
     A process is the cluster's when its cgroup names one of the cluster's node
-    containers, so a local control plane running beside it is never mistaken
-    for it.
+    containers, so a local control plane (or another kind cluster) running
+    beside it is never mistaken for it.
 
     Returns:
-        :data:`CONTROL_PLANE` names and ``operator`` -> their processes.
+        :data:`CONTROL_PLANE` names and ``operator`` -> their processes, and
+        ``kubelet <node>`` -> each node's kubelet.
 
     Raises:
         RuntimeError: a component was not found, or found twice (two operator
@@ -155,20 +164,25 @@ def find_processes(env: Mapping[str, str], cluster: str) -> dict[str, NodeProces
         if not argv or not argv[0]:
             continue
         name = Path(argv[0]).name
-        if name not in CONTROL_PLANE and not (
+        if name not in (*CONTROL_PLANE, "kubelet") and not (
             "operator" in argv[1:3] and any(Path(a).name == "leasehold" for a in argv[:2])
         ):
             continue
-        if _in_container(int(entry), ids) is None:
+        node = _in_container(int(entry), ids)
+        if node is None:
             continue
-        found.setdefault(name if name in CONTROL_PLANE else "operator", []).append(int(entry))
-    for name in (*CONTROL_PLANE, "operator"):
+        if name == "kubelet":
+            name = f"kubelet {node}"
+        elif name not in CONTROL_PLANE:
+            name = "operator"
+        found.setdefault(name, []).append(int(entry))
+    for name in (*CONTROL_PLANE, "operator", *(f"kubelet {node}" for node in sorted(ids))):
         pids = found.get(name, [])
         if len(pids) != 1:
             raise RuntimeError(
                 f"{name}: want one process in the kind cluster's nodes, found {pids}"
             )
-    return {name: NodeProcess(pids[0]) for name, pids in found.items()}
+    return {name: NodeProcess(pids[0]) for name, pids in sorted(found.items())}
 
 
 def _clean(env: Mapping[str, str]) -> None:
@@ -215,6 +229,61 @@ def run(cluster: str, counts: tuple[int, ...], rounds: int, workdir: Path) -> li
     return rows
 
 
+def run_indexed(
+    cluster: str, completions: int, parallelism: int, timeout: float, workdir: Path
+) -> dict[str, Any]:
+    """The Indexed side by side on the kind ``cluster``: a batch/v1 Job, then the same LeasedJob.
+
+    :func:`bench.indexed.side` for each kind in :data:`SHAPE`'s pods, the
+    namespace emptied before each (so the LeasedJob's pods start on nodes as
+    empty as the Job's did) and after.
+
+    Returns:
+        :func:`bench.indexed.run_pods`'s figures plus ``processes`` (name ->
+        pid of what the CPU meter read).
+
+    Raises:
+        RuntimeError: the cluster, chart or a component is missing.
+    """
+    env = kind_env(cluster, workdir / "kubeconfig")
+    install_chart(env)
+    kind = KindCluster(workdir / "kubeconfig", find_processes(env, cluster))
+    found = ", ".join(f"{name} pid {p.pid}" for name, p in kind.processes.items())
+    log(f"kind cluster {cluster}: {found}")
+    h = Harness(kind, workdir, QUICK)
+    client.CoreV1Api(h.admin).read_namespace(NAMESPACE)
+    _clean(env)
+    run_id = secrets.token_hex(2)  # names new to the namespace, as in run()
+    sides: dict[bool, dict[str, Any]] = {}
+    for batch in (True, False):
+        which = KINDS[0] if batch else KINDS[1]
+        log(f"kind: Indexed {which}, {completions} indexes, parallelism {parallelism}")
+        sides[batch] = side(
+            h,
+            NAMESPACE,
+            batch,
+            completions,
+            parallelism,
+            timeout,
+            SHAPE,
+            f"{'b' if batch else 'l'}{run_id}-indexed",
+        )
+        got = sides[batch]
+        log(f"kind: {which}: {got['seconds']:.1f} s, done={got['done']} ({got['progress']})")
+        _clean(env)
+    batch_side, leased = sides[True], sides[False]
+    return {
+        "completions": completions,
+        "parallelism": parallelism,
+        "command": POD_COMMAND,
+        "batch": batch_side,
+        "leased": leased,
+        "time_ratio": leased["seconds"] / batch_side["seconds"],
+        "writes_ratio": leased["writes_per_index"] / batch_side["writes_per_index"],
+        "processes": {name: p.pid for name, p in kind.processes.items()},
+    }
+
+
 def outcomes(env: Mapping[str, str], which: str) -> dict[str, int]:
     """How the round's jobs of ``which`` (one of :data:`KINDS`) ended: outcome -> count.
 
@@ -248,35 +317,62 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cluster", default=os.environ.get("KIND_CLUSTER", "kind"))
     parser.add_argument("--jobs", default="20", help="jobs created at once, per size (20,200)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds per size and kind")
-    parser.add_argument("--output", type=Path, default=REPO / "build" / "bench-kind.md")
+    parser.add_argument(
+        "--indexed",
+        action="store_true",
+        help="instead: one Indexed batch/v1 Job, then the same Indexed LeasedJob",
+    )
+    parser.add_argument("--completions", type=int, default=1000, help="with --indexed: indexes")
+    parser.add_argument("--parallelism", type=int, default=100, help="with --indexed")
+    parser.add_argument(
+        "--timeout", type=float, default=1800.0, help="with --indexed: per kind, seconds"
+    )
+    parser.add_argument("--output", type=Path, help="default build/bench-kind[-indexed].md")
     args = parser.parse_args(argv)
-    counts = tuple(int(x) for x in args.jobs.split(","))
+    output = args.output or REPO / "build" / (
+        "bench-kind-indexed.md" if args.indexed else "bench-kind.md"
+    )
     started = time.monotonic()
     load = os.getloadavg()
-    with tempfile.TemporaryDirectory(prefix="leasehold-bench-kind-") as tmp:
-        rows = run(args.cluster, counts, args.rounds, Path(tmp))
-    lines = section(
-        rows,
-        title="LeasedJob vs batch/v1 Job on kind (real pods)",
-        setting=(
-            f"Same kind cluster `{args.cluster}` (kind's job controller for Jobs, the Helm"
-            " chart's operator for LeasedJobs), same image (`leasehold:0.1.0`), same worker"
-            " ServiceAccount, same kubelets"
-        ),
+    setting = (
+        f"Same kind cluster `{args.cluster}` (kind's job controller for Jobs, the Helm"
+        " chart's operator for LeasedJobs), same image (`leasehold:0.1.0`), same worker"
+        " ServiceAccount, same kubelets"
     )
-    lines += ["", "How each round's jobs ended:", ""]
-    lines += [f"- {r['kind']} x{r['n']} {r['round']}: {r['outcomes']}" for r in rows]
+    with tempfile.TemporaryDirectory(prefix="leasehold-bench-kind-") as tmp:
+        if args.indexed:
+            figures = run_indexed(
+                args.cluster, args.completions, args.parallelism, args.timeout, Path(tmp)
+            )
+        else:
+            rows = run(
+                args.cluster, tuple(int(x) for x in args.jobs.split(",")), args.rounds, Path(tmp)
+            )
+    if args.indexed:
+        lines = pods_section(
+            figures,
+            title="Indexed LeasedJob vs Indexed batch/v1 Job on kind (real pods)",
+            setting=setting,
+        )
+    else:
+        lines = section(
+            rows, title="LeasedJob vs batch/v1 Job on kind (real pods)", setting=setting
+        )
+        lines += ["", "How each round's jobs ended:", ""]
+        lines += [f"- {r['kind']} x{r['n']} {r['round']}: {r['outcomes']}" for r in rows]
+    end = os.getloadavg()
     lines += [
         "",
         f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())},"
-        f" {time.monotonic() - started:.0f} s; load average at its start"
-        f" {load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f}.",
+        f" {time.monotonic() - started:.0f} s; load average (1/5/15 min) at its start"
+        f" {load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f}, at its end"
+        f" {end[0]:.1f}/{end[1]:.1f}/{end[2]:.1f}.",
     ]
     text = "\n".join(lines)
     print(text)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(text + "\n")
-    log(f"wrote {args.output}")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(text + "\n")
+    log(f"wrote {output}")
     return 0
 
 
