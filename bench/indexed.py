@@ -25,11 +25,14 @@ leader-election heartbeats and Events counted apart, as in ``bench/jobs.py``).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, cast
 
@@ -61,7 +64,7 @@ from bench.jobs import (
     leased_job_done,
     pod_template,
 )
-from bench.stats import markdown_table
+from bench.stats import markdown_table, summarize
 from leasehold import names
 from leasehold.lease.errors import StoreError
 from leasehold.lease.protocol import Outcome
@@ -229,6 +232,74 @@ def leased_indexed_job(
     }
 
 
+def _stamp(value: Any) -> float | None:
+    """Seconds since the epoch of an API timestamp (a datetime or an RFC 3339 string)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return float(value.timestamp())
+
+
+def pod_timeline(
+    h: Harness, ns: str, batch: bool, name: str, created: float, done: float
+) -> dict[str, Any]:
+    """Where a finished Indexed job's time went, from its pods' timestamps (1 s resolution).
+
+    Args:
+        h: the run's harness.
+        ns: the namespace.
+        batch: a batch/v1 Job's pods (label ``job-name``) or a LeasedJob's.
+        name: the job's name.
+        created: wall-clock seconds of the job's create.
+        done: wall-clock seconds when it was seen done.
+
+    Returns:
+        ``pods`` (pods of the job), ``to first pod`` (create -> the first
+        pod's creation, s), ``pod -> started`` and ``run`` (:class:`Summary`
+        of pod creation -> its container started, and of the container's
+        start -> exit, s), ``in flight`` (mean pods created and not yet
+        exited over create -> done: what the controller kept of the
+        parallelism), ``running`` (mean containers running), ``last exit ->
+        done`` (s).
+    """
+    selector = f"job-name={name}" if batch else f"{names.LABEL_JOB}={name}"
+    pods: Any = client.CoreV1Api(h.admin).list_namespaced_pod(ns, label_selector=selector)
+    births: list[float] = []
+    starts: list[float] = []
+    runs: list[float] = []
+    flights: list[float] = []
+    exits: list[float] = []
+    for pod in pods.items:
+        born = _stamp(pod.metadata.creation_timestamp)
+        if born is None:
+            continue
+        births.append(born)
+        states = [c.state for c in (pod.status.container_statuses or []) if c.state]
+        ended = next((st.terminated for st in states if st.terminated), None)
+        started = _stamp(ended.started_at) if ended else None
+        if started is None:
+            running = next((st.running for st in states if st.running), None)
+            started = _stamp(running.started_at) if running else None
+        exited = _stamp(ended.finished_at) if ended else None
+        if started is not None:
+            starts.append(started - born)
+            runs.append((exited if exited is not None else done) - started)
+        flights.append((exited if exited is not None else done) - born)
+        if exited is not None:
+            exits.append(exited)
+    span = max(done - created, 1e-9)
+    return {
+        "pods": len(births),
+        "to first pod": (min(births) - created) if births else math.nan,
+        "pod -> started": summarize(starts),
+        "run": summarize(runs),
+        "in flight": sum(flights) / span,
+        "running": sum(runs) / span,
+        "last exit -> done": (done - max(exits)) if exits else math.nan,
+    }
+
+
 def side(
     h: Harness,
     ns: str,
@@ -238,6 +309,7 @@ def side(
     timeout: float,
     shape: PodShape = LOCAL_PODS,
     name: str | None = None,
+    extra_cpu: Callable[[], Mapping[str, float]] | None = None,
 ) -> dict[str, Any]:
     """Create one Indexed job of the kind in ``ns``, wait until done; its time, requests and CPU.
 
@@ -252,6 +324,9 @@ def side(
         shape: the pods' image and ServiceAccount.
         name: the job's name (default ``bjob`` / ``ljob``); on a cluster that
             keeps earlier runs' index leases, a name new to the namespace.
+        extra_cpu: more CPU counters (name -> CPU seconds so far, e.g. a
+            kind node's cgroup), read with the CPU meter; their deltas join
+            ``cpu`` and ``cpu_seconds``.
 
     Returns:
         ``kind``, ``name``, ``done``, ``progress`` (the Job's ``succeeded`` or
@@ -261,14 +336,17 @@ def side(
         heartbeats and Events left out), ``reads`` (GET and LIST, same
         keys), ``cpu`` (process name -> cores over the window, plus
         ``machine`` and ``other``), ``cpu_seconds`` (process name -> CPU
-        seconds), ``load`` (1/5/15-min load average at the create and at done).
+        seconds), ``load`` (1/5/15-min load average at the create and at done),
+        ``timeline`` (:func:`pod_timeline`).
     """
     name = name or ("bjob" if batch else "ljob")
     batch_api = client.BatchV1Api(h.admin)
     load_before = os.getloadavg()
     cpu_before = h.meter.snapshot()
+    extra_before = dict(extra_cpu()) if extra_cpu else {}
     before = apiserver_samples(h.admin)
     t0 = time.monotonic()
+    wall0 = time.time()
     if batch:
         batch_api.create_namespaced_job(
             ns, cast(Any, batch_indexed_job(name, completions, parallelism, shape))
@@ -299,10 +377,13 @@ def side(
         elapsed = time.monotonic() - t0
         if finished or elapsed > timeout:
             break
+    wall1 = time.time()
     cpu_after = h.meter.snapshot()
+    extra = {k: v - extra_before.get(k, 0.0) for k, v in (extra_cpu() if extra_cpu else {}).items()}
     load_after = os.getloadavg()
     time.sleep(SETTLE_SECONDS)
     requests = all_requests(before, apiserver_samples(h.admin))
+    timeline = pod_timeline(h, ns, batch, name, wall0, wall1)  # after the scrape: not counted
     # The benchmark's own create and polling reads are not the job's.
     plural = "jobs" if batch else names.PLURAL_LEASED_JOBS
     requests.subtract({f"POST {plural}": 1, f"GET {plural}": polls})
@@ -321,12 +402,19 @@ def side(
         "events_per_index": events / completions,
         "writes": {k: v for k, v in counted.items() if k.split(" ")[0] in WRITE_VERBS},
         "reads": {k: v for k, v in counted.items() if k.split(" ")[0] in ("GET", "LIST")},
-        "cpu": CpuMeter.cores(cpu_before, cpu_after),
+        "cpu": {
+            **CpuMeter.cores(cpu_before, cpu_after),
+            **{k: v / max(cpu_after.at - cpu_before.at, 1e-9) for k, v in extra.items()},
+        },
         "cpu_seconds": {
-            k: (cpu_after.ticks.get(k, 0) - cpu_before.ticks.get(k, 0)) / CLK_TCK
-            for k in cpu_after.ticks
+            **{
+                k: (cpu_after.ticks.get(k, 0) - cpu_before.ticks.get(k, 0)) / CLK_TCK
+                for k in cpu_after.ticks
+            },
+            **extra,
         },
         "load": (load_before, load_after),
+        "timeline": timeline,
     }
 
 
@@ -386,7 +474,8 @@ def pods_section(figures: dict[str, Any], title: str, setting: str) -> list[str]
 
     Args:
         figures: ``completions``, ``parallelism``, ``command``, ``batch`` and
-            ``leased`` (:func:`side`'s dicts), ``time_ratio``, ``writes_ratio``.
+            ``leased`` (:func:`side`'s dicts), ``time_ratio``, ``writes_ratio``,
+            and optionally ``first`` (the kind run first; default the Job).
         title: the heading (``###``).
         setting: what both kinds ran on, opening the first sentence.
 
@@ -401,7 +490,8 @@ def pods_section(figures: dict[str, Any], title: str, setting: str) -> list[str]
         f"### {title}",
         "",
         f"{setting}. One Indexed job of each kind, {n} indexes at parallelism"
-        f" {figures['parallelism']}, the Job first, one after the other; every index runs"
+        f" {figures['parallelism']}, {figures.get('first', KINDS[0])} first, one after the"
+        " other; every index runs"
         f" `sh -c '{figures['command']}'` (the LeasedJob's under `leasehold run`,"
         f" `leaseDurationSeconds: {POD_LEASE_SECONDS}`, `maxAttempts: 3`, push mode). Time:"
         " create -> the Job's `Complete` condition / the LeasedJob's `Succeeded` phase, polled"
@@ -409,7 +499,8 @@ def pods_section(figures: dict[str, Any], title: str, setting: str) -> list[str]
         f" the create to {SETTLE_SECONDS:g} s after done, the benchmark's create and polls taken"
         f" out; writes exclude {', '.join(BACKGROUND)} (node and leader-election heartbeats;"
         " Events counted apart). CPU: each process's utime + stime from this host's `/proc`"
-        " over create -> done.",
+        " over create -> done; *other* is the machine's busy CPU less the processes named"
+        " (on kind: containerd, the pods, the scheduler, and other sessions' work).",
         "",
     ]
 
@@ -444,6 +535,45 @@ def pods_section(figures: dict[str, Any], title: str, setting: str) -> list[str]
                 "load (1 min) create -> done",
             ],
             rows,
+        ),
+        "",
+        "Where the time went, from the pods' own timestamps (1 s resolution): create -> the"
+        " first pod made; each pod's creation -> its container started, and the container's"
+        " run (`sleep 1`; the LeasedJob's with `leasehold run` around it), p50/p99; pods"
+        " in flight (made, not yet exited) and containers running, on average over create ->"
+        " done (the parallelism allows"
+        f" {figures['parallelism']}); the last exit -> done:",
+        "",
+    ]
+    trows = []
+    for s in sides:
+        t = s["timeline"]
+        start, run = t["pod -> started"], t["run"]
+        trows.append(
+            [
+                s["kind"],
+                str(t["pods"]),
+                f"{t['to first pod']:.1f}",
+                f"{start.p50:.1f} / {start.p99:.1f}",
+                f"{run.p50:.1f} / {run.p99:.1f}",
+                f"{t['in flight']:.1f}",
+                f"{t['running']:.1f}",
+                f"{t['last exit -> done']:.1f}",
+            ]
+        )
+    lines += [
+        markdown_table(
+            [
+                "kind",
+                "pods",
+                "-> first pod s",
+                "pod -> started s",
+                "run s",
+                "in flight",
+                "running",
+                "last exit -> done s",
+            ],
+            trows,
         ),
         "",
         "Writes per index by verb and resource:",

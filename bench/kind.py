@@ -185,6 +185,63 @@ def find_processes(env: Mapping[str, str], cluster: str) -> dict[str, NodeProces
     return {name: NodeProcess(pids[0]) for name, pids in sorted(found.items())}
 
 
+def node_cpu_files(processes: Mapping[str, NodeProcess]) -> dict[str, Path]:
+    """Each kind node container's CPU usage file, found from its kubelet's cgroup.
+
+    cgroup v1: the ``cpuacct`` hierarchy's ``cpuacct.usage`` (ns); v2: the
+    unified hierarchy's ``cpu.stat`` (``usage_usec``). The container's cgroup
+    is the kubelet's cgroup path cut after the segment naming the container.
+
+    Args:
+        processes: :func:`find_processes`'s answer (its ``kubelet <node>`` entries).
+
+    Returns:
+        ``node <node>`` -> the file (nodes whose file was not found are left out).
+    """
+    out: dict[str, Path] = {}
+    for name, proc in processes.items():
+        if not name.startswith("kubelet "):
+            continue
+        node = name.removeprefix("kubelet ")
+        try:
+            lines = Path(f"/proc/{proc.pid}/cgroup").read_text().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            _, controllers, path = line.split(":", 2)
+            parts = path.split("/")
+            cut = next((i for i, part in enumerate(parts) if len(part) >= 64), None)
+            if cut is None:
+                continue
+            root = "/".join(parts[: cut + 1])
+            if "cpuacct" in controllers.split(","):
+                found = Path(f"/sys/fs/cgroup/{controllers}{root}/cpuacct.usage")
+            elif controllers == "":
+                found = Path(f"/sys/fs/cgroup{root}/cpu.stat")
+            else:
+                continue
+            if found.exists():
+                out[f"node {node}"] = found
+                break
+    return out
+
+
+def read_node_cpu(files: Mapping[str, Path]) -> dict[str, float]:
+    """CPU seconds used so far by each node container (:func:`node_cpu_files`'s files)."""
+    out: dict[str, float] = {}
+    for name, path in files.items():
+        try:
+            text = path.read_text()
+        except OSError:
+            continue
+        if path.name == "cpuacct.usage":
+            out[name] = int(text) / 1e9
+        else:
+            usec = next(ln.split()[1] for ln in text.splitlines() if ln.startswith("usage_usec"))
+            out[name] = int(usec) / 1e6
+    return out
+
+
 def _clean(env: Mapping[str, str]) -> None:
     """Delete both kinds' jobs in :data:`NAMESPACE`; wait until their pods are gone."""
     for resource in ("jobs.batch", "leasedjobs.leasehold.dev"):
@@ -230,7 +287,12 @@ def run(cluster: str, counts: tuple[int, ...], rounds: int, workdir: Path) -> li
 
 
 def run_indexed(
-    cluster: str, completions: int, parallelism: int, timeout: float, workdir: Path
+    cluster: str,
+    completions: int,
+    parallelism: int,
+    timeout: float,
+    workdir: Path,
+    leased_first: bool = False,
 ) -> dict[str, Any]:
     """The Indexed side by side on the kind ``cluster``: a batch/v1 Job, then the same LeasedJob.
 
@@ -238,9 +300,19 @@ def run_indexed(
     namespace emptied before each (so the LeasedJob's pods start on nodes as
     empty as the Job's did) and after.
 
+    Args:
+        cluster: the kind cluster's name.
+        completions: indexes of each job.
+        parallelism: indexes running at once.
+        timeout: seconds to wait for each job.
+        workdir: scratch folder (the kubeconfig).
+        leased_first: run the LeasedJob first (default: the Job first).
+
     Returns:
-        :func:`bench.indexed.run_pods`'s figures plus ``processes`` (name ->
-        pid of what the CPU meter read).
+        :func:`bench.indexed.run_pods`'s figures plus ``first`` (the kind run
+        first), ``processes`` (name -> pid of what the CPU meter read), and
+        in each side's ``cpu``: ``node <node>`` (all of a node container's
+        processes, from its cgroup) and ``outside the kind nodes``.
 
     Raises:
         RuntimeError: the cluster, chart or a component is missing.
@@ -254,8 +326,10 @@ def run_indexed(
     client.CoreV1Api(h.admin).read_namespace(NAMESPACE)
     _clean(env)
     run_id = secrets.token_hex(2)  # names new to the namespace, as in run()
+    files = node_cpu_files(kind.processes)
+    log(f"kind nodes' CPU from {', '.join(str(f) for f in files.values()) or 'nowhere'}")
     sides: dict[bool, dict[str, Any]] = {}
-    for batch in (True, False):
+    for batch in (False, True) if leased_first else (True, False):
         which = KINDS[0] if batch else KINDS[1]
         log(f"kind: Indexed {which}, {completions} indexes, parallelism {parallelism}")
         sides[batch] = side(
@@ -267,8 +341,17 @@ def run_indexed(
             timeout,
             SHAPE,
             f"{'b' if batch else 'l'}{run_id}-indexed",
+            lambda: read_node_cpu(files),
         )
         got = sides[batch]
+        nodes = [k for k in got["cpu"] if k.startswith("node ")]
+        if nodes:  # the rest of the machine: other sessions' work
+            for figures in (got["cpu"], got["cpu_seconds"]):
+                figures["outside the kind nodes"] = max(
+                    0.0,
+                    figures.get("machine", got["cpu"]["machine"] * got["seconds"])
+                    - sum(figures[k] for k in nodes),
+                )
         log(f"kind: {which}: {got['seconds']:.1f} s, done={got['done']} ({got['progress']})")
         _clean(env)
     batch_side, leased = sides[True], sides[False]
@@ -280,6 +363,7 @@ def run_indexed(
         "leased": leased,
         "time_ratio": leased["seconds"] / batch_side["seconds"],
         "writes_ratio": leased["writes_per_index"] / batch_side["writes_per_index"],
+        "first": KINDS[1] if leased_first else KINDS[0],
         "processes": {name: p.pid for name, p in kind.processes.items()},
     }
 
@@ -327,6 +411,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--timeout", type=float, default=1800.0, help="with --indexed: per kind, seconds"
     )
+    parser.add_argument(
+        "--leased-first", action="store_true", help="with --indexed: the LeasedJob first"
+    )
     parser.add_argument("--output", type=Path, help="default build/bench-kind[-indexed].md")
     args = parser.parse_args(argv)
     output = args.output or REPO / "build" / (
@@ -342,7 +429,12 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="leasehold-bench-kind-") as tmp:
         if args.indexed:
             figures = run_indexed(
-                args.cluster, args.completions, args.parallelism, args.timeout, Path(tmp)
+                args.cluster,
+                args.completions,
+                args.parallelism,
+                args.timeout,
+                Path(tmp),
+                args.leased_first,
             )
         else:
             rows = run(
