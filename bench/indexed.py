@@ -291,7 +291,8 @@ def pod_timeline(
     span = max(done - created, 1e-9)
     return {
         "pods": len(births),
-        "to first pod": (min(births) - created) if births else math.nan,
+        # creationTimestamp has whole seconds: the create's second, not its instant
+        "to first pod": (min(births) - math.floor(created)) if births else math.nan,
         "pod -> started": summarize(starts),
         "run": summarize(runs),
         "in flight": sum(flights) / span,
