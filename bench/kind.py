@@ -286,6 +286,53 @@ def run(cluster: str, counts: tuple[int, ...], rounds: int, workdir: Path) -> li
     return rows
 
 
+_CODE_HASH: Final = (
+    "import hashlib, pathlib, leasehold\n"
+    "root = pathlib.Path(leasehold.__file__).parent\n"
+    "h = hashlib.sha256()\n"
+    "for p in sorted(root.rglob('*.py')):\n"
+    "    h.update(p.relative_to(root).as_posix().encode() + p.read_bytes())\n"
+    "print(h.hexdigest()[:12])\n"
+)
+"""Prints a hash of the ``leasehold`` package's sources (paths and contents)."""
+
+
+def operator_state(env: Mapping[str, str]) -> dict[str, str]:
+    """The chart's operator as it runs: its pod, restarts, and which code it runs.
+
+    Returns:
+        ``pod`` (name), ``restarts`` (its container's restart count), ``code``
+        (the hash :data:`_CODE_HASH` prints in the pod) and ``checkout``
+        (the same hash of this checkout's ``operator/leasehold``): equal
+        when the image loaded into kind was built from this checkout and the
+        pod was started from it.
+    """
+    pods = json.loads(
+        _sh(
+            env,
+            *("kubectl", "-n", OPERATOR_NAMESPACE, "get", "pods", "-l", OPERATOR_SELECTOR),
+            *("-o", "json"),
+        )
+    )
+    running = [p for p in pods["items"] if (p.get("status") or {}).get("phase") == "Running"]
+    if not running:
+        return {"pod": "none running", "restarts": "-", "code": "-", "checkout": "-"}
+    pod = running[0]
+    restarts = sum(c.get("restartCount", 0) for c in pod["status"].get("containerStatuses", []))
+    name = pod["metadata"]["name"]
+    code = _sh(
+        env, "kubectl", "-n", OPERATOR_NAMESPACE, "exec", name, "--", "python", "-c", _CODE_HASH
+    ).strip()
+    here = subprocess.run(
+        [sys.executable, "-c", _CODE_HASH],
+        cwd=REPO / "operator",
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    return {"pod": name, "restarts": str(restarts), "code": code, "checkout": here}
+
+
 def run_indexed(
     cluster: str,
     completions: int,
@@ -298,7 +345,8 @@ def run_indexed(
 
     :func:`bench.indexed.side` for each kind in :data:`SHAPE`'s pods, the
     namespace emptied before each (so the LeasedJob's pods start on nodes as
-    empty as the Job's did) and after.
+    empty as the Job's did) and after. An operator pod running other code
+    than this checkout (an image loaded after it started) is restarted first.
 
     Args:
         cluster: the kind cluster's name.
@@ -310,7 +358,8 @@ def run_indexed(
 
     Returns:
         :func:`bench.indexed.run_pods`'s figures plus ``first`` (the kind run
-        first), ``processes`` (name -> pid of what the CPU meter read), and
+        first), ``operator`` (:func:`operator_state` before and after),
+        ``processes`` (name -> pid of what the CPU meter read), and
         in each side's ``cpu``: ``node <node>`` (all of a node container's
         processes, from its cgroup) and ``outside the kind nodes``.
 
@@ -322,6 +371,20 @@ def run_indexed(
     kind = KindCluster(workdir / "kubeconfig", find_processes(env, cluster))
     found = ", ".join(f"{name} pid {p.pid}" for name, p in kind.processes.items())
     log(f"kind cluster {cluster}: {found}")
+    operator_before = operator_state(env)
+    if operator_before["code"] != operator_before["checkout"]:
+        # `make kind-load` replaced the image under the same tag; the pod still runs the old one.
+        log(f"operator runs other code than this checkout ({operator_before}): restarting it")
+        _sh(env, "kubectl", "-n", OPERATOR_NAMESPACE, "rollout", "restart", "deployment")
+        _sh(
+            env,
+            *("kubectl", "-n", OPERATOR_NAMESPACE, "rollout", "status", "deployment"),
+            *("-l", OPERATOR_SELECTOR, "--timeout=300s"),
+        )
+        time.sleep(5.0)  # the old pod's termination; the new one's start-up settles
+        kind = KindCluster(workdir / "kubeconfig", find_processes(env, cluster))
+        operator_before = operator_state(env)
+    log(f"operator: {operator_before}")
     h = Harness(kind, workdir, QUICK)
     client.CoreV1Api(h.admin).read_namespace(NAMESPACE)
     _clean(env)
@@ -364,6 +427,7 @@ def run_indexed(
         "time_ratio": leased["seconds"] / batch_side["seconds"],
         "writes_ratio": leased["writes_per_index"] / batch_side["writes_per_index"],
         "first": KINDS[1] if leased_first else KINDS[0],
+        "operator": (operator_before, operator_state(env)),
         "processes": {name: p.pid for name, p in kind.processes.items()},
     }
 
@@ -446,6 +510,13 @@ def main(argv: list[str] | None = None) -> int:
             title="Indexed LeasedJob vs Indexed batch/v1 Job on kind (real pods)",
             setting=setting,
         )
+        before, after = figures["operator"]
+        same = "the same" if after["code"] == after["checkout"] else "**not** the same"
+        lines += [
+            f"- The operator: pod `{after['pod']}` (at the start `{before['pod']}`), container"
+            f" restarts {before['restarts']} -> {after['restarts']}; its `leasehold` package"
+            f" hashes to {after['code']}, this checkout's to {after['checkout']} ({same} code).",
+        ]
     else:
         lines = section(
             rows, title="LeasedJob vs batch/v1 Job on kind (real pods)", setting=setting
