@@ -149,6 +149,17 @@ class _Done:
     name_taken_by: StoredLease | None = None
 
 
+def _log_untold(told: Future[None]) -> None:
+    """Log an Event post that failed off the step.
+
+    The recorder logs an API refusal itself; a broken connection or a
+    timeout would otherwise be lost with the future.
+    """
+    failure = told.exception()
+    if failure is not None:
+        log.warning("could not record an Event: %s: %s", type(failure).__name__, failure)
+
+
 class IndexedActor:
     """Reconcile jobs with several completions: one lease per index.
 
@@ -197,7 +208,8 @@ class IndexedActor:
         start. Events are told, not relied on; a failure is logged
         (:meth:`EventRecorder.record`).
         """
-        self._events.submit(self._ctx.events.record, obj, type_, reason, message)
+        told = self._events.submit(self._ctx.events.record, obj, type_, reason, message)
+        told.add_done_callback(_log_untold)
 
     def _leases(self, namespace: str, name: str) -> _IndexLeases:
         """The job's index leases, under today's names and the legacy ones.
