@@ -262,11 +262,7 @@ def run(cluster: str, counts: tuple[int, ...], rounds: int, workdir: Path) -> li
     Raises:
         RuntimeError: the cluster, chart or a component is missing.
     """
-    env = kind_env(cluster, workdir / "kubeconfig")
-    install_chart(env)
-    kind = KindCluster(workdir / "kubeconfig", find_processes(env, cluster))
-    found = ", ".join(f"{name} pid {p.pid}" for name, p in kind.processes.items())
-    log(f"kind cluster {cluster}: {found}")
+    env, kind = _connect(cluster, workdir)
     h = Harness(kind, workdir, QUICK)
     client.CoreV1Api(h.admin).read_namespace(NAMESPACE)
     _clean(env)
@@ -295,6 +291,27 @@ _CODE_HASH: Final = (
     "print(h.hexdigest()[:12])\n"
 )
 """Prints a hash of the ``leasehold`` package's sources (paths and contents)."""
+
+
+def _connect(cluster: str, workdir: Path) -> tuple[dict[str, str], KindCluster]:
+    """Install the chart on the kind cluster and find its processes to meter.
+
+    Args:
+        cluster: the kind cluster's name.
+        workdir: where its kubeconfig is written.
+
+    Returns:
+        The environment for ``kubectl``/``helm`` against it, and the cluster.
+
+    Raises:
+        RuntimeError: the cluster, chart or a component is missing.
+    """
+    env = kind_env(cluster, workdir / "kubeconfig")
+    install_chart(env)
+    kind = KindCluster(workdir / "kubeconfig", find_processes(env, cluster))
+    found = ", ".join(f"{name} pid {p.pid}" for name, p in kind.processes.items())
+    log(f"kind cluster {cluster}: {found}")
+    return env, kind
 
 
 def operator_state(env: Mapping[str, str]) -> dict[str, str]:
@@ -366,11 +383,7 @@ def run_indexed(
     Raises:
         RuntimeError: the cluster, chart or a component is missing.
     """
-    env = kind_env(cluster, workdir / "kubeconfig")
-    install_chart(env)
-    kind = KindCluster(workdir / "kubeconfig", find_processes(env, cluster))
-    found = ", ".join(f"{name} pid {p.pid}" for name, p in kind.processes.items())
-    log(f"kind cluster {cluster}: {found}")
+    env, kind = _connect(cluster, workdir)
     operator_before = operator_state(env)
     if operator_before["code"] != operator_before["checkout"]:
         # `make kind-load` replaced the image under the same tag; the pod still runs the old one.
