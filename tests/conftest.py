@@ -119,11 +119,21 @@ def api_client(crds_installed: Path) -> Iterator[client.ApiClient]:
 
 
 @pytest.fixture
+def operator_env() -> dict[str, str]:
+    """Extra environment of the ``operator`` fixture's process (a module may override it)."""
+    return {}
+
+
+@pytest.fixture
 def operator(
-    crds_installed: Path, namespace: str, tmp_path: Path, worker_rbac: None
+    crds_installed: Path,
+    namespace: str,
+    tmp_path: Path,
+    worker_rbac: None,
+    operator_env: dict[str, str],
 ) -> Iterator[OperatorProcess]:
     """A running operator watching the test's namespace; its log is shown on failure."""
-    proc = OperatorProcess(crds_installed, namespace, tmp_path / "operator.log")
+    proc = OperatorProcess(crds_installed, namespace, tmp_path / "operator.log", env=operator_env)
     try:
         proc.start()
     except RuntimeError as exc:

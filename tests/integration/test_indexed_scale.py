@@ -14,8 +14,6 @@ still deleting (a CI run counted 33 while this job ran).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from kubernetes import client
@@ -30,26 +28,13 @@ index leases (the lease watch's own LIST and WATCH carry no selector)."""
 
 
 @pytest.fixture
-def chatty_operator(
-    crds_installed: Path, namespace: str, tmp_path: Path, worker_rbac: None
-) -> Iterator[OperatorProcess]:
-    """An operator of the test's namespace that logs every request it sends."""
-    proc = OperatorProcess(
-        crds_installed,
-        namespace,
-        tmp_path / "operator.log",
-        env={"LEASEHOLD_LOG_LEVEL": "DEBUG"},
-    )
-    try:
-        proc.start()
-    except RuntimeError as exc:
-        pytest.fail(str(exc))
-    yield proc
-    proc.stop()
+def operator_env() -> dict[str, str]:
+    """The operator logs every request it sends (urllib3 at DEBUG)."""
+    return {"LEASEHOLD_LOG_LEVEL": "DEBUG"}
 
 
 def test_an_indexed_job_runs_without_listing_its_index_leases(
-    chatty_operator: OperatorProcess,
+    operator: OperatorProcess,
     local_pod_runner: PodRunner,
     api_client: client.ApiClient,
     namespace: str,
@@ -71,7 +56,7 @@ def test_an_indexed_job_runs_without_listing_its_index_leases(
     )
     wait_for("Succeeded", phase_is(api_client, namespace, "eight", "Succeeded"), 120)
     assert status(api_client, namespace, "eight")["completedIndexes"] == "0-7"
-    log = chatty_operator.logs()
+    log = operator.logs()
     requests = [line for line in log.splitlines() if '"GET /apis/leasehold.dev/' in line]
     assert requests, "the operator logged no request: the count below would prove nothing"
     lists = [line for line in requests if INDEX_LEASE_LIST.search(line)]
