@@ -95,6 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             h.note_load("after the run")
     text = report(results, facts, args.quick, started)
     print(text)
+    args.output.parent.mkdir(parents=True, exist_ok=True)  # e.g. build/ in a fresh clone
     args.output.write_text(text + "\n")
     log(f"wrote {args.output}")
     return 0
