@@ -339,7 +339,7 @@ class CronActor:
 
         A run of several completions never claims this lease: it holds the
         run's range, and each index lease is made inside it (its base, its
-        ceiling) by the run's own reconciles (``IndexedActor._create_in_run``).
+        ceiling) by the run's own reconciles (``IndexLeaseCreator._create_in_run``).
         """
         namespace, name = str(body["metadata"]["namespace"]), str(body["metadata"]["name"])
         try:

@@ -10,7 +10,7 @@ domain of its own, with the same guarantees as a job's lease: no
 ownerReference, a finalizer, its ``jobUID`` and ``baseFencingToken``
 (docs/indexed.md). A cron job's run of several completions makes its
 index leases inside the token range its cron job reserved, read from the
-run's own lease (:meth:`IndexedActor._create_in_run`, docs/schedules.md).
+run's own lease (:mod:`leasehold.controller.act.index_creation`, docs/schedules.md).
 An index lease that an earlier build named
 ``<job>-<index>`` is stopped for good, and the index's lease is created at
 its token.
@@ -50,6 +50,13 @@ from leasehold.controller.act import domain, terminal
 from leasehold.controller.act.attempts import Attempts
 from leasehold.controller.act.context import Context
 from leasehold.controller.act.holds import HoldWaits, last_reclaim_reason
+from leasehold.controller.act.index_creation import (
+    MAX_REPLANS,
+    IndexLeaseCreator,
+    StepDone,
+    cron_of,
+    index_of,
+)
 from leasehold.controller.act.queue import Told
 from leasehold.controller.act.status import (
     report_index_lease_names_taken,
@@ -62,9 +69,9 @@ from leasehold.controller.plan import terminal as plan_terminal
 from leasehold.controller.plan.indexed import IndexStep
 from leasehold.controller.plan.single import Action, Plan, PodFacts, owes_stop
 from leasehold.lease.api import LeasedJob, LeasedJobStatus, Phase, PodRetention
-from leasehold.lease.errors import LeaseNotFoundError, TransientStoreError, WriteRefusedError
+from leasehold.lease.errors import LeaseNotFoundError, TransientStoreError
 from leasehold.lease.indexes import INDEX_SEPARATOR, index_lease_name, legacy_index_lease_name
-from leasehold.lease.protocol import LeaseRecord, lease_is_closed, lease_is_final
+from leasehold.lease.protocol import LeaseRecord, lease_is_closed
 from leasehold.lease.store import Accepted, StoredLease, to_stored
 
 log = logging.getLogger(__name__)
@@ -74,12 +81,6 @@ STOP_TRIES: Final = 3
 STOP_RETRY_SECONDS: Final = 1.0
 """When a lease kept moving under :data:`STOP_TRIES` stops: plan again this soon."""
 
-MAX_REPLANS = 4
-"""Steps one index may take in one reconcile (create, claim, start; or reopen, claim, start)."""
-
-NAME_TAKEN_RECHECK_SECONDS = 60.0
-"""How soon to try again an index whose lease name another lease holds: that
-lease is not this job's, so its deletion brings no event for this job."""
 
 STEP_ERROR_RETRY_SECONDS: Final = 2.0
 """When one index's step failed on an API error: plan again this soon (the
@@ -95,28 +96,6 @@ DEFAULT_STEP_WORKERS: Final = 4
 
 EVENT_WORKERS: Final = 4
 """Threads recording index attempts' ``Started`` Events (:meth:`IndexedActor._tell_soon`)."""
-
-
-def cron_of(body: dict[str, Any]) -> str | None:
-    """The LeasedCronJob whose run this job is (its controller ownerReference), or ``None``.
-
-    A run of several completions makes its index leases inside the token
-    range its cron job reserved (:meth:`IndexedActor._create_in_run`).
-    """
-    for ref in body["metadata"].get("ownerReferences") or []:
-        if (
-            ref.get("controller")
-            and ref.get("kind") == "LeasedCronJob"
-            and ref.get("apiVersion") == names.API_VERSION
-        ):
-            return str(ref.get("name"))
-    return None
-
-
-def index_of(lease: StoredLease) -> int | None:
-    """The completion index of an index lease (its label), or ``None`` for a job's own lease."""
-    raw = (lease.body.get("metadata", {}).get("labels") or {}).get(names.LABEL_COMPLETION_INDEX)
-    return int(raw) if raw is not None and str(raw).isdigit() else None
 
 
 @dataclass(frozen=True)
@@ -135,18 +114,6 @@ class _IndexLeases:
     def all(self) -> list[StoredLease]:
         """Every lease of the job's indexes, current and legacy."""
         return [*self.current.values(), *self.legacy.values()]
-
-
-@dataclass(frozen=True)
-class _Done:
-    """An index's step is over for this reconcile; look again after this many seconds.
-
-    ``name_taken_by``: the index's lease name is held by this lease, which is
-    not that index's (reported on the job).
-    """
-
-    requeue_after_seconds: float | None
-    name_taken_by: StoredLease | None = None
 
 
 def _log_untold(told: Future[None]) -> None:
@@ -181,6 +148,7 @@ class IndexedActor:
         self._ctx = ctx
         self._holds = holds
         self._attempts = attempts
+        self._creator = IndexLeaseCreator(ctx)
         self._retry_after: dict[tuple[str, str, int], datetime] = {}
         """(namespace, lease, token) -> when that failure's backoff ends (memory only)."""
         self._told_waits: set[tuple[str, str, int]] = set()
@@ -331,7 +299,7 @@ class IndexedActor:
             domain.release_if_namespace_goes(self._ctx, lease)
         leases = found.current
         # Legacy-named leases are stopped at once, so no pool claims them any more.
-        legacies = {i: self._stop_legacy(lease) for i, lease in found.legacy.items()}
+        legacies = {i: self._creator.stop_legacy(lease) for i, lease in found.legacy.items()}
         retry_after: dict[int, datetime] = {}
         for index, lease in leases.items():
             end = self._backoff_end(lease)
@@ -440,7 +408,7 @@ class IndexedActor:
         leases: Mapping[int, StoredLease],
         legacies: Mapping[int, StoredLease],
         pods: Mapping[int, dict[int, PodFacts]],
-    ) -> list[tuple[IndexStep, _Done]]:
+    ) -> list[tuple[IndexStep, StepDone]]:
         """Carry out the indexes' steps: at once on the step pool when there are several.
 
         Each step touches its own index only (its lease, its pods, its
@@ -455,7 +423,7 @@ class IndexedActor:
         """
         namespace = str(job.metadata["namespace"])
 
-        def run(step: IndexStep) -> _Done:
+        def run(step: IndexStep) -> StepDone:
             index = step.index
             return self._step(
                 job, body, step, leases.get(index), legacies.get(index), pods.get(index)
@@ -463,12 +431,12 @@ class IndexedActor:
 
         if self._pool is None or len(steps) <= 1:
             return [(step, self._settled(namespace, step, partial(run, step))) for step in steps]
-        futures: list[tuple[IndexStep, Future[_Done]]] = [
+        futures: list[tuple[IndexStep, Future[StepDone]]] = [
             (step, self._pool.submit(run, step)) for step in steps
         ]
         return [(step, self._settled(namespace, step, future.result)) for step, future in futures]
 
-    def _settled(self, namespace: str, step: IndexStep, result: Callable[[], _Done]) -> _Done:
+    def _settled(self, namespace: str, step: IndexStep, result: Callable[[], StepDone]) -> StepDone:
         """What one step came to; an error is logged and the index looked at again soon."""
         try:
             return result()
@@ -480,8 +448,8 @@ class IndexedActor:
             log.info("%s: index %d will be retried: %s", namespace, step.index, exc)
         except Exception:
             log.exception("%s: index %d: step %s failed", namespace, step.index, step.plan.action)
-            return _Done(STEP_ERROR_RETRY_SECONDS * 5)
-        return _Done(STEP_ERROR_RETRY_SECONDS)
+            return StepDone(STEP_ERROR_RETRY_SECONDS * 5)
+        return StepDone(STEP_ERROR_RETRY_SECONDS)
 
     def _index_pods(self, job: LeasedJob, index: int, lease: LeaseRecord) -> dict[int, PodFacts]:
         """An index's attempt pods by token: listed to judge an end, else from the pod watch.
@@ -509,7 +477,7 @@ class IndexedActor:
         lease: StoredLease | None,
         legacy: StoredLease | None,
         pods: dict[int, PodFacts] | None,
-    ) -> _Done:
+    ) -> StepDone:
         """Carry out one index's step; plan that index again after a write that needs it.
 
         Args:
@@ -528,11 +496,11 @@ class IndexedActor:
         plan = step.plan
         for _ in range(MAX_REPLANS):
             acted = self._act(job, body, step, plan, lease, legacy)
-            if isinstance(acted, _Done):
+            if isinstance(acted, StepDone):
                 return acted
             lease = acted
             if lease is None:
-                return _Done(None)
+                return StepDone(None)
             plan = indexed.plan_index(
                 job,
                 step.index,
@@ -550,8 +518,8 @@ class IndexedActor:
                 Action.WAIT_FOR_PODS,  # retried, but its earlier pod is not terminal yet
                 Action.NONE,
             ):
-                return _Done(None)
-        return _Done(None)
+                return StepDone(None)
+        return StepDone(None)
 
     def _act(
         self,
@@ -561,27 +529,27 @@ class IndexedActor:
         plan: Plan,
         lease: StoredLease | None,
         legacy: StoredLease | None = None,
-    ) -> StoredLease | _Done | None:
+    ) -> StoredLease | StepDone | None:
         """One write of an index's step.
 
         Returns:
             The index's lease as written (plan again on it; ``None``: it could
-            not be made), or :class:`_Done` with when to look again.
+            not be made), or :class:`StepDone` with when to look again.
         """
         action = plan.action
         if action is Action.CREATE_LEASE:
-            return self._create(job, body, step, legacy)
+            return self._creator.create(job, body, step, legacy)
         if lease is None:
-            return _Done(plan.requeue_after_seconds)
+            return StepDone(plan.requeue_after_seconds)
         store = self._ctx.store
         if action in (Action.TAKE_OVER_LEASE, Action.RESUME):
             wait = self._holds.earlier_hold_wait(lease, body)
             if wait > 0:
-                return _Done(wait)
+                return StepDone(wait)
         if action is Action.TAKE_OVER_LEASE:
             checked = self._closed_with_run(body, lease)
             if checked is None:
-                return _Done(None)  # it moved: its watch event brings the next reconcile
+                return StepDone(None)  # it moved: its watch event brings the next reconcile
             lease = checked
             taken = store.rearm(
                 lease,
@@ -606,19 +574,19 @@ class IndexedActor:
         if action in (Action.RESUME, Action.EXCUSE):
             return self._reopen(body, step, plan, lease)
         if action is Action.CLAIM_AND_START:
-            return _Done(self._claim_and_start(job, body, step, plan, lease))
+            return StepDone(self._claim_and_start(job, body, step, plan, lease))
         if action is Action.START_POD:
-            return _Done(self._start(job, body, step, plan, lease, lease.record.fencing_token))
+            return StepDone(self._start(job, body, step, plan, lease, lease.record.fencing_token))
         if action is Action.WAIT_FOR_PODS:
-            return _Done(self._wait_for_pods(body, step, plan, lease))
+            return StepDone(self._wait_for_pods(body, step, plan, lease))
         self._remember_backoff(lease, plan)
         if job.spec.template is not None:
             self._attempts.bind_own_pod(body, lease)
-        return _Done(plan.requeue_after_seconds)
+        return StepDone(plan.requeue_after_seconds)
 
     def _end_attempt(
         self, job: LeasedJob, step: IndexStep, plan: Plan, lease: StoredLease
-    ) -> _Done:
+    ) -> StepDone:
         """Stop or suspend an index: the lease first, then the attempt's pods.
 
         A suspension is the job's ``spec.suspend``, or a scale-down that removed
@@ -642,11 +610,11 @@ class IndexedActor:
                         stopped.lease.record.fencing_token,
                     )
                     self._attempts.delete_index_pods(namespace, job_name, step.index, None)
-                    return _Done(None)
+                    return StepDone(None)
                 lease = stopped.lease
                 if not owes_stop(lease.record):
-                    return _Done(None)  # a completion landed first: it stands
-            return _Done(STOP_RETRY_SECONDS)
+                    return StepDone(None)  # a completion landed first: it stands
+            return StepDone(STOP_RETRY_SECONDS)
         # A suspension refused because a renewal moved the lease is tried again
         # on the lease the refusal read, as a stop is (a renewal brings no reconcile).
         for _ in range(STOP_TRIES):
@@ -655,9 +623,9 @@ class IndexedActor:
                 break
             lease = suspended.lease
             if lease.record.completion is not None or lease.record.suspended:
-                return _Done(None)  # a completion landed first: it stands
+                return StepDone(None)  # a completion landed first: it stands
         else:
-            return _Done(STOP_RETRY_SECONDS)
+            return StepDone(STOP_RETRY_SECONDS)
         self._ctx.wrote_lease(suspended.lease)
         if step.index >= indexed.completions(job):
             log.info(
@@ -675,11 +643,11 @@ class IndexedActor:
             self._attempts.delete_index_pods(namespace, job_name, step.index, None, keep_ended=True)
         # Plan again at once: this reconcile's status still counts the
         # index as active, and the suspend's own watch event is skipped.
-        return _Done(0.0)
+        return StepDone(0.0)
 
     def _reopen(
         self, body: dict[str, Any], step: IndexStep, plan: Plan, lease: StoredLease
-    ) -> StoredLease | _Done:
+    ) -> StoredLease | StepDone:
         """Resume a suspended index, or excuse its ended attempt; then plan its claim.
 
         An eviction (or a failure a rule ignores) uses no budget, as for a
@@ -693,7 +661,7 @@ class IndexedActor:
         else:
             written = store.excuse(lease)
         if not isinstance(written, Accepted):
-            return _Done(None)
+            return StepDone(None)
         self._ctx.wrote_lease(written.lease)
         if plan.action is Action.EXCUSE:
             for event in plan.events:
@@ -709,144 +677,6 @@ class IndexedActor:
         key = (lease.namespace, lease.name, lease.record.fencing_token)
         with self._guard:
             self._retry_after.setdefault(key, after)
-
-    def _create(
-        self,
-        job: LeasedJob,
-        body: dict[str, Any],
-        step: IndexStep,
-        legacy: StoredLease | None,
-    ) -> StoredLease | _Done | None:
-        """Create an index's lease (unheld): its own fencing domain.
-
-        It starts where :meth:`_start_token` says, so the index's tokens never
-        go back; a create refused because the name exists is read back
-        (:meth:`_existing`).
-
-        Returns:
-            The index's lease (created, or found to be this index's already);
-            ``None`` to look again on the next event; :class:`_Done` with the
-            lease that holds the name when that lease is not this index's.
-        """
-        meta = body["metadata"]
-        namespace, name = str(meta["namespace"]), str(meta["name"])
-        cron = cron_of(body)
-        if cron is not None:
-            return self._create_in_run(job, body, step, cron)
-        start = self._start_token(namespace, name, step, legacy)
-        if start is None:
-            return None
-        try:
-            # No ownerReference: like a job's lease, it outlives the job.
-            created = self._ctx.store.create(
-                namespace,
-                step.lease_name,
-                job_name=name,
-                lease_duration_seconds=job.spec.lease_duration_seconds,
-                max_fencing_token=start + indexed.index_max_fencing_token_span(job),
-                initial_fencing_token=start,
-                labels={
-                    names.LABEL_JOB: name,
-                    names.LABEL_COMPLETION_INDEX: str(step.index),
-                },
-                startup_deadline_seconds=(
-                    job.spec.startup_deadline_seconds if job.spec.template is not None else None
-                ),
-                job_uid=str(meta["uid"]),
-                mode=domain.mode(job),
-                finalizers=[names.FINALIZER_DOMAIN],
-                work=domain.work_item(job),  # params and priority: the same on every index
-            )
-        except WriteRefusedError:
-            return self._existing(namespace, name, step)
-        # Into the cache (not skipped as this operator's own: its event plans on the lease).
-        self._ctx.lease_cache.put(created.body)
-        self._tell_carried(body, step, legacy, start)
-        return created
-
-    def _run_lease(self, namespace: str, run: str, cron: str) -> StoredLease | None:
-        """A cron job's run's own lease (its token range), read from the API server.
-
-        Returns:
-            It, or ``None`` when it is missing or not that cron job's.
-        """
-        try:
-            lease = self._ctx.store.get(namespace, run)
-        except LeaseNotFoundError:
-            return None
-        labels = lease.body["metadata"].get("labels") or {}
-        if labels.get(names.LABEL_CRON_JOB) != cron or lease.record.job_name != run:
-            return None
-        if lease.record.ceiling_fencing_token is None:
-            return None
-        return lease
-
-    def _create_in_run(
-        self, job: LeasedJob, body: dict[str, Any], step: IndexStep, cron: str
-    ) -> StoredLease | _Done | None:
-        """Create an index lease of a cron job's run inside the run's token range.
-
-        The run's own lease (made by the cron job, never claimed) holds the
-        range: the index lease starts at its token (the range's base), capped
-        there (closed) until this job takes it over, with its ceiling (the
-        range's top, or the base if a later run closed the run already). So
-        every index of run N is above every index of run N-1
-        (docs/schedules.md). The take-over checks the run's lease again
-        (:meth:`_closed_with_run`): an index lease made after a ``Forbid`` or
-        ``Replace`` listed the run's leases is closed before it can be claimed.
-
-        Returns:
-            As :meth:`_create`; :class:`_Done` to look again later when the
-            run's lease is missing (the index does not start).
-        """
-        meta = body["metadata"]
-        namespace, name = str(meta["namespace"]), str(meta["name"])
-        run = self._run_lease(namespace, name, cron)
-        if run is None:
-            log.warning(
-                "%s/%s: index %d not started: the run's JobLease %s (its token range,"
-                " made by LeasedCronJob %s) is missing",
-                namespace,
-                name,
-                step.index,
-                name,
-                cron,
-            )
-            return _Done(NAME_TAKEN_RECHECK_SECONDS)
-        base = run.record.fencing_token
-        # A lease that went missing is made again above its pods' tokens.
-        start = max(base, max(self._ctx.pod_memory.recall(namespace, name, step.index), default=0))
-        ceiling = run.record.ceiling_fencing_token
-        assert ceiling is not None
-        try:
-            created = self._ctx.store.create(
-                namespace,
-                step.lease_name,
-                job_name=name,
-                lease_duration_seconds=job.spec.lease_duration_seconds,
-                max_fencing_token=start,  # closed until this job takes it over
-                ceiling_fencing_token=max(ceiling, start),
-                initial_fencing_token=start,
-                labels={
-                    names.LABEL_JOB: name,
-                    names.LABEL_COMPLETION_INDEX: str(step.index),
-                    names.LABEL_CRON_JOB: cron,
-                },
-                mode=domain.mode(job),
-                finalizers=[names.FINALIZER_DOMAIN],
-            )
-        except WriteRefusedError:
-            return self._existing(namespace, name, step)
-        self._ctx.lease_cache.put(created.body)
-        log.info(
-            "%s/%s: index lease %s made in the run's range (%d, %d]",
-            namespace,
-            name,
-            step.lease_name,
-            start,
-            ceiling,
-        )
-        return created
 
     def _closed_with_run(self, body: dict[str, Any], lease: StoredLease) -> StoredLease | None:
         """Before a take-over: close an index lease of a run that a later run closed.
@@ -867,7 +697,7 @@ class IndexedActor:
         record = lease.record
         if cron is None or record.ceiling_fencing_token is None or lease_is_closed(record):
             return lease
-        run = self._run_lease(lease.namespace, record.job_name, cron)
+        run = self._creator.run_lease(lease.namespace, record.job_name, cron)
         if run is not None and not lease_is_closed(run.record):
             return lease
         closed = self._ctx.store.close(lease)
@@ -881,103 +711,6 @@ class IndexedActor:
             record.fencing_token,
         )
         return closed.lease
-
-    def _start_token(
-        self, namespace: str, name: str, step: IndexStep, legacy: StoredLease | None
-    ) -> int | None:
-        """The token a new index lease starts at: 0, or what an earlier one reached.
-
-        The final token of the index's lease under its legacy name (stopped
-        by :meth:`_stop_legacy`), or above every token the index's pods were
-        seen under: a lease that went missing (its finalizer forced off). The
-        single-job path carries ``status.fencingToken``; an Indexed job's
-        status keeps no token per index, the pod watch's memory does.
-
-        Returns:
-            The token, or ``None`` while the legacy lease may still be claimed
-            (it moved): its watch event brings a reconcile.
-        """
-        start = 0
-        if legacy is not None:
-            if not lease_is_final(legacy.record):
-                return None
-            start = legacy.record.fencing_token
-        seen = self._ctx.pod_memory.recall(namespace, name, step.index)
-        return max(start, max(seen, default=0))
-
-    def _existing(self, namespace: str, name: str, step: IndexStep) -> StoredLease | _Done | None:
-        """The lease a refused create found under an index's name.
-
-        Returns:
-            It, when it is this index's (an earlier reconcile made it);
-            :class:`_Done` with it when it is not; ``None`` if it is gone again.
-        """
-        try:
-            existing = self._ctx.store.get(namespace, step.lease_name)
-        except LeaseNotFoundError:
-            return None
-        self._ctx.lease_cache.put(existing.body)
-        if existing.record.job_name != name or index_of(existing) != step.index:
-            return _Done(NAME_TAKEN_RECHECK_SECONDS, name_taken_by=existing)
-        return existing
-
-    def _tell_carried(
-        self, body: dict[str, Any], step: IndexStep, legacy: StoredLease | None, start: int
-    ) -> None:
-        """The Event of a lease that starts above 0: carried from a legacy name, or recreated."""
-        if legacy is not None:
-            self._ctx.events.record(
-                body,
-                "Normal",
-                "LeaseRenamed",
-                f"Index {step.index}: JobLease {legacy.name} (its name before index leases"
-                f" were named <job>.<index>) is stopped for good; {step.lease_name} carries"
-                f" on from fencing token {start}, so the index's tokens never go back.",
-            )
-            if start == legacy.record.fencing_token:
-                return
-        if start > 0:
-            self._ctx.events.record(
-                body,
-                "Warning",
-                "LeaseRecreated",
-                f"The JobLease {step.lease_name} of index {step.index} was missing; recreated it"
-                f" at fencing token {start} (its pods' highest) so tokens never go back.",
-            )
-
-    def _stop_legacy(self, legacy: StoredLease) -> StoredLease:
-        """Stop an index's legacy-named lease for good (one write, unless it is already).
-
-        It is stopped before the index's lease is created at its token, so no
-        pool or pod can claim it after its token was read: the successor's
-        first claim is above every token it issued. A completion that landed
-        first ends it as well. A running attempt under it is fenced off, and
-        runs again under the index's new lease.
-
-        Args:
-            legacy: the index's lease under its legacy name, as read.
-
-        Returns:
-            The lease as written or read last; not final only if it kept
-            changing (claims, renewals): its watch events bring a reconcile.
-
-        Raises:
-            StoreError: the API server failed or refused.
-        """
-        for _ in range(MAX_REPLANS):
-            if lease_is_final(legacy.record):
-                return legacy
-            stopped = self._ctx.store.stop(legacy)
-            if isinstance(stopped, Accepted):
-                self._ctx.wrote_lease(stopped.lease)
-                log.info(
-                    "%s/%s: legacy index lease stopped at fencing token %d",
-                    legacy.namespace,
-                    legacy.name,
-                    stopped.lease.record.fencing_token,
-                )
-            legacy = stopped.lease
-        return legacy
 
     def _wait_for_pods(
         self, body: dict[str, Any], step: IndexStep, plan: Plan, lease: StoredLease

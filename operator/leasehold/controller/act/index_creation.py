@@ -1,0 +1,321 @@
+"""Make an index's lease: its own fencing domain, at a token that never goes back.
+
+Why this module exists: creating an index lease has cases of its own, apart
+from planning and carrying out an index's steps
+(:mod:`leasehold.controller.act.indexed`): a create refused because the name
+exists (this index's lease, or another's), a lease under the index's legacy
+name (``<job>-<index>``, stopped for good first, its token carried on), a
+lease that went missing (recreated above its pods' tokens), and a cron job's
+run, whose index leases are made inside the token range its cron job
+reserved, read from the run's own lease (docs/schedules.md).
+
+Blocking calls; used by :class:`~leasehold.controller.act.indexed.IndexedActor`
+under the job's lock.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from leasehold import names
+from leasehold.controller.act import domain
+from leasehold.controller.act.context import Context
+from leasehold.controller.plan import indexed
+from leasehold.controller.plan.indexed import IndexStep
+from leasehold.lease.api import LeasedJob
+from leasehold.lease.errors import LeaseNotFoundError, WriteRefusedError
+from leasehold.lease.protocol import lease_is_final
+from leasehold.lease.store import Accepted, StoredLease
+
+log = logging.getLogger(__name__)
+
+MAX_REPLANS = 4
+"""Steps one index may take in one reconcile (create, claim, start; or reopen, claim, start)."""
+
+NAME_TAKEN_RECHECK_SECONDS = 60.0
+"""How soon to try again an index whose lease name another lease holds: that
+lease is not this job's, so its deletion brings no event for this job."""
+
+
+def cron_of(body: dict[str, Any]) -> str | None:
+    """The LeasedCronJob whose run this job is (its controller ownerReference), or ``None``.
+
+    A run of several completions makes its index leases inside the token
+    range its cron job reserved (:meth:`IndexLeaseCreator._create_in_run`).
+    """
+    for ref in body["metadata"].get("ownerReferences") or []:
+        if (
+            ref.get("controller")
+            and ref.get("kind") == "LeasedCronJob"
+            and ref.get("apiVersion") == names.API_VERSION
+        ):
+            return str(ref.get("name"))
+    return None
+
+
+def index_of(lease: StoredLease) -> int | None:
+    """The completion index of an index lease (its label), or ``None`` for a job's own lease."""
+    raw = (lease.body.get("metadata", {}).get("labels") or {}).get(names.LABEL_COMPLETION_INDEX)
+    return int(raw) if raw is not None and str(raw).isdigit() else None
+
+
+@dataclass(frozen=True)
+class StepDone:
+    """An index's step is over for this reconcile; look again after this many seconds.
+
+    ``name_taken_by``: the index's lease name is held by this lease, which is
+    not that index's (reported on the job).
+    """
+
+    requeue_after_seconds: float | None
+    name_taken_by: StoredLease | None = None
+
+
+class IndexLeaseCreator:
+    """Create index leases (:meth:`create`) and stop legacy-named ones (:meth:`stop_legacy`).
+
+    Args:
+        ctx: the shared edges and state (the store, Events, the pod memory).
+    """
+
+    def __init__(self, ctx: Context) -> None:
+        self._ctx = ctx
+
+    def create(
+        self,
+        job: LeasedJob,
+        body: dict[str, Any],
+        step: IndexStep,
+        legacy: StoredLease | None,
+    ) -> StoredLease | StepDone | None:
+        """Create an index's lease (unheld): its own fencing domain.
+
+        It starts where :meth:`_start_token` says, so the index's tokens never
+        go back; a create refused because the name exists is read back
+        (:meth:`_existing`).
+
+        Returns:
+            The index's lease (created, or found to be this index's already);
+            ``None`` to look again on the next event; :class:`StepDone` with the
+            lease that holds the name when that lease is not this index's.
+        """
+        meta = body["metadata"]
+        namespace, name = str(meta["namespace"]), str(meta["name"])
+        cron = cron_of(body)
+        if cron is not None:
+            return self._create_in_run(job, body, step, cron)
+        start = self._start_token(namespace, name, step, legacy)
+        if start is None:
+            return None
+        try:
+            # No ownerReference: like a job's lease, it outlives the job.
+            created = self._ctx.store.create(
+                namespace,
+                step.lease_name,
+                job_name=name,
+                lease_duration_seconds=job.spec.lease_duration_seconds,
+                max_fencing_token=start + indexed.index_max_fencing_token_span(job),
+                initial_fencing_token=start,
+                labels={
+                    names.LABEL_JOB: name,
+                    names.LABEL_COMPLETION_INDEX: str(step.index),
+                },
+                startup_deadline_seconds=(
+                    job.spec.startup_deadline_seconds if job.spec.template is not None else None
+                ),
+                job_uid=str(meta["uid"]),
+                mode=domain.mode(job),
+                finalizers=[names.FINALIZER_DOMAIN],
+                work=domain.work_item(job),  # params and priority: the same on every index
+            )
+        except WriteRefusedError:
+            return self._existing(namespace, name, step)
+        # Into the cache (not skipped as this operator's own: its event plans on the lease).
+        self._ctx.lease_cache.put(created.body)
+        self._tell_carried(body, step, legacy, start)
+        return created
+
+    def run_lease(self, namespace: str, run: str, cron: str) -> StoredLease | None:
+        """A cron job's run's own lease (its token range), read from the API server.
+
+        Returns:
+            It, or ``None`` when it is missing or not that cron job's.
+        """
+        try:
+            lease = self._ctx.store.get(namespace, run)
+        except LeaseNotFoundError:
+            return None
+        labels = lease.body["metadata"].get("labels") or {}
+        if labels.get(names.LABEL_CRON_JOB) != cron or lease.record.job_name != run:
+            return None
+        if lease.record.ceiling_fencing_token is None:
+            return None
+        return lease
+
+    def _create_in_run(
+        self, job: LeasedJob, body: dict[str, Any], step: IndexStep, cron: str
+    ) -> StoredLease | StepDone | None:
+        """Create an index lease of a cron job's run inside the run's token range.
+
+        The run's own lease (made by the cron job, never claimed) holds the
+        range: the index lease starts at its token (the range's base), capped
+        there (closed) until this job takes it over, with its ceiling (the
+        range's top, or the base if a later run closed the run already). So
+        every index of run N is above every index of run N-1
+        (docs/schedules.md). The take-over checks the run's lease again
+        (:meth:`_closed_with_run`): an index lease made after a ``Forbid`` or
+        ``Replace`` listed the run's leases is closed before it can be claimed.
+
+        Returns:
+            As :meth:`_create`; :class:`StepDone` to look again later when the
+            run's lease is missing (the index does not start).
+        """
+        meta = body["metadata"]
+        namespace, name = str(meta["namespace"]), str(meta["name"])
+        run = self.run_lease(namespace, name, cron)
+        if run is None:
+            log.warning(
+                "%s/%s: index %d not started: the run's JobLease %s (its token range,"
+                " made by LeasedCronJob %s) is missing",
+                namespace,
+                name,
+                step.index,
+                name,
+                cron,
+            )
+            return StepDone(NAME_TAKEN_RECHECK_SECONDS)
+        base = run.record.fencing_token
+        # A lease that went missing is made again above its pods' tokens.
+        start = max(base, max(self._ctx.pod_memory.recall(namespace, name, step.index), default=0))
+        ceiling = run.record.ceiling_fencing_token
+        assert ceiling is not None
+        try:
+            created = self._ctx.store.create(
+                namespace,
+                step.lease_name,
+                job_name=name,
+                lease_duration_seconds=job.spec.lease_duration_seconds,
+                max_fencing_token=start,  # closed until this job takes it over
+                ceiling_fencing_token=max(ceiling, start),
+                initial_fencing_token=start,
+                labels={
+                    names.LABEL_JOB: name,
+                    names.LABEL_COMPLETION_INDEX: str(step.index),
+                    names.LABEL_CRON_JOB: cron,
+                },
+                mode=domain.mode(job),
+                finalizers=[names.FINALIZER_DOMAIN],
+            )
+        except WriteRefusedError:
+            return self._existing(namespace, name, step)
+        self._ctx.lease_cache.put(created.body)
+        log.info(
+            "%s/%s: index lease %s made in the run's range (%d, %d]",
+            namespace,
+            name,
+            step.lease_name,
+            start,
+            ceiling,
+        )
+        return created
+
+    def _start_token(
+        self, namespace: str, name: str, step: IndexStep, legacy: StoredLease | None
+    ) -> int | None:
+        """The token a new index lease starts at: 0, or what an earlier one reached.
+
+        The final token of the index's lease under its legacy name (stopped
+        by :meth:`stop_legacy`), or above every token the index's pods were
+        seen under: a lease that went missing (its finalizer forced off). The
+        single-job path carries ``status.fencingToken``; an Indexed job's
+        status keeps no token per index, the pod watch's memory does.
+
+        Returns:
+            The token, or ``None`` while the legacy lease may still be claimed
+            (it moved): its watch event brings a reconcile.
+        """
+        start = 0
+        if legacy is not None:
+            if not lease_is_final(legacy.record):
+                return None
+            start = legacy.record.fencing_token
+        seen = self._ctx.pod_memory.recall(namespace, name, step.index)
+        return max(start, max(seen, default=0))
+
+    def _existing(
+        self, namespace: str, name: str, step: IndexStep
+    ) -> StoredLease | StepDone | None:
+        """The lease a refused create found under an index's name.
+
+        Returns:
+            It, when it is this index's (an earlier reconcile made it);
+            :class:`StepDone` with it when it is not; ``None`` if it is gone again.
+        """
+        try:
+            existing = self._ctx.store.get(namespace, step.lease_name)
+        except LeaseNotFoundError:
+            return None
+        self._ctx.lease_cache.put(existing.body)
+        if existing.record.job_name != name or index_of(existing) != step.index:
+            return StepDone(NAME_TAKEN_RECHECK_SECONDS, name_taken_by=existing)
+        return existing
+
+    def _tell_carried(
+        self, body: dict[str, Any], step: IndexStep, legacy: StoredLease | None, start: int
+    ) -> None:
+        """The Event of a lease that starts above 0: carried from a legacy name, or recreated."""
+        if legacy is not None:
+            self._ctx.events.record(
+                body,
+                "Normal",
+                "LeaseRenamed",
+                f"Index {step.index}: JobLease {legacy.name} (its name before index leases"
+                f" were named <job>.<index>) is stopped for good; {step.lease_name} carries"
+                f" on from fencing token {start}, so the index's tokens never go back.",
+            )
+            if start == legacy.record.fencing_token:
+                return
+        if start > 0:
+            self._ctx.events.record(
+                body,
+                "Warning",
+                "LeaseRecreated",
+                f"The JobLease {step.lease_name} of index {step.index} was missing; recreated it"
+                f" at fencing token {start} (its pods' highest) so tokens never go back.",
+            )
+
+    def stop_legacy(self, legacy: StoredLease) -> StoredLease:
+        """Stop an index's legacy-named lease for good (one write, unless it is already).
+
+        It is stopped before the index's lease is created at its token, so no
+        pool or pod can claim it after its token was read: the successor's
+        first claim is above every token it issued. A completion that landed
+        first ends it as well. A running attempt under it is fenced off, and
+        runs again under the index's new lease.
+
+        Args:
+            legacy: the index's lease under its legacy name, as read.
+
+        Returns:
+            The lease as written or read last; not final only if it kept
+            changing (claims, renewals): its watch events bring a reconcile.
+
+        Raises:
+            StoreError: the API server failed or refused.
+        """
+        for _ in range(MAX_REPLANS):
+            if lease_is_final(legacy.record):
+                return legacy
+            stopped = self._ctx.store.stop(legacy)
+            if isinstance(stopped, Accepted):
+                self._ctx.wrote_lease(stopped.lease)
+                log.info(
+                    "%s/%s: legacy index lease stopped at fencing token %d",
+                    legacy.namespace,
+                    legacy.name,
+                    stopped.lease.record.fencing_token,
+                )
+            legacy = stopped.lease
+        return legacy
