@@ -44,7 +44,6 @@ import ipaddress
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 import urllib.request
@@ -60,6 +59,7 @@ from cryptography.x509.oid import NameOID
 
 from localcluster.kubectl import Kubectl
 from localcluster.pki import cert_pem, key_pem
+from ports import free_port
 
 __all__ = [
     "API_VERSION",
@@ -232,12 +232,6 @@ def ensure_metrics_certs() -> Path:
     return METRICS_CERT_DIR
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def manager_config(*, health_port: int, webhook_port: int, cert_dir: Path) -> dict[str, Any]:
     """Build the Kueue manager's ``Configuration`` for a local process.
 
@@ -289,7 +283,7 @@ class KueueProcess:
         self.workdir = workdir
         self.log_path = log_path
         self.start_timeout_seconds = start_timeout_seconds
-        self.health_port = _free_port()
+        self.health_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -304,7 +298,7 @@ class KueueProcess:
         if not (cert_dir / "tls.crt").is_file():
             _write_pair(cert_dir, "kueue-webhook")
         config = manager_config(
-            health_port=self.health_port, webhook_port=_free_port(), cert_dir=cert_dir
+            health_port=self.health_port, webhook_port=free_port(), cert_dir=cert_dir
         )
         config_path = self.workdir / "kueue-config.yaml"
         config_path.write_text(json.dumps(config, indent=2))

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
-import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -50,6 +49,7 @@ from localcluster.probes import (
 )
 from localcluster.process import Process, spawn, stop_all, tail
 from localcluster.state import ClusterState, clear_state, load_state, save_state
+from ports import free_port
 
 _POLL_INTERVAL = 0.1
 
@@ -248,9 +248,7 @@ class LocalCluster:
             raise StateError("the cluster has not been started")
         if not name.startswith(f"{APISERVER}-") or name in self._processes:
             raise StateError(f"cannot add an API server named {name!r}")
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind((LOOPBACK, 0))
-            port = int(sock.getsockname()[1])
+        port = free_port()
         ports = dataclasses.replace(self.ports, apiserver=port)
         process = spawn(
             name,

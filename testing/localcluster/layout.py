@@ -6,9 +6,10 @@ and the flag builders cannot disagree about where a certificate or a log is.
 
 from __future__ import annotations
 
-import socket
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from ports import free_port
 
 ETCD = "etcd"
 APISERVER = "kube-apiserver"
@@ -178,22 +179,16 @@ class Ports:
     def pick(cls) -> Ports:
         """Find five free loopback ports.
 
-        The kernel hands out a free port for a bind to port 0. All sockets stay
-        open until every port is known, so no two fields get the same port.
-        Another process may still take a port before the component binds it;
-        the component then fails fast with "address already in use".
+        They come from `ports.free_port`: below the kernel's ephemeral range
+        and handed out in turn across processes, so neither another test's
+        server nor an outgoing connection takes one before the component binds
+        it. Something outside the tests may still take one; the component then
+        fails fast with "address already in use".
 
         Returns:
             Five distinct ports that were free a moment ago.
         """
-        sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(5)]
-        try:
-            for sock in sockets:
-                sock.bind((LOOPBACK, 0))
-            numbers = [int(sock.getsockname()[1]) for sock in sockets]
-        finally:
-            for sock in sockets:
-                sock.close()
+        numbers = [free_port() for _ in range(5)]
         return cls(*numbers)
 
     def to_dict(self) -> dict[str, int]:

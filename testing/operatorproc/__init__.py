@@ -6,19 +6,35 @@ lives outside the ``leasehold`` package.
 
 from __future__ import annotations
 
+import json
 import os
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
+from ports import free_port
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+BIND_TRIES = 3
+"""How many times `OperatorProcess.start` starts it when a port it was given is taken."""
+
+
+class _PortTakenError(Exception):
+    """The operator exited at start-up because a port it was given was taken."""
+
+
+def _kopf_answers(port: int) -> bool:
+    """Whether Kopf's liveness endpoint answers on ``port``.
+
+    Kopf answers with a JSON object; whatever else may listen there (a metrics
+    server answers any path) does not.
+    """
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as response:
+            return isinstance(json.loads(response.read()), dict)
+    except (OSError, ValueError):
+        return False
 
 
 class OperatorProcess:
@@ -54,7 +70,7 @@ class OperatorProcess:
         self.log_path = log_path
         self.margin_seconds = margin_seconds
         self.proc: subprocess.Popen[bytes] | None = None
-        self.metrics_port = _free_port()
+        self.metrics_port = free_port()
         self.peering = peering
         self.priority = priority
         self.env = dict(env or {})
@@ -62,12 +78,32 @@ class OperatorProcess:
     def start(self) -> None:
         """Start it and wait until its liveness endpoint answers.
 
+        Its ports come from `ports.free_port`. Should one be taken all the same
+        (by something outside the tests) and the operator exit with "address
+        already in use", it is started again on fresh ports, up to
+        ``BIND_TRIES`` times.
+
         Raises:
             RuntimeError: it exited, or was not live within ``start_timeout_seconds``
                 (it is then stopped first).
         """
-        port = _free_port()
+        for attempt in range(1, BIND_TRIES + 1):
+            try:
+                self._start_once()
+                return
+            except _PortTakenError:
+                if attempt == BIND_TRIES:
+                    raise RuntimeError(
+                        f"operator could not bind a port in {BIND_TRIES} tries:\n{self.logs()}"
+                    ) from None
+                with self.log_path.open("a") as log:
+                    log.write("--- a port was taken: starting again on fresh ports\n")
+                self.metrics_port = free_port()
+
+    def _start_once(self) -> None:
+        port = free_port()
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), **self.env}
+        start_of_log = self.log_path.stat().st_size if self.log_path.exists() else 0
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             [
@@ -94,12 +130,12 @@ class OperatorProcess:
         deadline = time.monotonic() + self.start_timeout_seconds
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                if "address already in use" in self.logs()[start_of_log:]:
+                    raise _PortTakenError
                 raise RuntimeError(f"operator exited with {self.proc.returncode}:\n{self.logs()}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1):
-                    return
-            except OSError:
-                time.sleep(0.2)
+            if _kopf_answers(port) and self.proc.poll() is None:
+                return
+            time.sleep(0.2)
         # Not live in time: stop it, so a failed start leaves no operator
         # behind to act on the next test's objects.
         self.stop()

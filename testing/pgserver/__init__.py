@@ -41,7 +41,6 @@ import pwd
 import re
 import shutil
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -51,6 +50,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Final
+
+from ports import free_port
 
 __all__ = [
     "INSTALL_HINT",
@@ -192,12 +193,6 @@ def _chown_tree(path: Path, user: pwd.struct_passwd) -> None:
             os.lchown(os.path.join(root, name), user.pw_uid, user.pw_gid)
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _tail(path: Path, lines: int = 30) -> str:
     try:
         text = path.read_text(errors="replace")
@@ -324,7 +319,7 @@ class PostgresServer:
             os.chown(self.socket_dir, user.pw_uid, user.pw_gid)
         failure = ""
         for _ in range(_START_ATTEMPTS):
-            port = _free_port()
+            port = free_port()
             failure = self._start_server(bin_dir, user, port)
             if not failure:
                 self.port = port

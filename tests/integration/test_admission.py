@@ -36,9 +36,10 @@ from leasehold.lease.api.leasedjob import MAX_PARAMS_BYTES
 from localcluster.binaries import tools_bin_dir
 from localcluster.kubectl import Kubectl
 from operatorproc import OperatorProcess
+from ports import free_port
 from tests.integration.jobs import create_job, wait_for
 from tests.integration.test_cronjob import create_cron, get_cron
-from tests.integration.test_helm import Helm, find, free_port
+from tests.integration.test_helm import Helm, find
 
 OVERSIZED = {"blob": "x" * MAX_PARAMS_BYTES}
 

@@ -24,7 +24,6 @@ import os
 import re
 import secrets
 import shlex
-import socket
 import subprocess
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -44,6 +43,7 @@ from leasehold.lease.store import Accepted, LeaseStore
 from localcluster.binaries import tools_bin_dir
 from localcluster.kubectl import Kubectl
 from podrunner import PodRunner
+from ports import free_port
 from tests.integration.jobs import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -80,12 +80,6 @@ SERVICE_MONITOR_CRD = {
     },
 }
 """Just enough of the Prometheus Operator's CRD for a server-side dry run."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def documents(text: str) -> list[dict[str, Any]]:

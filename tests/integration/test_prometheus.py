@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import urllib.parse
 import urllib.request
@@ -17,20 +16,15 @@ from kubernetes import client
 
 from operatorproc import OperatorProcess
 from podrunner import PodRunner
+from ports import free_port
 from tests.integration.jobs import create_job, phase_is, run, wait_for
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Prometheus:
     """A Prometheus server (Debian's package) scraping one target every second."""
 
     def __init__(self, workdir: Path, target: str) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         config = workdir / "prometheus.yml"
         config.write_text(
             "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
