@@ -16,6 +16,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from leasehold import names
+from leasehold.controller.kube import REQUEST_TIMEOUT
 from leasehold.lease.errors import api_message
 from leasehold.lease.store import format_time
 
@@ -84,7 +85,9 @@ class EventRecorder:
             "count": 1,
         }
         try:
-            self._core.create_namespaced_event(str(meta.get("namespace")), cast(Any, event))
+            self._core.create_namespaced_event(
+                str(meta.get("namespace")), cast(Any, event), _request_timeout=REQUEST_TIMEOUT
+            )
         except ApiException as exc:
             log.warning(
                 "could not record Event %s on %s: %s", reason, meta.get("name"), api_message(exc)

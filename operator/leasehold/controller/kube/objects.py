@@ -20,6 +20,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from leasehold import names
+from leasehold.controller.kube import REQUEST_TIMEOUT
 from leasehold.lease.errors import api_error
 
 Body = dict[str, Any]
@@ -86,7 +87,12 @@ class CustomObjects:
         """
         try:
             body, _, headers = self._api.get_namespaced_custom_object_with_http_info(
-                names.GROUP, names.VERSION, namespace, self._plural, name
+                names.GROUP,
+                names.VERSION,
+                namespace,
+                self._plural,
+                name,
+                _request_timeout=REQUEST_TIMEOUT,
             )
         except ApiException as exc:
             if exc.status == 404:
@@ -102,7 +108,12 @@ class CustomObjects:
         """
         try:
             body: Any = self._api.list_namespaced_custom_object(
-                names.GROUP, names.VERSION, namespace, self._plural, label_selector=label_selector
+                names.GROUP,
+                names.VERSION,
+                namespace,
+                self._plural,
+                label_selector=label_selector,
+                _request_timeout=REQUEST_TIMEOUT,
             )
         except ApiException as exc:
             raise api_error(exc, f"list {self._kind} in {namespace} ({label_selector})") from exc
@@ -120,7 +131,12 @@ class CustomObjects:
         name = (body.get("metadata") or {}).get("name")
         try:
             created: Any = self._api.create_namespaced_custom_object(
-                names.GROUP, names.VERSION, namespace, self._plural, body
+                names.GROUP,
+                names.VERSION,
+                namespace,
+                self._plural,
+                body,
+                _request_timeout=REQUEST_TIMEOUT,
             )
         except ApiException as exc:
             if exc.status == 409:
@@ -143,7 +159,13 @@ class CustomObjects:
         )
         try:
             self._api.delete_namespaced_custom_object(
-                names.GROUP, names.VERSION, namespace, self._plural, name, body=options
+                names.GROUP,
+                names.VERSION,
+                namespace,
+                self._plural,
+                name,
+                body=options,
+                _request_timeout=REQUEST_TIMEOUT,
             )
         except ApiException as exc:
             if exc.status in (404, 409):
@@ -169,6 +191,7 @@ class CustomObjects:
                 name,
                 patch,
                 field_manager=self._field_manager,
+                _request_timeout=REQUEST_TIMEOUT,
             )
         except ApiException as exc:
             if exc.status == 404:

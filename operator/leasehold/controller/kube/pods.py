@@ -16,6 +16,7 @@ from typing import Any, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from leasehold.controller.kube import REQUEST_TIMEOUT
 from leasehold.lease.errors import api_error, api_message
 
 Body = dict[str, Any]
@@ -91,7 +92,10 @@ class Pods:
         name = (pod.get("metadata") or {}).get("name")
         try:
             created: Any = self._core.create_namespaced_pod(
-                namespace, cast(Any, pod), field_manager=self._field_manager
+                namespace,
+                cast(Any, pod),
+                field_manager=self._field_manager,
+                _request_timeout=REQUEST_TIMEOUT,
             )
         except ApiException as exc:
             if exc.status == 409:
@@ -110,7 +114,9 @@ class Pods:
             StoreError: any other refusal.
         """
         try:
-            pod: Any = self._core.read_namespaced_pod(name, namespace)
+            pod: Any = self._core.read_namespaced_pod(
+                name, namespace, _request_timeout=REQUEST_TIMEOUT
+            )
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -124,7 +130,9 @@ class Pods:
             StoreError: the API server refused or failed.
         """
         try:
-            pods: Any = self._core.list_namespaced_pod(namespace, label_selector=label_selector)
+            pods: Any = self._core.list_namespaced_pod(
+                namespace, label_selector=label_selector, _request_timeout=REQUEST_TIMEOUT
+            )
         except ApiException as exc:
             raise api_error(exc, f"list pods in {namespace} ({label_selector})") from exc
         return [cast("Body", self._to_json(pod)) for pod in pods.items]
@@ -145,7 +153,9 @@ class Pods:
         if uid is not None:
             kwargs["body"] = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid))
         try:
-            self._core.delete_namespaced_pod(name, namespace, **kwargs)
+            self._core.delete_namespaced_pod(
+                name, namespace, **kwargs, _request_timeout=REQUEST_TIMEOUT
+            )
         except ApiException as exc:
             # 404: gone already; 409 under a UID precondition: another pod has the name now.
             if exc.status != 404 and not (uid is not None and exc.status == 409):
@@ -158,7 +168,7 @@ class Pods:
             StoreError: it cannot be read (RBAC, the API server failing).
         """
         try:
-            ns: Any = self._core.read_namespace(namespace)
+            ns: Any = self._core.read_namespace(namespace, _request_timeout=REQUEST_TIMEOUT)
         except ApiException as exc:
             if exc.status == 404:
                 return True

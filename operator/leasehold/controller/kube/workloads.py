@@ -16,6 +16,7 @@ from typing import Any, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from leasehold.controller.kube import REQUEST_TIMEOUT
 from leasehold.controller.kube.objects import Body, Refused
 from leasehold.controller.plan.queueing import (
     GROUP,
@@ -51,7 +52,9 @@ class Workloads:
             StoreError: discovery failed otherwise (transient ones as TransientStoreError).
         """
         try:
-            found: Any = self._api.get_api_resources(GROUP, VERSION)
+            found: Any = self._api.get_api_resources(
+                GROUP, VERSION, _request_timeout=REQUEST_TIMEOUT
+            )
         except ApiException as exc:
             if exc.status == 404:
                 return False
@@ -69,7 +72,12 @@ class Workloads:
         """
         try:
             body: Any = self._api.get_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL_WORKLOADS, name
+                GROUP,
+                VERSION,
+                namespace,
+                PLURAL_WORKLOADS,
+                name,
+                _request_timeout=REQUEST_TIMEOUT,
             )
         except ApiException as exc:
             if exc.status == 404:
@@ -95,6 +103,7 @@ class Workloads:
                 PLURAL_WORKLOADS,
                 body,
                 field_manager=self._field_manager,
+                _request_timeout=REQUEST_TIMEOUT,
             )
         except ApiException as exc:
             if exc.status == 409:
@@ -119,6 +128,7 @@ class Workloads:
             written: Any = self._api.patch_namespaced_custom_object(
                 GROUP, VERSION, namespace, PLURAL_WORKLOADS, name, patch,
                 field_manager=self._field_manager,
+                _request_timeout=REQUEST_TIMEOUT,
             )  # fmt: skip
         except ApiException as exc:
             if exc.status == 404:
@@ -140,7 +150,13 @@ class Workloads:
         options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid))
         try:
             self._api.delete_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL_WORKLOADS, name, body=options
+                GROUP,
+                VERSION,
+                namespace,
+                PLURAL_WORKLOADS,
+                name,
+                body=options,
+                _request_timeout=REQUEST_TIMEOUT,
             )
         except ApiException as exc:
             if exc.status in (404, 409):
@@ -176,6 +192,7 @@ class Workloads:
                 name,
                 patch,
                 field_manager=self._field_manager,
+                _request_timeout=REQUEST_TIMEOUT,
             )
         except ApiException as exc:
             if exc.status == 404:
@@ -196,7 +213,11 @@ class Workloads:
         """
         try:
             body: Any = self._api.get_cluster_custom_object(
-                GROUP, VERSION, PLURAL_RESOURCE_FLAVORS, name
+                GROUP,
+                VERSION,
+                PLURAL_RESOURCE_FLAVORS,
+                name,
+                _request_timeout=REQUEST_TIMEOUT,
             )
         except ApiException as exc:
             if exc.status == 404:
@@ -220,7 +241,11 @@ class Workloads:
         try:
             if kind == "WorkloadPriorityClass":
                 body: Any = self._api.get_cluster_custom_object(
-                    GROUP, VERSION, PLURAL_PRIORITY_CLASSES, name
+                    GROUP,
+                    VERSION,
+                    PLURAL_PRIORITY_CLASSES,
+                    name,
+                    _request_timeout=REQUEST_TIMEOUT,
                 )
                 return int(body["value"])
             pod_class: Any = self._scheduling.read_priority_class(name)
