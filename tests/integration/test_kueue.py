@@ -327,9 +327,9 @@ def test_an_indexed_job_is_admitted_with_its_parallelism_and_its_flavors_node_la
     assert pods[0].spec.node_selector == {"leasehold.dev/podrunner": "true"}
     assert [t.key for t in pods[0].spec.tolerations or []].count("leasehold.dev/queued") == 1
     wait_for("Succeeded", phase_is(api_client, namespace, "indexed", "Succeeded"), 60)
-    admission = (_workload(api_client, namespace, "indexed") or {}).get("status", {})
-    finished = [c for c in admission.get("conditions", []) if c["type"] == "Finished"]
-    assert finished and finished[0]["reason"] == "Succeeded"
+    # The Workload is finished by the reconcile after the job's terminal status.
+    finished = wait_for("the Workload Finished", _finished(api_client, namespace, "indexed"))
+    assert finished["reason"] == "Succeeded", finished
     template = get_job(api_client, namespace, "indexed")["spec"]["template"]["spec"]
     assert "nodeSelector" not in template  # the job stays as the user wrote it
 
