@@ -139,13 +139,16 @@ async def attempt_pod_event(*, type: str, body: kopf.Body, memo: Any, **_: Any) 
     from now, so the job is retried promptly, not after the startup bound.
     """
     memory = memo.runtime.actors.ctx.pod_memory  # how the attempt ended, should the pod go
+    phase = (body.get("status") or {}).get("phase")
     if memory.observe(body, gone=type == "DELETED"):
         # Ready, terminating or terminal now: status.ready/terminating, and a
         # next attempt that waits for this pod (podReplacementPolicy: Failed).
+        # A pod that ended ends its attempt: that reconcile goes first.
         memo.runtime.queue.trigger(
-            body["metadata"]["namespace"], body["metadata"]["labels"][names.LABEL_JOB]
+            body["metadata"]["namespace"],
+            body["metadata"]["labels"][names.LABEL_JOB],
+            urgent=type != "DELETED" and phase in ("Succeeded", "Failed"),
         )
-    phase = (body.get("status") or {}).get("phase")
     if type != "DELETED" and phase not in ("Running", "Succeeded", "Failed"):
         return
     meta = body["metadata"]

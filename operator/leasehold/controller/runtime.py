@@ -205,7 +205,8 @@ class Runtime:
             return  # this operator's own reclaim/stop: already acted on
         job_name = body.get("spec", {}).get("jobName") or meta["name"]
         # While a peer works, the queue parks it; if this replica takes over, it runs then.
-        self.queue.trigger(meta["namespace"], job_name)
+        # A completion or an ended attempt goes before the starts that wait.
+        self.queue.trigger(meta["namespace"], job_name, urgent=change.ends_attempt)
 
     async def start(self) -> None:
         """Start the watches, the expiry timers and the peering gate, in this loop.
@@ -275,8 +276,14 @@ def build_runtime(
     )
     # Every reconcile (a job's event, a lease's change, a backoff, deadline, TTL
     # or quota timer) waits while a peer is the active replica: parked, then run
-    # when this one takes over.
-    queue = WorkQueue(reconcile, settings.retry_delay_seconds, may_work=lambda: gate.is_open)
+    # when this one takes over. As many run at once as there are threads for
+    # them, those that finish something first.
+    queue = WorkQueue(
+        reconcile,
+        settings.retry_delay_seconds,
+        may_work=lambda: gate.is_open,
+        workers=settings.reconcile_workers,
+    )
 
     # Reclaims get threads of their own: in a burst of expiries they must not
     # wait behind the reconciles that the same burst triggers.
@@ -297,7 +304,7 @@ def build_runtime(
         if outcome.reclaimed:
             metrics.RECLAIMS.inc()
         log.debug("expiry of %s/%s: %s", namespace, lease_name, outcome.reason)
-        queue.trigger(namespace, job_name)
+        queue.trigger(namespace, job_name, urgent=True)  # an attempt ended
 
     clock = ExpiryClock(settings.expiry_margin_seconds, time.monotonic)
     actors.ctx.lease_clock = clock  # a take-over or resume waits out an earlier hold on it

@@ -19,9 +19,11 @@ from leasehold.controller.settings import OperatorSettings
 class Queue:
     def __init__(self) -> None:
         self.triggered: list[tuple[str, str]] = []
+        self.urgent: list[bool] = []
 
-    def trigger(self, namespace: str, name: str) -> None:
+    def trigger(self, namespace: str, name: str, *, urgent: bool = False) -> None:
         self.triggered.append((namespace, name))
+        self.urgent.append(urgent)
 
 
 class Context:
@@ -136,3 +138,21 @@ def test_changes_while_a_peer_works_are_reconciled_when_this_replica_takes_over(
     while_closed, after = asyncio.run(scenario())
     assert while_closed == []
     assert after == [("ns", "job")]
+
+
+def test_a_completion_or_an_ended_attempt_is_urgent_a_claim_or_renewal_is_not() -> None:
+    def completed(rv: str) -> dict[str, Any]:
+        done = body("w", 1, rv, 3)
+        done["spec"]["completion"] = {"fencingToken": 1, "outcome": "Succeeded"}
+        return done
+
+    async def scenario() -> list[bool]:
+        rt, queue, _ = runtime(ActivityGate("me", 0, "p", standalone=True))
+        rt.on_lease_event(WatchEvent(EventType.ADDED, body(None, 0, "10")))  # created
+        rt.on_lease_event(WatchEvent(EventType.MODIFIED, body("w", 1, "11", 2)))  # claimed
+        rt.on_lease_event(WatchEvent(EventType.MODIFIED, completed("12")))  # completed
+        rt.on_lease_event(WatchEvent(EventType.MODIFIED, body("v", 2, "13", 4)))  # claimed again
+        rt.on_lease_event(WatchEvent(EventType.MODIFIED, body(None, 2, "14", 5)))  # released
+        return queue.urgent
+
+    assert asyncio.run(scenario()) == [False, False, True, False, True]

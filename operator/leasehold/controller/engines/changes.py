@@ -70,3 +70,18 @@ class LeaseChange:
     def needs_reconcile(self) -> bool:
         """Holder, token, completion, cap, incarnation or deletion changed, or new or gone."""
         return self.before != self.after
+
+    @property
+    def ends_attempt(self) -> bool:
+        """The change finishes something its job's reconcile must write at once.
+
+        The completion was recorded (the job, or one of its indexes, is done
+        unless a failure policy retries it), or a held lease is held no more
+        (released, reclaimed, stopped) or went. The work queue runs such
+        reconciles before the starts waiting with them
+        (:class:`~leasehold.controller.engines.queue.WorkQueue`).
+        """
+        if self.after is not None and self.after.completed:
+            return self.before is None or not self.before.completed
+        held_before = self.before is not None and self.before.held
+        return held_before and (self.after is None or not self.after.held)
