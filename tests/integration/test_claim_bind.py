@@ -54,7 +54,11 @@ def marked(seconds: float) -> str:
 
 
 class Watched:
-    """Every version of a namespace's objects of one kind, from a watch started now."""
+    """Every version of a namespace's objects of one kind, from a watch started now.
+
+    ``seen``: (event type, object) in order; ``times``: when each arrived
+    (this process's monotonic seconds).
+    """
 
     def __init__(self, list_fn: Any, *args: Any) -> None:
         listed: Any = list_fn(*args)
@@ -62,6 +66,7 @@ class Watched:
         since = meta["resourceVersion"] if isinstance(meta, dict) else meta.resource_version
         self._watch = watch.Watch()
         self.seen: list[tuple[str, Any]] = []
+        self.times: list[float] = []
         stream = self._watch.stream(list_fn, *args, resource_version=since, timeout_seconds=120)
         self._thread = threading.Thread(target=self._run, args=(stream,), daemon=True)
         self._thread.start()
@@ -69,6 +74,7 @@ class Watched:
     def _run(self, stream: Any) -> None:
         try:
             for event in stream:
+                self.times.append(time.monotonic())
                 self.seen.append((event["type"], event["object"]))
         except Exception:  # the connection, closed by stop()
             return

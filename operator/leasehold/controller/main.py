@@ -72,6 +72,7 @@ def run_operator(settings: OperatorSettings) -> int:
             + 2
         ),
         step_workers=settings.index_step_workers,
+        status_write_interval_seconds=settings.status_write_interval_seconds,
     )
     runtime = build_runtime(settings, actors, api_client, identity)
     crons = cron.build_queue(

@@ -34,6 +34,7 @@ from leasehold.controller.engines.expiry import ExpiryClock, ExpiryReason, Expir
 from leasehold.controller.engines.peering import ActivityGate
 from leasehold.controller.engines.queue import WorkQueue
 from leasehold.controller.engines.watching import EventType, ListWatch, Target, WatchEvent
+from leasehold.controller.engines.writes import STATUS_WRITE_INTERVAL_SECONDS, StatusWriteClock
 from leasehold.controller.kube.events import EventRecorder
 from leasehold.controller.kube.objects import CustomObjects
 from leasehold.controller.kube.pods import Pods
@@ -55,6 +56,7 @@ def connect(
     clock: Callable[[], datetime] | None = None,
     monotonic: MonotonicClock = time.monotonic,
     instance: str | None = None,
+    status_write_interval_seconds: float = STATUS_WRITE_INTERVAL_SECONDS,
 ) -> Context:
     """The shared edges and state of an operator that talks to the API through ``api_client``.
 
@@ -63,6 +65,8 @@ def connect(
         clock: wall clock for status stamps and Events (default: UTC now).
         monotonic: this process's monotonic clock.
         instance: the Events' ``reportingInstance`` (default: the host name).
+        status_write_interval_seconds: how long a status change of counts
+            alone may wait (``OperatorSettings.status_write_interval_seconds``).
 
     Returns:
         A new context with empty caches.
@@ -79,6 +83,7 @@ def connect(
         clock=wall,
         monotonic=monotonic,
         lease_clock=ExpiryClock(1.0, monotonic),
+        status_clock=StatusWriteClock(status_write_interval_seconds),
     )
 
 
@@ -128,7 +133,7 @@ class Actors:
             step_workers: index steps of Indexed jobs run at once
                 (``OperatorSettings.index_step_workers``).
             **context: passed to :func:`connect` (``clock``, ``monotonic``,
-                ``instance``).
+                ``instance``, ``status_write_interval_seconds``).
 
         Returns:
             New actors with empty caches.

@@ -72,6 +72,13 @@ class OperatorSettings(BaseSettings):
     the cores: bench/results.md); a cluster whose API server has cores of its
     own gains more from more."""
 
+    status_write_interval_seconds: float = Field(default=1.0, ge=0, le=60)
+    """The least time between two writes of a LeasedJob's status that only
+    move counts (``ready``, ``active``, ``succeeded``, ...): such a change
+    waits at most this long and rides with the next write that may not wait
+    (the phase, a condition's status or reason, a terminal state), which is
+    never held. 0 writes every change at once."""
+
     retry_delay_seconds: float = Field(default=2.0, gt=0, le=300)
     """Delay before a reconcile that hit a transient API error is retried."""
 

@@ -19,7 +19,7 @@ from leasehold.controller.engines.caches import ObjectCache
 from leasehold.controller.engines.expiry import ExpiryClock
 from leasehold.controller.engines.locks import JobLocks
 from leasehold.controller.engines.pods import PodMemory
-from leasehold.controller.engines.writes import OwnWrites
+from leasehold.controller.engines.writes import OwnWrites, StatusWriteClock
 from leasehold.controller.kube.events import EventRecorder
 from leasehold.controller.kube.objects import CustomObjects
 from leasehold.controller.kube.pods import Pods
@@ -90,6 +90,8 @@ class Context:
             the bounded wait for its pods counts from there, never from a
             wall-clock stamp (a clock step must neither end it early nor
             stretch it). Dropped when the job finishes or is gone.
+        status_clock: when each job's status was last written, and how long a
+            change of counts alone may wait (:func:`.status.write_status_soon`).
     """
 
     store: LeaseStore
@@ -107,6 +109,7 @@ class Context:
     quota_held: dict[tuple[str, str], str] = field(default_factory=dict)
     lease_clock: ExpiryClock = field(default_factory=lambda: ExpiryClock(1.0, time.monotonic))
     decided_seen: dict[tuple[str, str, str], float] = field(default_factory=dict)
+    status_clock: StatusWriteClock = field(default_factory=StatusWriteClock)
 
     def now(self) -> datetime:
         """The wall-clock time for status stamps (for people; never judged)."""

@@ -26,8 +26,8 @@ indexes that changed cost, not what the job has:
   indexes freed by a burst of completions start together, not one after
   another;
 - a status change that only moves counts is written at most once per
-  :data:`STATUS_WRITE_INTERVAL_SECONDS` (:mod:`leasehold.controller.plan.coalesce`);
-  the phase and conditions are written at once.
+  interval (:func:`~leasehold.controller.act.status.write_status_soon`, as
+  for single jobs); the phase and conditions are written at once.
 
 Called by :meth:`~leasehold.controller.act.jobs.JobActor.reconcile` under the job's lock
 (held while the steps run); blocking calls.
@@ -62,13 +62,13 @@ from leasehold.controller.act.status import (
     report_index_lease_names_taken,
     with_pod_counts,
     with_selector,
-    write_status,
+    write_status_soon,
 )
-from leasehold.controller.plan import coalesce, indexed, replacement
+from leasehold.controller.plan import indexed, replacement
 from leasehold.controller.plan import terminal as plan_terminal
 from leasehold.controller.plan.indexed import IndexStep
 from leasehold.controller.plan.single import Action, Plan, PodFacts, owes_stop
-from leasehold.lease.api import LeasedJob, LeasedJobStatus, Phase, PodRetention
+from leasehold.lease.api import LeasedJob, Phase, PodRetention
 from leasehold.lease.errors import LeaseNotFoundError, TransientStoreError
 from leasehold.lease.indexes import INDEX_SEPARATOR, index_lease_name, legacy_index_lease_name
 from leasehold.lease.protocol import LeaseRecord, lease_is_closed
@@ -85,11 +85,6 @@ STOP_RETRY_SECONDS: Final = 1.0
 STEP_ERROR_RETRY_SECONDS: Final = 2.0
 """When one index's step failed on an API error: plan again this soon (the
 other indexes' steps of the same reconcile stand, and the status is written)."""
-
-STATUS_WRITE_INTERVAL_SECONDS: Final = 1.0
-"""At most one status write per job this often while only counts change
-(:func:`leasehold.controller.plan.coalesce.may_wait`); a count held back is
-written when the interval ends (the reconcile asks to be run again then)."""
 
 DEFAULT_STEP_WORKERS: Final = 4
 """Index steps run at once, over all jobs (``OperatorSettings.index_step_workers``)."""
@@ -156,8 +151,6 @@ class IndexedActor:
         self._parsed: dict[tuple[str, str], dict[str, StoredLease]] = {}
         """(namespace, job) -> its index leases as last parsed, by lease name: a
         cached body is parsed again only when its ``resourceVersion`` moved."""
-        self._status_written: dict[tuple[str, str], float] = {}
-        """(namespace, job) -> when (:attr:`Context.monotonic`) its status was last written."""
         self._guard = threading.Lock()
         self._pool = (
             ThreadPoolExecutor(step_workers, thread_name_prefix="index-step")
@@ -355,50 +348,13 @@ class IndexedActor:
         if taken:  # never silent: the job cannot finish while an index cannot start
             status = report_index_lease_names_taken(self._ctx, job, body, status, taken)
         status = with_pod_counts(self._ctx, job, with_selector(job, status))
-        wait = self._write_status(namespace, name, body, status)
+        wait = write_status_soon(self._ctx, namespace, name, body, status).held_seconds
         if wait is not None:  # only counts moved, and a write went out just now
             requeue = wait if requeue is None else min(requeue, wait)
         if status.phase in (Phase.SUCCEEDED, Phase.FAILED):
             with self._guard:  # a finished job is rarely planned again: keep no parsed leases
                 self._parsed.pop((namespace, name), None)
-                self._status_written.pop((namespace, name), None)
         return Plan(Action.NONE, status, requeue_after_seconds=requeue)
-
-    def _write_status(
-        self, namespace: str, name: str, body: dict[str, Any], status: LeasedJobStatus
-    ) -> float | None:
-        """Write the job's status now, or hold a change of counts back a moment.
-
-        A change that only moves counts (:func:`~leasehold.controller.plan.coalesce.may_wait`)
-        within :data:`STATUS_WRITE_INTERVAL_SECONDS` of this job's last write is
-        not written: the reconcile is asked for again when the interval ends,
-        and that one writes what it then plans (the leases, not the status,
-        hold what the counts count, so nothing is lost meanwhile). The phase
-        and conditions are written at once.
-
-        Returns:
-            ``None`` (written, or nothing to write), or seconds until the
-            held-back change is due.
-
-        Raises:
-            StoreError: the status write failed (not a conflict).
-        """
-        key = (namespace, name)
-        written = body.get("status") or {}
-        planned = status.model_dump(mode="json", by_alias=True, exclude_none=True)
-        if planned == written:
-            return None
-        now = self._ctx.monotonic()
-        with self._guard:
-            last = self._status_written.get(key)
-        if last is not None and coalesce.may_wait(written, planned):
-            left = last + STATUS_WRITE_INTERVAL_SECONDS - now
-            if left > 0:
-                return left
-        if write_status(self._ctx, namespace, name, body, status):
-            with self._guard:
-                self._status_written[key] = now
-        return None
 
     def _run_steps(
         self,
@@ -810,9 +766,9 @@ class IndexedActor:
             if not self._stop_for_good(lease)
         ]
         prefix = (namespace, f"{name}{INDEX_SEPARATOR}")
+        self._ctx.status_clock.forget(namespace, name)
         with self._guard:  # the backoffs of its indexes end with it
             self._parsed.pop((namespace, name), None)
-            self._status_written.pop((namespace, name), None)
             for key in [k for k in self._retry_after if (k[0], k[1][: len(prefix[1])]) == prefix]:
                 del self._retry_after[key]
             for told in [t for t in self._told_waits if (t[0], t[1][: len(prefix[1])]) == prefix]:

@@ -38,7 +38,7 @@ from leasehold.controller.act.status import (
     report_lease_name_taken,
     with_pod_counts,
     with_selector,
-    write_status,
+    write_status_soon,
 )
 from leasehold.controller.engines.deadline import JobClocks
 from leasehold.controller.plan import indexed, managed_by, queueing
@@ -240,12 +240,17 @@ class JobActor:
             self._ctx.events.record(body, event.type, event.reason, event.message)
         counted = with_pod_counts(self._ctx, job, with_selector(job, planned.status))
         planned = replace(planned, status=counted)
-        written = write_status(self._ctx, namespace, name, body, planned.status)
+        wrote = write_status_soon(self._ctx, namespace, name, body, planned.status)
+        if wrote.held_seconds is not None:  # counts alone moved: written when it is due
+            planned = replace(
+                planned,
+                requeue_after_seconds=_sooner(planned.requeue_after_seconds, wrote.held_seconds),
+            )
         planned = self._after_queue(
             stored, queued, planned, acted=planned.action is not Action.NONE
         )
         plan = self._finisher.after(job, body, planned, server_now)
-        if not written and server_now is None:
+        if not wrote.ok and server_now is None:
             # Planned on a cached body that was stale: read it (a GET) and plan again.
             plan = replace(plan, requeue_after_seconds=0.0)
         return plan
@@ -514,6 +519,7 @@ class JobActor:
         self._finisher.forget(namespace, name)
         self._attempts.forget(namespace, name)
         self._ctx.pod_memory.forget(namespace, name)
+        self._ctx.status_clock.forget(namespace, name)
         self._retire_lease(namespace, name)
         self.indexed.retire(namespace, name)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -21,10 +22,11 @@ from leasehold import names
 from leasehold.controller.act.attempts import ns_name
 from leasehold.controller.act.context import Context
 from leasehold.controller.kube.objects import Refused
+from leasehold.controller.plan import coalesce
 from leasehold.controller.plan.conditions import set_condition, with_conditions
 from leasehold.controller.plan.pod import pod_selector
 from leasehold.lease import api
-from leasehold.lease.api import LeasedJob, LeasedJobStatus
+from leasehold.lease.api import LeasedJob, LeasedJobStatus, Phase
 from leasehold.lease.store import StoredLease
 
 log = logging.getLogger(__name__)
@@ -70,6 +72,69 @@ def write_status(
         ctx.own_writes.record("LeasedJob", namespace, name, str(version or ""))
     ctx.job_cache.put(written)  # the next reconcile plans on what was written
     return True
+
+
+@dataclass(frozen=True)
+class StatusWrite:
+    """What :func:`write_status_soon` did.
+
+    Attributes:
+        ok: ``False`` if the write was refused (the body read was stale, or
+            the job is gone: :func:`write_status`).
+        held_seconds: seconds until a held-back change of counts is due (the
+            caller reconciles the job again then); ``None``: nothing held.
+    """
+
+    ok: bool = True
+    held_seconds: float | None = None
+
+
+def write_status_soon(
+    ctx: Context, namespace: str, name: str, body: dict[str, Any], status: LeasedJobStatus
+) -> StatusWrite:
+    """Write a job's status now, or hold a change of counts alone back a moment.
+
+    A change that only moves counts (``ready``, ``active``, ...:
+    :func:`~leasehold.controller.plan.coalesce.may_wait`) within the interval
+    of :attr:`Context.status_clock` since this job's last write is not
+    written: the caller reconciles the job again when the interval ends, and
+    that reconcile writes what it then plans (the pods and leases, not the
+    status, hold what the counts count, so nothing is lost meanwhile), unless
+    a write that may not wait (the phase, a condition's status or reason, a
+    terminal state) took the counts along before. A single job's pod Ready,
+    seen just after the write that reported its claim, so rides with the
+    next write rather than costing one of its own (issue 29).
+
+    Args:
+        ctx: the shared edges and state.
+        namespace: the job's namespace.
+        name: the job's name.
+        body: the job as read (its status and ``resourceVersion``).
+        status: the status to write.
+
+    Returns:
+        What was done: written (or nothing to write), refused, or held back.
+
+    Raises:
+        StoreError: the status write failed (not a conflict).
+    """
+    written = body.get("status") or {}
+    planned = status.model_dump(mode="json", by_alias=True, exclude_none=True)
+    if planned == written:
+        return StatusWrite()
+    clock = ctx.status_clock
+    now = ctx.monotonic()
+    if coalesce.may_wait(written, planned):
+        left = clock.wait_left(namespace, name, now)
+        if left > 0:
+            return StatusWrite(held_seconds=left)
+    if not write_status(ctx, namespace, name, body, status):
+        return StatusWrite(ok=False)
+    if status.phase in (Phase.SUCCEEDED, Phase.FAILED):
+        clock.forget(namespace, name)  # a finished job is rarely written again
+    else:
+        clock.wrote(namespace, name, now)
+    return StatusWrite()
 
 
 def with_pod_counts(ctx: Context, job: LeasedJob, status: LeasedJobStatus) -> LeasedJobStatus:

@@ -1,8 +1,9 @@
-"""The object versions this operator wrote, so their watch events need no reconcile."""
+"""What this operator wrote: versions (their watch events need no reconcile), status write times."""
 
 from __future__ import annotations
 
 import threading
+from typing import Final
 
 
 class OwnWrites:
@@ -64,3 +65,57 @@ class OwnWrites:
                 del self._versions[key]
                 return True
             return False
+
+
+STATUS_WRITE_INTERVAL_SECONDS: Final = 1.0
+"""At most one status write per job this often while only counts change
+(:func:`leasehold.controller.plan.coalesce.may_wait`); a count held back is
+written when the interval ends (the reconcile asks to be run again then).
+``OperatorSettings.status_write_interval_seconds`` sets it."""
+
+
+class StatusWriteClock:
+    """When each job's status was last written here, and how long a count may wait.
+
+    A change of a job's status that only moves counts (``ready``, ``active``,
+    ...) is held back while the job's last write is younger than the
+    interval, and written with the next write or when the interval ends.
+    Times are the caller's monotonic seconds. Thread-safe: reconciles of
+    different jobs write at once.
+
+    Args:
+        interval_seconds: the least time between two writes of counts alone
+            (0: every change is written at once).
+    """
+
+    def __init__(self, interval_seconds: float = STATUS_WRITE_INTERVAL_SECONDS) -> None:
+        self.interval_seconds = interval_seconds
+        self._written: dict[tuple[str, str], float] = {}
+        self._lock = threading.Lock()
+
+    def wait_left(self, namespace: str, name: str, now: float) -> float:
+        """Seconds until a count-only change of the job may be written (0: now).
+
+        Args:
+            namespace: the job's namespace.
+            name: the job's name.
+            now: monotonic seconds.
+
+        Returns:
+            The rest of the interval since the job's last write here; 0 when
+            none was written here (a first write, or after a restart) or the
+            interval has passed.
+        """
+        with self._lock:
+            last = self._written.get((namespace, name))
+        return 0.0 if last is None else max(0.0, last + self.interval_seconds - now)
+
+    def wrote(self, namespace: str, name: str, now: float) -> None:
+        """The job's status was written at ``now`` (monotonic seconds)."""
+        with self._lock:
+            self._written[(namespace, name)] = now
+
+    def forget(self, namespace: str, name: str) -> None:
+        """The job finished or is gone: keep no time for it."""
+        with self._lock:
+            self._written.pop((namespace, name), None)

@@ -8,8 +8,9 @@ only moves counts (``active``, ``ready``, ``succeeded``,
 ``completedIndexes``, ...) may wait a short interval and be written with the
 next one, while a change that a reader or a later plan acts on (the phase,
 a condition's status or reason, ``failedIndexes``, the number of
-completions) is written at once. The actor keeps the interval
-(:data:`leasehold.controller.act.indexed.STATUS_WRITE_INTERVAL_SECONDS`);
+completions) is written at once. The actors keep the interval
+(:func:`leasehold.controller.act.status.write_status_soon`, single jobs'
+too: a pod's Ready rides with the next write);
 this module only judges, on the status as written and as planned (the
 subresource's JSON, by alias).
 

@@ -1,8 +1,8 @@
-"""The operator skips the watch event of a version it wrote itself, once."""
+"""What the operator wrote: its own versions (skipped once), its status writes' times."""
 
 from __future__ import annotations
 
-from leasehold.controller.engines.writes import OwnWrites
+from leasehold.controller.engines.writes import OwnWrites, StatusWriteClock
 
 
 def test_own_version_is_recognised_once() -> None:
@@ -28,3 +28,15 @@ def test_missing_versions_never_match() -> None:
     own.record("JobLease", "ns", "a", "")
     assert not own.is_own("JobLease", "ns", "a", "")
     assert not own.is_own("JobLease", "ns", "a", None)
+
+
+def test_a_count_may_wait_out_the_interval_since_the_last_write_only() -> None:
+    clock = StatusWriteClock(1.0)
+    assert clock.wait_left("ns", "job", 100.0) == 0.0  # nothing written here yet
+    clock.wrote("ns", "job", 100.0)
+    assert clock.wait_left("ns", "job", 100.25) == 0.75
+    assert clock.wait_left("ns", "other", 100.25) == 0.0
+    assert clock.wait_left("ns", "job", 101.5) == 0.0
+    clock.forget("ns", "job")
+    assert clock.wait_left("ns", "job", 100.25) == 0.0
+    assert StatusWriteClock(0.0).wait_left("ns", "job", 0.0) == 0.0
