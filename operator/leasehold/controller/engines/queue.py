@@ -50,9 +50,11 @@ class Lanes:
 
     def __init__(self, slots: int) -> None:
         self._free = slots
-        self._urgent: deque[Key] = deque()
-        self._other: deque[Key] = deque()
+        self._urgent: deque[tuple[Key, asyncio.Future[None]]] = deque()
+        self._other: deque[tuple[Key, asyncio.Future[None]]] = deque()
         self._waiting: dict[Key, asyncio.Future[None]] = {}
+        self._promoted: set[Key] = set()
+        """Waiting keys with a place in the urgent lane."""
         self._in_a_row = 0
 
     @property
@@ -79,22 +81,29 @@ class Lanes:
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiting[key] = future
-        (self._urgent if urgent else self._other).append(key)
+        if urgent:
+            self._urgent.append((key, future))
+            self._promoted.add(key)
+        else:
+            self._other.append((key, future))
         if holding:
             self.release()  # the next waiter, this one if it is first
         try:
             await future
         except asyncio.CancelledError:
             if self._waiting.get(key) is future:
-                del self._waiting[key]  # its deque entries are skipped when reached
+                del self._waiting[key]  # its places in the lanes are skipped when reached
+                self._promoted.discard(key)
             elif future.done() and not future.cancelled():
                 self.release()  # granted, then cancelled before it ran
             raise
 
     def promote(self, key: Key) -> None:
-        """Move a waiting ``key`` to the urgent lane (nothing if it does not wait)."""
-        if key in self._waiting and key not in self._urgent:
-            self._urgent.append(key)
+        """Give a waiting ``key`` a place in the urgent lane (nothing if it does not wait)."""
+        future = self._waiting.get(key)
+        if future is not None and key not in self._promoted:
+            self._urgent.append((key, future))
+            self._promoted.add(key)
 
     def release(self) -> None:
         """Give a slot back: the next waiter, urgent first, gets it."""
@@ -104,20 +113,21 @@ class Lanes:
             if key is None:
                 return
             future = self._waiting.pop(key)
+            self._promoted.discard(key)
             if not future.done():  # not cancelled meanwhile (its waiter cleans up)
                 self._free -= 1
                 future.set_result(None)
 
     def _next(self) -> Key | None:
-        """The key the next slot goes to (taken off its lanes), or ``None``."""
+        """The key the next slot goes to, or ``None`` when nobody waits."""
         for lane in (self._urgent, self._other):
-            while lane and lane[0] not in self._waiting:
+            while lane and self._waiting.get(lane[0][0]) is not lane[0][1]:
                 lane.popleft()  # granted through the other lane, or cancelled
         if self._urgent and (not self._other or self._in_a_row < URGENT_IN_A_ROW):
             self._in_a_row += 1
-            return self._urgent.popleft()
+            return self._urgent.popleft()[0]
         self._in_a_row = 0
-        return self._other.popleft() if self._other else None
+        return self._other.popleft()[0] if self._other else None
 
 
 class WorkQueue:

@@ -6,7 +6,7 @@ import asyncio
 import threading
 import time
 
-from leasehold.controller.engines.queue import URGENT_IN_A_ROW, WorkQueue
+from leasehold.controller.engines.queue import URGENT_IN_A_ROW, Lanes, WorkQueue
 
 
 def test_a_timer_that_fires_while_a_peer_works_is_parked_then_run_on_take_over() -> None:
@@ -206,3 +206,30 @@ def test_a_reconcile_that_waits_for_a_slot_is_parked_if_a_peer_takes_over() -> N
     ran, parked = asyncio.run(scenario())
     assert ran == ["first"]
     assert parked == {("ns", "waits")}
+
+
+def test_a_promoted_key_that_waits_again_takes_a_new_place() -> None:
+    # Its place in the other lane from before its promotion is not its place now.
+    async def scenario() -> list[str]:
+        lanes = Lanes(1)
+        order: list[str] = []
+        await lanes.acquire(("ns", "first"), urgent=False)
+
+        async def wait(name: str) -> None:
+            await lanes.acquire(("ns", name), urgent=False)
+            order.append(name)
+
+        tasks = [asyncio.create_task(wait("b")), asyncio.create_task(wait("c"))]
+        await asyncio.sleep(0)
+        lanes.promote(("ns", "c"))
+        lanes.release()  # c: the urgent lane
+        await asyncio.sleep(0)
+        tasks += [asyncio.create_task(wait("d")), asyncio.create_task(wait("c"))]
+        await asyncio.sleep(0)
+        for _ in range(3):
+            lanes.release()
+            await asyncio.sleep(0)
+        await asyncio.gather(*tasks)
+        return order
+
+    assert asyncio.run(scenario()) == ["c", "b", "d", "c"]
