@@ -57,6 +57,11 @@ def statuses(versions: Watched, name: str) -> list[tuple[float, dict[str, Any]]]
     return out
 
 
+def saw_succeeded(versions: Watched, name: str) -> bool:
+    """The watch has delivered the job's ``Succeeded`` version."""
+    return any(st.get("phase") == "Succeeded" for _, st in statuses(versions, name))
+
+
 def counts_only(versions: list[tuple[float, dict[str, Any]]]) -> list[dict[str, Any]]:
     """The versions whose change from the one before moved counts alone."""
     return [after for (_, before), (_, after) in pairwise(versions) if may_wait(before, after)]
@@ -72,6 +77,7 @@ def test_a_pods_ready_rides_with_the_next_status_write(
     versions = job_statuses(api_client, namespace)
     create_job(api_client, namespace, "one", run(0.5), lease_seconds=30)
     wait_for("Succeeded", phase_is(api_client, namespace, "one", "Succeeded"), 60)
+    wait_for("the Succeeded version", lambda: saw_succeeded(versions, "one"), 10)
     time.sleep(1.0)  # a late count-only write would show here
     versions.stop()
     seen = statuses(versions, "one")
@@ -92,6 +98,7 @@ def test_a_held_back_count_is_written_when_the_interval_ends(
     create_job(api_client, namespace, "long", run(12), lease_seconds=30)
     wait_for("status.ready=1", lambda: status(api_client, namespace, "long").get("ready") == 1, 60)
     wait_for("Succeeded", phase_is(api_client, namespace, "long", "Succeeded"), 60)
+    wait_for("the Succeeded version", lambda: saw_succeeded(versions, "long"), 10)
     versions.stop()
     seen = statuses(versions, "long")
     ready = next(i for i, (_, st) in enumerate(seen) if st.get("ready") == 1)
