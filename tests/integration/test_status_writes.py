@@ -101,11 +101,14 @@ def test_a_held_back_count_is_written_when_the_interval_ends(
     wait_for("the Succeeded version", lambda: saw_succeeded(versions, "long"), 10)
     versions.stop()
     seen = statuses(versions, "long")
+    shown = [(round(t - seen[0][0], 2), st.get("phase"), st.get("ready")) for t, st in seen]
     ready = next(i for i, (_, st) in enumerate(seen) if st.get("ready") == 1)
-    assert seen[ready][1].get("phase") == "Running", [st for _, st in seen]
+    # Written while the job ran (the claim's version carries it if the pod was Ready first).
+    assert seen[ready][1].get("phase") in ("Pending", "Running"), shown
     if may_wait(seen[ready - 1][1], seen[ready][1]):  # not carried by the claim's version
-        # Held at most the interval after the write before it (plus the watch's delivery).
+        # Held at most the interval after the write before it (plus the timer, reconcile
+        # and watch delivery on a loaded machine).
         waited = seen[ready][0] - seen[ready - 1][0]
-        assert waited <= INTERVAL_SECONDS + 1.0, waited
-    assert len(counts_only(seen)) <= 1, [st for _, st in seen]
+        assert waited <= INTERVAL_SECONDS + 3.0, (waited, shown)
+    assert len(counts_only(seen)) <= 1, shown
     assert seen[-1][1].get("phase") == "Succeeded"
