@@ -9,10 +9,10 @@ job's last write and goes with the next write that may not wait (the phase,
 a condition's status or reason, a terminal state: never held); when none
 comes, it is written alone when the interval ends.
 
-The interval is set to 3 s for this module (default 1 s), so which version
-the pod's Ready lands in does not depend on how fast this machine starts
-the wrapper: the pod is Ready well within 3 s of the claim's version, and
-the command's end comes within it (first test) or long after it (second).
+The interval is 6 s for this module (default 1 s), so whether the pod's
+Ready rides with the next write does not depend on how fast this machine
+starts the wrapper: in the first test the command ends well within 6 s of
+the claim's version; in the second it runs 12 s, long after the interval.
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ from podrunner import PodRunner
 from tests.integration.jobs import G, V, create_job, phase_is, run, status, wait_for
 from tests.integration.test_claim_bind import Watched
 
-INTERVAL_SECONDS = 3.0
+INTERVAL_SECONDS = 6.0
 
 
 @pytest.fixture
 def operator_env() -> dict[str, str]:
-    """The operator of this module holds a change of counts up to 3 s."""
+    """The operator of this module holds a change of counts up to 6 s."""
     return {"LEASEHOLD_STATUS_WRITE_INTERVAL_SECONDS": str(INTERVAL_SECONDS)}
 
 
@@ -57,9 +57,9 @@ def statuses(versions: Watched, name: str) -> list[tuple[float, dict[str, Any]]]
     return out
 
 
-def saw_succeeded(versions: Watched, name: str) -> bool:
-    """The watch has delivered the job's ``Succeeded`` version."""
-    return any(st.get("phase") == "Succeeded" for _, st in statuses(versions, name))
+def any_phase(versions: Watched, name: str, phase: str) -> bool:
+    """The watch has delivered a version of the job in ``phase``."""
+    return any(st.get("phase") == phase for _, st in statuses(versions, name))
 
 
 def counts_only(versions: list[tuple[float, dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -73,17 +73,26 @@ def test_a_pods_ready_rides_with_the_next_status_write(
     api_client: client.ApiClient,
     namespace: str,
 ) -> None:
-    """One status version fewer: the pod's Ready goes with the completion's version."""
+    """One status version fewer: the pod's Ready goes with the completion's version.
+
+    The claim's version is written as the claim lands; the pod's Ready comes
+    when its process starts, mostly after that version (main wrote it as a
+    version of its own then: 0.53-0.65 of jobs at n=20 in the bench); when
+    it comes first, that version carries it on either branch.
+    """
     versions = job_statuses(api_client, namespace)
     create_job(api_client, namespace, "one", run(0.5), lease_seconds=30)
     wait_for("Succeeded", phase_is(api_client, namespace, "one", "Succeeded"), 60)
-    wait_for("the Succeeded version", lambda: saw_succeeded(versions, "one"), 10)
+    wait_for("the Succeeded version", lambda: any_phase(versions, "one", "Succeeded"), 10)
     time.sleep(1.0)  # a late count-only write would show here
     versions.stop()
     seen = statuses(versions, "one")
-    phases = [st.get("phase") for _, st in seen]
-    assert "Running" in phases, phases
-    assert not counts_only(seen), [st for _, st in seen]
+    shown = [(round(t - seen[0][0], 2), st.get("phase"), st.get("ready")) for t, st in seen]
+    assert any(st.get("phase") == "Running" for _, st in seen), shown
+    # No version moved counts alone (a pod that was Ready and ended within the
+    # interval may show ready=1 in no version at all: counts are written as
+    # they are when written, as batch/v1's batched updates do).
+    assert not counts_only(seen), shown
     assert status(api_client, namespace, "one").get("ready") == 0
 
 
@@ -98,7 +107,7 @@ def test_a_held_back_count_is_written_when_the_interval_ends(
     create_job(api_client, namespace, "long", run(12), lease_seconds=30)
     wait_for("status.ready=1", lambda: status(api_client, namespace, "long").get("ready") == 1, 60)
     wait_for("Succeeded", phase_is(api_client, namespace, "long", "Succeeded"), 60)
-    wait_for("the Succeeded version", lambda: saw_succeeded(versions, "long"), 10)
+    wait_for("the Succeeded version", lambda: any_phase(versions, "long", "Succeeded"), 10)
     versions.stop()
     seen = statuses(versions, "long")
     shown = [(round(t - seen[0][0], 2), st.get("phase"), st.get("ready")) for t, st in seen]
