@@ -76,7 +76,6 @@ def connect(
         store=LeaseStore(api_client, field_manager=COMPONENT, request_timeout_seconds=30.0),
         pods=Pods(api_client, COMPONENT),
         jobs=CustomObjects(api_client, names.PLURAL_LEASED_JOBS, "LeasedJob", COMPONENT),
-        lease_objects=CustomObjects(api_client, names.PLURAL_JOB_LEASES, "JobLease", COMPONENT),
         events=EventRecorder(
             api_client, component=COMPONENT, instance=instance or socket.gethostname(), clock=wall
         ),

@@ -11,7 +11,7 @@ from leasehold.controller.act.context import Context
 def test_a_deleted_jobs_quota_refused_attempts_are_forgotten_and_no_other_jobs() -> None:
     # Only the in-memory bookkeeping is used: no store, pods or events are called.
     none = cast(Any, None)
-    ctx = Context(store=none, pods=none, jobs=none, lease_objects=none, events=none)
+    ctx = Context(store=none, pods=none, jobs=none, events=none)
     ctx.quota_held[("ns", "a-1")] = "a"
     ctx.quota_held[("ns", "a-0-2")] = "a"  # index 0 of the same job
     ctx.quota_held[("ns", "a-b-3")] = "a-b"  # a job whose pods share the prefix

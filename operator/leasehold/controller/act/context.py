@@ -68,7 +68,6 @@ class Context:
         store: the lease store (every lease write).
         pods: pods and namespaces.
         jobs: LeasedJobs (reads, status writes, deletes).
-        lease_objects: JobLeases' status subresource (the reclaim's note).
         events: the Event recorder.
         clock: wall clock for status stamps (for people; never judged).
         monotonic: this process's monotonic clock (deadlines, waits).
@@ -97,7 +96,6 @@ class Context:
     store: LeaseStore
     pods: Pods
     jobs: CustomObjects
-    lease_objects: CustomObjects
     events: EventRecorder
     clock: Callable[[], datetime] = _utcnow
     monotonic: MonotonicClock = time.monotonic
