@@ -13,6 +13,9 @@
  * over, suspend and resume the job, excuse an ended attempt (a disruption),
  * scale an elastic Indexed job down past this lease's index and up again
  * (the lease is then one index's: plan.indexed.removed_indexes).
+ * -DS_CREATE starts with no lease at all (a new job name): the operator
+ * creates it, either unheld (as before) or already held by the first
+ * attempt's pod, created first (the held create, issue 29).
  *
  * Time: `now` is real time in ticks. A worker's local deadline is
  * sent + D - WM measured on its own clock, which may run slow by up to E
@@ -88,6 +91,11 @@
 byte now = 0;
 
 /* The JobLease: the fencing domain of the job name; it outlives the job. */
+#ifdef S_CREATE
+bool l_abs = true;    /* no JobLease of the name yet (a create answers 409 once there is) */
+#else
+bool l_abs = false;
+#endif
 byte l_tok = 0;       /* fencing token */
 bool l_held = false;  /* holderIdentity set (its name is <job>-<l_tok>) */
 byte l_huid = 0;      /* spec.holderUID, 0 while unbound */
@@ -304,7 +312,7 @@ end:
  * until the next create sets them). */
 proctype Operator(byte r) {
   byte ct = 0, cinc = 0, buid = 0;
-  bool jpend = false, cpend = false, burn = false, rpend = false;
+  bool jpend = false, cpend = false, burn = false, rpend = false, hpend = false;
   do
   :: atomic { leader == r && o_stale[r] ->   /* the lease watch: ExpiryClock.observe */
        o_stale[r] = false; o_seen_t[r] = now }
@@ -313,7 +321,7 @@ proctype Operator(byte r) {
        HOLD_MAY_OUTLIVE ->   /* an earlier incarnation's pod holds it: LeaseStore.stop first */
        l_held = false; l_huid = 0; l_cap = l_tok; bump() }
 #endif
-  :: atomic { leader == r && job_uid != 0 && l_inc != job_uid && !cpend && !rpend && HOLD_ENDED(r) ->   /* LeaseStore.rearm */
+  :: atomic { leader == r && job_uid != 0 && !l_abs && l_inc != job_uid && !cpend && !rpend && !hpend && HOLD_ENDED(r) ->   /* LeaseStore.rearm */
        /* Reduction: completions[] is read only at l_inc, and l_inc never
         * comes back to an incarnation it left (0, then 1, then 2): the count
         * of the one it leaves is dropped. */
@@ -325,7 +333,7 @@ proctype Operator(byte r) {
        l_base = l_tok; l_cap = l_tok + MAXATT; l_susp = job_susp; l_lut = 0; g_unc = 0; bump() }
   :: atomic { leader == r && job_uid != 0 && l_inc == job_uid && job_phase[job_uid] == RUNNING &&
        !job_susp && !SCALED_OUT && !l_held && l_ctok == 0 && l_tok < l_cap && !cpend && !rpend &&
-       next_uid < NUID - 1 && UNSUSPENDED ->
+       !hpend && next_uid < NUID - 1 && UNSUSPENDED ->
        /* Attempts.claim_and_start: the pod first, under the next token; a
         * 409 is claimed for only if the pod is this incarnation's */
        ct = l_tok + 1; cinc = l_inc; cpend = true;
@@ -382,6 +390,78 @@ proctype Operator(byte r) {
             ct = 0
        fi;
        cpend = false; cinc = 0; buid = 0; burn = burn && rpend }
+#ifdef S_CREATE
+  /* No lease yet. The plain create (JobActor._create_lease): unheld, at
+   * token 0, suspended as the job's spec.suspend says; a 409 (a lease
+   * exists) is read and planned on, nothing written. */
+  :: atomic { leader == r && l_abs && job_uid != 0 && job_phase[job_uid] == RUNNING &&
+       !cpend && !rpend && !hpend ->
+       l_abs = false; l_inc = job_uid; l_base = 0; l_cap = MAXATT; l_susp = job_susp; bump() }
+  /* The held create (JobActor._first_attempt, Attempts.start_with_new_lease):
+   * on the operator's view, possibly stale, of the job not suspended, the
+   * first attempt's pod <job>-1 is created first (a 409 is used only if the
+   * pod is this incarnation's, else nothing: the plain create above), then
+   * the lease is created already held by it and bound to its UID. */
+  :: atomic { leader == r && l_abs && job_uid != 0 && job_phase[job_uid] == RUNNING &&
+#ifndef HELD_CREATE_SUSPENDED
+       !job_susp &&
+#endif
+       !SCALED_OUT && !cpend && !rpend && !hpend && next_uid < NUID - 1 ->
+       ct = 1; cinc = job_uid;
+       if
+       :: pod_uid[ct] != 0 ->
+            if
+#ifdef HELD_ADOPT_ANY
+            :: true ->
+#else
+            :: uid_owner[pod_uid[ct]] == cinc ->
+#endif
+                 buid = pod_uid[ct]; hpend = true   /* an earlier reconcile's pod: a restart */
+            :: else -> ct = 0; cinc = 0   /* someone else's pod: the plain create */
+            fi
+       :: else ->
+            pod_uid[ct] = next_uid; uid_owner[next_uid] = cinc; w_rnw[next_uid] = true;
+            run Worker(next_uid, ct);
+            buid = next_uid; next_uid++; hpend = true
+       fi }
+  /* The create lands: a create is refused when the name exists (409), so
+   * it is a claim from "no lease", atomic at the store. */
+  :: atomic { hpend ->
+       if
+#ifdef HELD_CREATE_OVERWRITES
+       :: true ->
+#else
+       :: l_abs ->
+#endif
+            l_abs = false; l_inc = cinc; l_base = ct - 1; l_cap = l_base + MAXATT;
+            l_tok = ct; l_held = true; l_huid = buid; l_ctok = 0;
+#ifdef HELD_CREATE_SUSPENDED
+            l_susp = job_susp;   /* copied from the job, held all the same */
+#else
+            l_susp = false;
+#endif
+            l_rtok = 0; j_stok = 0; l_lut = 0; b_uid[l_tok] = l_huid;
+            assert(l_tok > max_issued);   /* inv 2 */
+            assert(!l_susp);              /* inv 7 */
+            max_issued = l_tok; bump()
+       :: else ->   /* 409: the lease is read; kept only if bound to this very pod */
+            if
+            :: !(l_tok == ct && l_huid == buid) && pod_uid[ct] == buid ->
+                 pod_uid[ct] = 0;   /* deleted (UID precondition); its process may run on */
+                 if
+                 :: killed[buid] = true; w_dl[buid] = 0; w_tok[buid] = 0; wfin(buid)
+                 :: skip
+                 fi
+            :: else -> skip
+            fi
+       fi;
+       hpend = false; ct = 0; cinc = 0; buid = 0 }
+  /* The create is never sent (the operator restarted after the pod's
+   * create): the pod waits, unbound, for a lease (its renewals are refused:
+   * 404); the next reconcile finds the pod its own and creates the lease
+   * held by it (the step above, its 409 branch on the pod). */
+  :: atomic { hpend -> hpend = false; ct = 0; cinc = 0; buid = 0 }
+#endif
   :: atomic { rpend ->   /* the burnt token released (LeaseStore.release) */
        if :: l_held && l_tok == ct && l_huid == 0 -> l_held = false; bump()
           :: else -> skip fi;
@@ -470,7 +550,7 @@ proctype Operator(byte r) {
 #ifndef STOP_BY_NAME
        :: l_inc == pending_stop ->
 #else
-       :: true ->
+       :: !l_abs ->   /* (no lease: a 404) */
 #endif
             l_held = false; l_huid = 0; l_cap = l_tok; bump()
        :: else -> skip

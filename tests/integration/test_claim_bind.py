@@ -18,16 +18,18 @@ import threading
 import time
 from typing import Any
 
+import pytest
 from kubernetes import client, watch
 
 from leasehold import names
 from leasehold.controller.act.attempts import Attempts, Claimed
+from leasehold.controller.plan.pod import build_pod
 from leasehold.controller.plan.single import Action, Plan
 from leasehold.controller.runtime import Actors
-from leasehold.lease.api import LeasedJob, LeasedJobStatus
-from leasehold.lease.errors import StoreError
+from leasehold.lease.api import LeasedJob, LeasedJobStatus, LeaseMode
+from leasehold.lease.errors import LeaseNotFoundError, StoreError
 from leasehold.lease.protocol import Rejection
-from leasehold.lease.store import Accepted, LeaseStore, Rejected
+from leasehold.lease.store import Accepted, HeldBy, LeaseStore, Rejected
 from operatorproc import OperatorProcess
 from podrunner import PodRunner
 from tests.integration.jobs import (
@@ -94,17 +96,37 @@ def specs(versions: Watched, name: str) -> list[dict[str, Any]]:
     return [o["spec"] for _, o in versions.seen if o["metadata"]["name"] == name]
 
 
-def test_an_attempt_claims_and_binds_its_pod_in_one_lease_write(
+def lease_writes(seen: list[dict[str, Any]]) -> list[str]:
+    """What each version of a lease was written by: create (held or not), claim, renew, ..."""
+    kinds: list[str] = []
+    for before, after in zip([{}, *seen], seen, strict=False):
+        if not before:
+            kinds.append("create-held" if after.get("holderIdentity") else "create")
+        elif after.get("fencingToken") != before.get("fencingToken"):
+            kinds.append("claim")
+        elif after.get("completion") and not before.get("completion"):
+            kinds.append("complete")
+        elif after.get("renewTime") != before.get("renewTime"):
+            kinds.append("renew")
+        else:
+            kinds.append("other")
+    return kinds
+
+
+def test_a_first_attempt_is_claimed_in_its_leases_create(
     operator: OperatorProcess,
     local_pod_runner: PodRunner,
     api_client: client.ApiClient,
     namespace: str,
 ) -> None:
-    """One JobLease write fewer per attempt than claim-then-bind.
+    """Two JobLease writes fewer per first attempt than create, claim, bind (issue 29).
 
-    The lease of a one-attempt job is written: create, claim (bound to the
-    pod in the same write), the worker's first renewal, its completion. No
-    version of it is ever held and unbound.
+    The pod is created first, under token 1; the lease is then created
+    already held by it and bound to its UID (one write), renewed once by the
+    worker's confirm renewal (``leasehold run`` waited for the lease to
+    exist), and completed: three versions, where the unheld create and the
+    claim made four (main before this change: create, claim, renew,
+    complete). No version of it is ever held and unbound.
     """
     versions = lease_versions(api_client, namespace)
     create_job(api_client, namespace, "one", run(0.2), lease_seconds=30)
@@ -119,23 +141,15 @@ def test_an_attempt_claims_and_binds_its_pod_in_one_lease_write(
     seen = specs(versions, "one")
     unbound = [s for s in seen if s.get("holderIdentity") and not s.get("holderUID")]
     assert not unbound, f"held and unbound: {unbound}"
-    kinds: list[str] = []
-    for before, after in zip([{}, *seen], seen, strict=False):
-        if not before:
-            kinds.append("create")
-        elif after.get("fencingToken") != before.get("fencingToken"):
-            kinds.append("claim")
-        elif after.get("completion") and not before.get("completion"):
-            kinds.append("complete")
-        elif after.get("renewTime") != before.get("renewTime"):
-            kinds.append("renew")
-        else:
-            kinds.append("other")
-    assert kinds[:2] == ["create", "claim"] and kinds[-1] == "complete", kinds
-    assert set(kinds[2:-1]) <= {"renew"}, kinds  # no bind, nor any other write
-    claim = seen[kinds.index("claim")]
+    kinds = lease_writes(seen)
+    assert kinds == ["create-held", "renew", "complete"], kinds
+    created = seen[0]
     pod: Any = client.CoreV1Api(api_client).read_namespaced_pod("one-1", namespace)
-    assert claim["holderUID"] == pod.metadata.uid
+    assert created["holderUID"] == pod.metadata.uid
+    assert created["holderIdentity"] == "one-1"
+    assert (created["fencingToken"], created.get("baseFencingToken", 0)) == (1, 0)
+    assert created["acquireTime"] == created["renewTime"]  # starting, not yet renewed
+    assert not created.get("suspended")
     assert status(api_client, namespace, "one")["completion"]["fencingToken"] == 1
 
 
@@ -263,3 +277,163 @@ def test_two_replicas_claiming_the_same_token_bind_one_pod(
     )
     assert store.get(namespace, "race").record.completion.fencing_token == 1  # type: ignore[union-attr]
     assert len(RAN.findall(local_pod_runner.log(namespace, "race-1"))) == 1
+
+
+def _first_pod(api_client: client.ApiClient, namespace: str, name: str) -> str:
+    """Create the job's first attempt's pod as the operator builds it (token 1); its UID."""
+    body = get_job(api_client, namespace, name)
+    job = LeasedJob.model_validate(body)
+    pod = build_pod(
+        job,
+        namespace=namespace,
+        holder=f"{name}-1",
+        token=1,
+        owner_uid=str(body["metadata"]["uid"]),
+        lease_duration_seconds=job.spec.lease_duration_seconds,
+    )
+    core: Any = client.CoreV1Api(api_client)
+    return str(core.create_namespaced_pod(namespace, pod).metadata.uid)
+
+
+def test_a_pod_made_before_a_restart_gets_the_lease_created_held_by_it(
+    worker_rbac: None,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    store: LeaseStore,
+    namespace: str,
+) -> None:
+    """The operator stopped between the first pod's create and the lease's.
+
+    The pod exists (this job's, token 1) and no lease; its ``leasehold run``
+    waits, its confirm renewal answered 404. The next reconcile (an operator
+    in-process, as after a restart: nothing cached) finds the pod its own and
+    creates the lease held by that very pod: the same pod runs the command,
+    once, under token 1.
+    """
+    create_job(api_client, namespace, "again", marked(0.2), lease_seconds=10)
+    pod_uid = _first_pod(api_client, namespace, "again")
+    time.sleep(1.5)  # its worker starts and finds no lease
+    with pytest.raises(LeaseNotFoundError):
+        store.get(namespace, "again")
+    actors = Actors.connect(api_client)
+    actors.jobs.reconcile(namespace, "again")
+    record = store.get(namespace, "again").record
+    assert (record.fencing_token, record.holder_identity, record.holder_uid) == (
+        1,
+        "again-1",
+        pod_uid,
+    )
+    assert record.acquire_time is not None
+    wait_for(
+        "the completion",
+        lambda: store.get(namespace, "again").record.completion is not None,
+        30,
+    )
+    assert store.get(namespace, "again").record.completion.fencing_token == 1  # type: ignore[union-attr]
+    assert len(RAN.findall(local_pod_runner.log(namespace, "again-1"))) == 1
+
+
+def test_a_held_create_refused_because_the_lease_exists_deletes_its_pod(
+    worker_rbac: None,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    store: LeaseStore,
+    namespace: str,
+) -> None:
+    """A lease the cache had not seen (another replica's, unheld): the held create gets 409.
+
+    The pod made for the held create never holds: it is deleted at once
+    (never runs the command) and the job is planned again on the lease read;
+    once that pod is gone the next claim takes token 1 for a new pod.
+    """
+    create_job(api_client, namespace, "taken", marked(0.2), lease_seconds=10)
+    body = get_job(api_client, namespace, "taken")
+    store.create(
+        namespace,
+        "taken",
+        job_name="taken",
+        lease_duration_seconds=10,
+        max_fencing_token=3,
+        job_uid=str(body["metadata"]["uid"]),
+        mode=LeaseMode.PUSH,
+        startup_deadline_seconds=600,
+        labels={names.LABEL_JOB: "taken"},
+    )
+    actors = Actors.connect(api_client)
+    pods = Watched(client.CoreV1Api(api_client).list_namespaced_pod, namespace)
+    with pytest.raises(StoreError):  # planned again on the lease: the pod's name is taken
+        actors.jobs.reconcile(namespace, "taken")
+    time.sleep(0.5)  # the pod watch's events
+    made = [o.metadata.uid for kind, o in pods.seen if kind == "ADDED"]
+    assert len(made) == 1
+    lost_uid = str(made[0])
+    record = store.get(namespace, "taken").record
+    assert (record.fencing_token, record.holder_identity) == (0, None)  # nothing written
+    wait_for(
+        "the refused create's pod deleted",
+        lambda: pod_gone_or_going(api_client, namespace, "taken-1"),
+        10,
+    )
+    assert actors.ctx.pod_memory.disowned(lost_uid)
+
+    def held() -> str | None:
+        try:
+            actors.jobs.reconcile(namespace, "taken")
+        except StoreError:
+            return None  # the refused create's pod is still going
+        now = store.get(namespace, "taken").record
+        return now.holder_uid if now.fencing_token == 1 else None
+
+    assert wait_for("token 1 claimed for a new pod", held, 60) != lost_uid
+    pods.stop()
+    wait_for(
+        "the command ran once", lambda: RAN.search(local_pod_runner.log(namespace, "taken-1")), 30
+    )
+    lost_log = local_pod_runner.pods_dir / f"{namespace}_taken-1_{lost_uid}" / "log"
+    text = lost_log.read_text(errors="replace") if lost_log.exists() else ""
+    assert not RAN.search(text), f"the refused create's pod ran the command:\n{text}"
+
+
+def test_a_held_create_refused_for_a_lease_bound_to_its_own_pod_keeps_both(
+    worker_rbac: None,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    store: LeaseStore,
+    namespace: str,
+) -> None:
+    """An earlier held create of ours landed, unseen (its answer lost): the 409 finds our pod.
+
+    The lease exists, held by this job's pod ``<job>-1``; a reconcile that
+    knows neither plans the held create again, finds the pod its own, is
+    refused the create and reads the lease: bound to that very pod, so
+    nothing is deleted or written, and the attempt runs on.
+    """
+    create_job(api_client, namespace, "mine", marked(0.2), lease_seconds=10)
+    body = get_job(api_client, namespace, "mine")
+    pod_uid = _first_pod(api_client, namespace, "mine")
+    created = store.create(
+        namespace,
+        "mine",
+        job_name="mine",
+        lease_duration_seconds=10,
+        max_fencing_token=3,
+        job_uid=str(body["metadata"]["uid"]),
+        mode=LeaseMode.PUSH,
+        startup_deadline_seconds=600,
+        labels={names.LABEL_JOB: "mine"},
+        held_by=HeldBy("mine-1", pod_uid, 1),
+    )
+    actors = Actors.connect(api_client)
+    actors.jobs.reconcile(namespace, "mine")
+    live: Any = client.CoreV1Api(api_client).read_namespaced_pod("mine-1", namespace)
+    assert live.metadata.uid == pod_uid
+    assert live.metadata.deletion_timestamp is None
+    after = store.get(namespace, "mine")
+    assert (after.record.fencing_token, after.record.holder_uid) == (1, pod_uid)
+    assert after.record.acquire_time == created.record.acquire_time  # no write of ours
+    wait_for(
+        "the completion",
+        lambda: store.get(namespace, "mine").record.completion is not None,
+        30,
+    )
+    assert len(RAN.findall(local_pod_runner.log(namespace, "mine-1"))) == 1

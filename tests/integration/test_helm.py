@@ -37,9 +37,10 @@ from kubernetes import client, config
 
 from leasehold import names, worker
 from leasehold.controller import handlers
+from leasehold.lease.api import LeaseMode
 from leasehold.lease.errors import StoreError
 from leasehold.lease.protocol import Outcome
-from leasehold.lease.store import Accepted, LeaseStore
+from leasehold.lease.store import Accepted, HeldBy, LeaseStore
 from localcluster.binaries import tools_bin_dir
 from localcluster.kubectl import Kubectl
 from podrunner import PodRunner
@@ -689,6 +690,22 @@ def test_pool_token_is_confined_to_its_own_lease(
             call()
         assert caught.value.status == 403, caught.value
         return str(caught.value)
+
+    # No worker creates a lease, held by itself or not: only the operator does
+    # (a job's first lease is created held by its pod; RBAC gives workers no
+    # create, and the worker policy refuses any worker's CREATE as well).
+    for held_by in (HeldBy("worker-b", uids["worker-b"], 1), None):
+        refused(
+            lambda held_by=held_by: store_b.create(  # type: ignore[misc]
+                namespace,
+                "lease-new",
+                job_name="lease-new",
+                lease_duration_seconds=600,
+                max_fencing_token=5,
+                mode=LeaseMode.PUSH,
+                held_by=held_by,
+            )
+        )
 
     # B holds nothing: it may not renew, complete or release A's lease, even
     # naming A as the holder with A's token (RBAC alone would allow it).

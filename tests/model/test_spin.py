@@ -37,6 +37,9 @@ MUTATIONS = (
     "excuse-twice",
     "no-hold-wait-recreate",
     "no-hold-wait-suspend",
+    "held-create-overwrites",
+    "held-adopt-any",
+    "held-create-suspended",
     # model/schedules.pml, model/indexes.pml and model/workqueue.pml
     "failed-retry-final",
     "failed-retry-final-replace",

@@ -97,6 +97,8 @@ def observe_lease_change(
     generation_changed: bool,
     renew_time: str | None,
     now: datetime | None = None,
+    *,
+    created: bool = False,
 ) -> None:
     """Update the lease metrics for one watch event.
 
@@ -106,15 +108,20 @@ def observe_lease_change(
         generation_changed: whether the spec changed since the last event.
         renew_time: ``spec.renewTime`` now (RFC 3339), if any.
         now: the current time (injected for tests).
+        created: the event is the lease's creation (a watch's ``ADDED``, not
+            its first LIST): a lease created held was claimed in its create.
     """
     held_before = before is not None and before.held
     if after.held and not held_before:
         LEASES_HELD.inc()
     elif held_before and not after.held:
         LEASES_HELD.dec()
-    # At first sight (no `before`) a held lease is not a claim we saw.
+    # At first sight (no `before`) a held lease is not a claim we saw, unless
+    # we saw its create: a job's first lease is created held by its pod.
     if before is not None and after.fencing_token > before.fencing_token:
         CLAIMS.inc(after.fencing_token - before.fencing_token)
+    elif before is None and created and after.held:
+        CLAIMS.inc()
     if (
         before is not None
         and generation_changed

@@ -195,6 +195,7 @@ class Runtime:
                 change.after,
                 change.generation_changed,
                 body.get("spec", {}).get("renewTime"),
+                created=event.type is EventType.ADDED and not event.initial,
             )
         meta = body["metadata"]
         if event.type is EventType.DELETED:

@@ -187,6 +187,131 @@ class WorkItem:
         }
 
 
+@dataclass(frozen=True)
+class HeldBy:
+    """The pod a lease is created held by: its first attempt, claimed in the create.
+
+    Attributes:
+        holder: the pod's name (the holder identity, ``<job>-<token>``).
+        holder_uid: the pod's ``metadata.uid``, bound in the same write.
+        token: the token the pod was created under (the new lease's base + 1).
+    """
+
+    holder: str
+    holder_uid: str
+    token: int
+
+
+def new_lease_body(
+    namespace: str,
+    name: str,
+    *,
+    job_name: str,
+    lease_duration_seconds: int,
+    max_fencing_token: int | None = None,
+    ceiling_fencing_token: int | None = None,
+    initial_fencing_token: int = 0,
+    owner_references: list[dict[str, Any]] | None = None,
+    labels: dict[str, str] | None = None,
+    startup_deadline_seconds: int | None = None,
+    job_uid: str | None = None,
+    mode: api.LeaseMode | None = None,
+    finalizers: list[str] | None = None,
+    suspended: bool = False,
+    work: WorkItem | None = None,
+) -> dict[str, Any]:
+    """The body of a new, unheld JobLease of the LeasedJob ``job_name`` (pure).
+
+    ``max_fencing_token`` is the attempt limit (no claim past it);
+    ``ceiling_fencing_token`` the limit no write may raise it past (a
+    schedule's run: the top of its reserved range);
+    ``initial_fencing_token`` is above 0 only when a lost lease is recreated, so
+    tokens never go back (it is the incarnation's base token too). The
+    operator sets no ``owner_references``: the lease is the name's fencing
+    domain and outlives the job; ``finalizers`` (the operator's) keep it
+    when someone deletes it. ``job_uid`` names the incarnation it serves,
+    ``mode`` who claims it;
+    ``startup_deadline_seconds`` bounds an attempt's start (push mode; ``None`` in
+    pull mode); ``suspended`` creates it suspended (its job is: nothing may claim);
+    ``work`` is the job's params, priority and creation time.
+
+    Returns:
+        The object as the API takes it (no ``resourceVersion``: not stored yet).
+    """
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+    if owner_references:
+        metadata["ownerReferences"] = owner_references
+    if labels:
+        metadata["labels"] = labels
+    if finalizers:
+        metadata["finalizers"] = finalizers
+    lease = api.JobLease(
+        metadata=metadata,
+        spec=api.JobLeaseSpec(
+            job_name=job_name,
+            job_uid=job_uid,
+            mode=mode,
+            lease_duration_seconds=lease_duration_seconds,
+            max_fencing_token=max_fencing_token,
+            ceiling_fencing_token=ceiling_fencing_token,
+            fencing_token=initial_fencing_token,
+            startup_deadline_seconds=startup_deadline_seconds,
+            base_fencing_token=initial_fencing_token,
+            suspended=suspended,
+            **(work or WorkItem()).fields(),
+        ),
+    )
+    return lease.to_api()
+
+
+def held_body(body: dict[str, Any], held_by: HeldBy, now: datetime) -> dict[str, Any]:
+    """``body`` (a new, unheld lease) as claimed for ``held_by`` in the same create (pure).
+
+    The claim is judged by :func:`leasehold.lease.protocol.claim` on the
+    lease as it would be created, pinned to ``held_by.token`` and to the
+    lease's incarnation: the created object is exactly what the unheld
+    create followed by that claim would leave (holder, bound UID, token + 1,
+    ``acquireTime`` = ``renewTime``), so every rule of the claim holds.
+
+    Args:
+        body: a :func:`new_lease_body`.
+        held_by: the pod that holds it.
+        now: the wall clock, recorded for people.
+
+    Returns:
+        A new body; ``body`` is left as it is.
+
+    Raises:
+        ValueError: the claim is refused on ``body`` (suspended, its cap at
+            its token, or ``held_by.token`` is not its token + 1).
+    """
+    record = stored_from_body(body).record
+    decision = protocol.claim(
+        record,
+        HolderIdentity(held_by.holder),
+        now,
+        holder_uid=held_by.holder_uid,
+        token=FencingToken(held_by.token),
+        job_uid=record.job_uid,
+    )
+    if not isinstance(decision, protocol.Allowed):
+        raise ValueError(
+            f"JobLease {body['metadata'].get('name')}: no held create: {decision.rejection}"
+        )
+    claimed = decision.record
+    assert claimed.acquire_time is not None and claimed.holder_uid is not None
+    acquired = format_time(claimed.acquire_time)
+    spec = {
+        **body["spec"],
+        "holderIdentity": claimed.holder_identity,
+        "holderUID": claimed.holder_uid,
+        "fencingToken": claimed.fencing_token,
+        "acquireTime": acquired,
+        "renewTime": acquired,
+    }
+    return {**body, "spec": spec}
+
+
 # --------------------------------------------------------------------------
 # The store
 
@@ -281,58 +406,52 @@ class LeaseStore(LeaseWriter):
         finalizers: list[str] | None = None,
         suspended: bool = False,
         work: WorkItem | None = None,
+        held_by: HeldBy | None = None,
     ) -> StoredLease:
-        """Create an unheld lease of the LeasedJob ``job_name``.
+        """Create a lease of the LeasedJob ``job_name``: unheld, or held by its first pod.
 
-        ``max_fencing_token`` is the attempt limit (no claim past it);
-        ``ceiling_fencing_token`` the limit no write may raise it past (a
-        schedule's run: the top of its reserved range);
-        ``initial_fencing_token`` is above 0 only when a lost lease is recreated, so
-        tokens never go back (it is the incarnation's base token too). The
-        operator sets no ``owner_references``: the lease is the name's fencing
-        domain and outlives the job; ``finalizers`` (the operator's) keep it
-        when someone deletes it. ``job_uid`` names the incarnation it serves,
-        ``mode`` who claims it;
-        ``startup_deadline_seconds`` bounds an attempt's start (push mode; ``None`` in
-        pull mode); ``suspended`` creates it suspended (its job is: nothing may claim);
-        ``work`` is the job's params, priority and creation time.
+        The fields are :func:`new_lease_body`'s (the job name, duration, caps,
+        incarnation, mode, ...). With ``held_by`` the lease is created already
+        claimed for that pod (:func:`held_body`): the first attempt's claim and
+        bind folded into the create, one write instead of two. A create is
+        conditional on the name being free (409 otherwise), so a held create
+        is an atomic claim from "no lease"; the CRD's rules judge the object it
+        makes (token within the cap, a held lease not suspended).
 
         Raises:
             WriteRefusedError: it exists already (status 409), or the schema refused it.
+            ValueError: ``held_by`` on a lease that no claim could take
+                (suspended, or its cap at its token).
         """
-        metadata: dict[str, Any] = {"name": name, "namespace": namespace}
-        if owner_references:
-            metadata["ownerReferences"] = owner_references
-        if labels:
-            metadata["labels"] = labels
-        if finalizers:
-            metadata["finalizers"] = finalizers
-        lease = api.JobLease(
-            metadata=metadata,
-            spec=api.JobLeaseSpec(
-                job_name=job_name,
-                job_uid=job_uid,
-                mode=mode,
-                lease_duration_seconds=lease_duration_seconds,
-                max_fencing_token=max_fencing_token,
-                ceiling_fencing_token=ceiling_fencing_token,
-                fencing_token=initial_fencing_token,
-                startup_deadline_seconds=startup_deadline_seconds,
-                base_fencing_token=initial_fencing_token,
-                suspended=suspended,
-                **(work or WorkItem()).fields(),
-            ),
+        body = new_lease_body(
+            namespace,
+            name,
+            job_name=job_name,
+            lease_duration_seconds=lease_duration_seconds,
+            max_fencing_token=max_fencing_token,
+            ceiling_fencing_token=ceiling_fencing_token,
+            initial_fencing_token=initial_fencing_token,
+            owner_references=owner_references,
+            labels=labels,
+            startup_deadline_seconds=startup_deadline_seconds,
+            job_uid=job_uid,
+            mode=mode,
+            finalizers=finalizers,
+            suspended=suspended,
+            work=work,
         )
+        if held_by is not None:
+            body = held_body(body, held_by, self._clock())
         with api_errors("create", namespace, name):
-            body = self._api.create_namespaced_custom_object(
+            created = self._api.create_namespaced_custom_object(
                 names.GROUP,
                 names.VERSION,
                 namespace,
                 PLURAL,
-                lease.to_api(),
+                body,
                 field_manager=self._field_manager,
             )
-        return to_stored(cast("dict[str, Any]", body))
+        return to_stored(cast("dict[str, Any]", created))
 
     def _patch(
         self,

@@ -29,7 +29,7 @@ from types import TracebackType
 from typing import Any, Final, TypeVar
 
 from leasehold import fencing
-from leasehold.lease.errors import TransientStoreError
+from leasehold.lease.errors import LeaseNotFoundError, TransientStoreError
 from leasehold.lease.leaseops import Accepted, LeaseOperations, Rejected, Result, StoredLease
 from leasehold.lease.protocol import (
     FencingToken,
@@ -390,9 +390,17 @@ class LeaseHolder:
         )
 
     def _bound_now(self, timeout: float) -> bool:
-        """Read the lease (no write): ``False`` while not yet bound to this holder."""
+        """Read the lease (no write): ``False`` while not yet bound to this holder.
+
+        Not found is "not yet" too: a job's first lease is created held by
+        its pod after the pod (only :meth:`Renewer.confirm
+        <leasehold.worker.renewer.Renewer.confirm>` asks, at start-up).
+        """
         read: Callable[..., StoredLease] = getattr(self._store, "get")  # noqa: B009
-        lease = read(self.namespace, self.lease_name, request_timeout=timeout)
+        try:
+            lease = read(self.namespace, self.lease_name, request_timeout=timeout)
+        except LeaseNotFoundError:
+            return False
         waiting = check_holder(lease.record, self.holder_identity, self._token, self.holder_uid)
         return waiting is not Rejection.NOT_BOUND
 

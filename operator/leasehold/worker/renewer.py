@@ -33,13 +33,15 @@ RenewRequest = Callable[[float], Result]
 
 BoundProbe = Callable[[float], bool]
 """Reads the lease (no write) within the given timeout (seconds): ``False`` while it
-is still not bound to this holder (its claim has not landed), ``True`` once a
-renewal may be judged; may raise any error (the renewal is then tried)."""
+is still not bound to this holder (its claim has not landed, or the lease is not
+created yet), ``True`` once a renewal may be judged; may raise any error (the
+renewal is then tried)."""
 
 NOT_BOUND_POLLS: Final = (0.05, 0.1, 0.2, 0.4)
-"""Seconds between reads while a push lease is not yet bound to this pod, then
-every retry interval. The operator creates the pod before its claim lands (the
-claim binds the pod's UID), so a quick worker starts before it; the claim
+"""Seconds between reads while a push lease is not yet bound to this pod (or, for
+a job's first attempt, not yet created held by it), then every retry interval.
+The operator creates the pod before its claim lands (the claim binds the pod's
+UID), so a quick worker starts before it; the claim
 usually lands within a few hundred ms, and one retry interval (0.83 s for a
 10 s lease) was paid whole by every such start."""
 
@@ -150,8 +152,14 @@ class Renewer:
         ).start()
         return attempt
 
-    def _apply(self, attempt: Attempt) -> LeaseLost | None:
-        """Take a finished attempt's outcome into the state; return the loss it reported."""
+    def _apply(self, attempt: Attempt, *, starting: bool = False) -> LeaseLost | None:
+        """Take a finished attempt's outcome into the state; return the loss it reported.
+
+        ``starting``: a renewal of :meth:`confirm`, before the first one was
+        accepted: a lease not found then is one not created yet (the operator
+        creates a job's first lease already held by the pod, after the pod),
+        waited for as a lease not yet bound; after start-up it is a loss.
+        """
         result, error = attempt.result, attempt.error
         if isinstance(result, Accepted):
             with self._lock:
@@ -173,6 +181,9 @@ class Renewer:
             # (it does so right after creating it). No loss: retry, as for a
             # failed request, until the local deadline.
             error = RuntimeError(f"lease {self.key} is not yet bound to this pod")
+        elif starting and isinstance(error, LeaseNotFoundError):
+            # Push mode: the lease is created held by this pod after the pod.
+            error = RuntimeError(f"lease {self.key} does not exist yet")
         elif isinstance(result, Rejected):
             lease = result.lease.record
             loss = LeaseLost(
@@ -251,15 +262,19 @@ class Renewer:
                     f"no answer within {self.timing.request_timeout_seconds:.3g} s"
                 )
                 continue  # given up: try again at once (the loop ends at give_up_at)
-            loss = self._apply(attempt)
+            loss = self._apply(attempt, starting=True)
             if loss is not None:
                 raise loss.again()
             if isinstance(attempt.result, Accepted):
                 return attempt.result
             last_error = attempt.error
             result = attempt.result
-            if isinstance(result, Rejected) and result.rejection is Rejection.NOT_BOUND:
-                last_error = RuntimeError(f"lease {self.key} is not yet bound to this pod")
+            absent = isinstance(attempt.error, LeaseNotFoundError)
+            if absent or (isinstance(result, Rejected) and result.rejection is Rejection.NOT_BOUND):
+                last_error = RuntimeError(
+                    f"lease {self.key} "
+                    + ("does not exist yet" if absent else "is not yet bound to this pod")
+                )
                 if self._bound is not None and self._wait_bound(give_up_at):
                     continue  # bound now (or may be judged): the renewal confirms at once
             time.sleep(

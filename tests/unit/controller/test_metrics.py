@@ -55,6 +55,16 @@ def test_first_sight_of_a_held_lease_is_not_a_claim() -> None:
     metrics.lease_forgotten(sig("pod-9", 9))
 
 
+def test_a_lease_created_held_is_a_claim() -> None:
+    """A job's first lease is created held by its pod: its create's event counts the claim."""
+    claims0 = value("leasehold_claims_total")
+    metrics.observe_lease_change(None, sig("pod-1", 1), True, None, created=True)
+    assert value("leasehold_claims_total") == claims0 + 1
+    metrics.observe_lease_change(None, sig(None, 0), True, None, created=True)
+    assert value("leasehold_claims_total") == claims0 + 1  # created unheld: no claim
+    metrics.lease_forgotten(sig("pod-1", 1))
+
+
 def test_job_phases_gauge_tracks_each_job_once() -> None:
     phases = metrics.JobPhases()
     phases.observe("ns/a", None)

@@ -34,8 +34,9 @@ from leasehold.controller.plan.pod import build_pod, pod_facts
 from leasehold.controller.plan.single import Action, JobEvent, Plan, PodFacts, failed_status
 from leasehold.lease import api
 from leasehold.lease.api import LeasedJob, LeasedJobStatus
-from leasehold.lease.errors import TransientStoreError
-from leasehold.lease.store import Accepted, Result, StoredLease
+from leasehold.lease.errors import TransientStoreError, WriteRefusedError
+from leasehold.lease.protocol import LeaseRecord
+from leasehold.lease.store import Accepted, HeldBy, Result, StoredLease
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,24 @@ class Claimed(NamedTuple):
 
     plan: Plan | None
     result: Result | None
+
+
+class Created(NamedTuple):
+    """What :meth:`Attempts.start_with_new_lease` did.
+
+    Attributes:
+        plan: the plan with the status to write and the Events to record
+            (the attempt started, or its pod waits for a quota with no lease
+            created), or ``None`` when the lease existed already and the pod
+            made for it was deleted: plan again on ``lease``.
+        lease: the lease created held by the pod, or as read after a refused
+            create (409); ``None`` when nothing was created: a quota (``plan``
+            says so), or the API server refused the held lease otherwise
+            (``plan`` is ``None`` too: the pod was deleted, create it unheld).
+    """
+
+    plan: Plan | None
+    lease: StoredLease | None
 
 
 class Attempts:
@@ -249,10 +268,85 @@ class Attempts:
             claimed.lease.record.holder_uid == uid
         )
         if not mine:
-            self._lost(namespace, name, pod, claimed)
+            why = str(getattr(claimed, "rejection", "taken for another pod"))
+            self._lost(namespace, name, pod, claimed.lease.record, why)
             return Claimed(None, claimed)
         status = self._started(job, body, plan, _attempt_status(plan, token, lease), token, tell)
         return Claimed(replace(plan, status=status), claimed)
+
+    def start_with_new_lease(
+        self,
+        job: LeasedJob,
+        body: dict[str, Any],
+        plan: Plan,
+        prospective: StoredLease,
+        create: Callable[[HeldBy], StoredLease],
+    ) -> Created | None:
+        """A job's first attempt with no lease yet: the pod first, then the lease created held.
+
+        The create and the first claim are one write: the pod is created
+        under ``plan.token`` (the token the claim would take), then the lease
+        is created already held by it (``create``, :meth:`LeaseStore.create
+        <leasehold.lease.store.LeaseStore.create>` with ``held_by``). A
+        create is refused when the name exists (409), so this is a claim from
+        "no lease": the lease of another replica, of an earlier reconcile or
+        of an earlier incarnation (a cache miss) wins, and the pod made here
+        never holds (it is deleted at once, as a lost claim's) unless that
+        lease is bound to this very pod. A pod of the name that this job made
+        and that is not being deleted (an earlier reconcile's, whose lease
+        create never landed: an operator restart) is the one the lease is
+        created for.
+
+        Args:
+            job: the job (validated ``body``), not suspended, in push mode.
+            body: its raw body (Events, the owner's UID).
+            plan: the ``CLAIM_AND_START`` plan made on ``prospective``.
+            prospective: the lease as the plain create would make it (not stored).
+            create: creates the lease held by the given pod; raises
+                :class:`~leasehold.lease.errors.WriteRefusedError` as the store does.
+
+        Returns:
+            :class:`Created`, or ``None`` when nothing was created and the
+            caller creates the lease unheld as before (the pod's name is
+            taken by a pod that is not this job's, or the API server refused
+            the pod or the held lease: today's path judges those).
+
+        Raises:
+            TransientStoreError: the API server failed, or the pod's name is
+                taken by this job's pod being deleted: try again.
+        """
+        ctx = self._ctx
+        namespace, name = ns_name(body)
+        assert plan.pod_name is not None and plan.token is not None
+        token = plan.token
+        created = ctx.pods.create(namespace, _pod(job, body, plan, token, prospective, None))
+        if isinstance(created, QuotaExceeded):
+            held = self._held_by_quota(body, plan, plan.status, created.message)
+            return Created(held, None)  # nothing claimed: the lease comes with the pod
+        if isinstance(created, PodRefused):
+            return None  # the plain path creates the lease and fails the job on it
+        if isinstance(created, PodNameTaken):
+            pod = self._ours_to_claim_for(body, plan, created.pod)
+            if pod is None:
+                return None  # someone else's pod: the plain path moves past its token
+        else:
+            pod = created.pod
+            ctx.pod_memory.observe(pod)  # known at once (a stop planned before the watch)
+        uid = str(pod["metadata"]["uid"])
+        try:
+            lease = create(HeldBy(plan.pod_name, uid, token))
+        except WriteRefusedError as exc:
+            current = ctx.store.get(namespace, prospective.name) if exc.status == 409 else None
+            if current is not None:
+                ctx.lease_cache.put(current.body)
+            found = (current.record.fencing_token, current.record.holder_uid) if current else None
+            if current is None or found != (token, uid):
+                self._lost(namespace, name, pod, current.record if current else None, str(exc))
+                return Created(None, current)
+            lease = current  # an earlier create of ours, for this very pod
+        ctx.lease_cache.put(lease.body)
+        status = self._started(job, body, plan, _attempt_status(plan, token, prospective), token)
+        return Created(replace(plan, status=status), lease)
 
     def _ours_to_claim_for(
         self, body: dict[str, Any], plan: Plan, existing: dict[str, Any] | None
@@ -284,24 +378,37 @@ class Attempts:
             )
         return existing
 
-    def _lost(self, namespace: str, name: str, pod: dict[str, Any], claimed: Result) -> None:
+    def _lost(
+        self,
+        namespace: str,
+        name: str,
+        pod: dict[str, Any],
+        record: LeaseRecord | None,
+        why: str,
+    ) -> None:
         """The claim for ``pod`` did not land: the pod never holds; delete and forget it.
 
         Deleted with its UID as a precondition (a pod made since under its name
         is left alone) and the pod's own grace: its ``leasehold run`` is still
         waiting for the claim and never started the command.
+
+        Args:
+            namespace: the job's namespace.
+            name: the job's name.
+            pod: the pod made (or found) for the claim.
+            record: the lease as the refusal found it (``None``: not read).
+            why: the refusal, for the log.
         """
         meta = pod["metadata"]
-        record = claimed.lease.record
         log.info(
-            "%s/%s: claim for pod %s (uid %s) did not land (%s; the lease is at token %d):"
+            "%s/%s: claim for pod %s (uid %s) did not land (%s; the lease is at token %s):"
             " deleting the pod, which never held the lease",
             namespace,
             name,
             meta["name"],
             meta["uid"],
-            getattr(claimed, "rejection", "taken for another pod"),
-            record.fencing_token,
+            why,
+            record.fencing_token if record is not None else "unknown",
         )
         self._ctx.pod_memory.disown(pod)
         self._ctx.pods.delete(namespace, str(meta["name"]), uid=str(meta["uid"]))

@@ -48,7 +48,8 @@ from leasehold.controller.plan.queueing import State
 from leasehold.controller.plan.single import Action, Plan
 from leasehold.lease.api import LeasedJob, LeasedJobStatus
 from leasehold.lease.errors import LeaseNotFoundError, TransientStoreError, WriteRefusedError
-from leasehold.lease.store import Accepted, Result, StoredLease, to_stored
+from leasehold.lease.leaseops import stored_from_body
+from leasehold.lease.store import Accepted, Result, StoredLease, new_lease_body, to_stored
 
 log = logging.getLogger(__name__)
 
@@ -298,7 +299,7 @@ class JobActor:
                 miss_read = True  # the create is its own check; any other plan reads first
                 lease = self._confirmed_lease(namespace, name)
                 continue  # plan again on what the GET found
-            done = self._carry_out(job, body, lease, plan)
+            done = self._carry_out(job, body, lease, plan, server_now)
             if isinstance(done, Replan):
                 lease = done.lease  # e.g. a completion landed before our stop: it wins
                 continue  # its job name is checked at the loop's top
@@ -329,9 +330,17 @@ class JobActor:
     # -- carrying a plan out ------------------------------------------------------
 
     def _carry_out(
-        self, job: LeasedJob, body: dict[str, Any], lease: StoredLease | None, plan: Plan
+        self,
+        job: LeasedJob,
+        body: dict[str, Any],
+        lease: StoredLease | None,
+        plan: Plan,
+        server_now: datetime | None,
     ) -> Plan | Replan:
         """Carry out one plan: the lease write first, then the pods.
+
+        ``server_now`` is the API server's time of the job's read (the
+        first attempt folded into the lease's create plans with it).
 
         Returns:
             The plan as carried out (its status may say more, e.g. a quota), or
@@ -341,7 +350,9 @@ class JobActor:
         if lease is None or plan.action is Action.CREATE_LEASE:
             if plan.delete_pods_below_token:
                 self._attempts.delete_fenced(*ns_name(body), plan)
-            return self._create_lease(job, body) if plan.action is Action.CREATE_LEASE else plan
+            if plan.action is not Action.CREATE_LEASE:
+                return plan
+            return self._create_lease(job, body, server_now)
         if plan.action in (Action.STOP, Action.SUSPEND):
             return self._end_attempt(body, lease, plan)
         if plan.action in (Action.RESUME, Action.TAKE_OVER_LEASE):
@@ -412,38 +423,30 @@ class JobActor:
                 self._ctx.events.record(body, event.type, event.reason, event.message)
         return self._written(excused)
 
-    def _create_lease(self, job: LeasedJob, body: dict[str, Any]) -> Replan:
+    def _create_lease(
+        self, job: LeasedJob, body: dict[str, Any], server_now: datetime | None
+    ) -> Plan | Replan:
         """Create the job's lease; the next step (its first claim) is planned on it at once.
 
-        Its first claim and pod need not wait for the lease's watch event, and
-        the job's status is written once for both steps. No ownerReference:
-        the lease is the name's fencing domain and must outlive this job
-        (docs/lifecycle.md, "Across a job's whole life"). A lease the
-        cache had not seen yet answers 409: it is read and planned on.
+        A job's first attempt is folded into the create when it may be
+        (:meth:`_first_attempt`): the pod first, then the lease created held
+        by it, one lease write instead of two. Otherwise the lease is created
+        unheld, and its first claim and pod need not wait for the lease's
+        watch event, and the job's status is written once for both steps. No
+        ownerReference: the lease is the name's fencing domain and must
+        outlive this job (docs/lifecycle.md, "Across a job's whole life"). A
+        lease the cache had not seen yet answers 409: it is read and planned on.
         """
         ctx = self._ctx
         namespace, name = ns_name(body)
         status = job.status or LeasedJobStatus()
         carried = status.fencing_token or 0
-        base = max(0, carried - (status.attempts or 0))
+        fields = _lease_fields(job, body)
+        first = self._first_attempt(job, body, server_now, fields)
+        if first is not None:
+            return first
         try:
-            created = ctx.store.create(
-                namespace,
-                lease_name(name),
-                job_name=name,
-                lease_duration_seconds=job.spec.lease_duration_seconds,
-                max_fencing_token=max(
-                    base + job.spec.max_attempts + job.spec.backoff_limit, carried
-                ),
-                initial_fencing_token=carried,
-                labels={names.LABEL_JOB: name},
-                startup_deadline_seconds=_startup_deadline(job),
-                job_uid=str(body["metadata"]["uid"]),
-                mode=mode(job),
-                finalizers=[names.FINALIZER_DOMAIN],
-                suspended=job.spec.suspend,
-                work=work_item(job),
-            )
+            created = ctx.store.create(namespace, lease_name(name), **fields)
         except WriteRefusedError as exc:
             if exc.status != 409:
                 raise
@@ -460,6 +463,68 @@ class JobActor:
                 " never go back.",
             )
         return Replan(created)
+
+    def _first_attempt(
+        self,
+        job: LeasedJob,
+        body: dict[str, Any],
+        server_now: datetime | None,
+        fields: dict[str, Any],
+    ) -> Plan | Replan | None:
+        """Start the first attempt with the lease created held by its pod, if it may be so.
+
+        Only the plain first attempt of a job never reconciled before (no
+        ``status.leaseName``: no lease of it was planned, so none is
+        expected; no carried token: a recreated lease keeps today's path),
+        in push mode, not suspended (a job held back by Kueue's gate is
+        planned suspended) and not a schedule's run (its lease is made
+        ahead, in its token range). The pure planner decides on the lease as
+        the plain create would make it: the attempt starts only where it
+        would claim that lease's first token at once.
+
+        Returns:
+            The plan carried out, :class:`Replan` on the lease found (a 409:
+            the pod made for it was deleted), or ``None``: create the lease
+            unheld, as before.
+        """
+        status = job.status or LeasedJobStatus()
+        labels = job.metadata.get("labels") or {}
+        if (
+            job.spec.template is None
+            or job.spec.suspend
+            or status.lease_name is not None
+            or status.fencing_token
+            or names.LABEL_CRON_JOB in labels
+        ):
+            return None
+        namespace, name = ns_name(body)
+        prospective = stored_from_body(new_lease_body(namespace, lease_name(name), **fields))
+        first = self._plan(job, prospective, server_now)
+        if first.action is not Action.CLAIM_AND_START or first.token != 1:
+            return None
+        if first.delete_pods_below_token:
+            self._attempts.delete_fenced(namespace, name, first)
+        store = self._ctx.store
+        made = self._attempts.start_with_new_lease(
+            job,
+            body,
+            first,
+            prospective,
+            lambda held_by: store.create(namespace, lease_name(name), **fields, held_by=held_by),
+        )
+        if made is None or (made.plan is None and made.lease is None):
+            return None
+        if made.plan is None:
+            assert made.lease is not None
+            return Replan(made.lease)
+        if made.lease is not None:
+            self._ctx.events.record(
+                body,
+                "Normal",
+                "Claimed",
+                f"Lease created held by pod {first.pod_name} under fencing token {first.token}.",
+            )
+        return made.plan
 
     def _take_over(self, job: LeasedJob, body: dict[str, Any], lease: StoredLease) -> Replan:
         """Hand a lease of an earlier incarnation (or made ahead by a schedule) to this job.
@@ -572,3 +637,27 @@ def _sooner(a: float | None, b: float | None) -> float | None:
 def _startup_deadline(job: LeasedJob) -> int | None:
     """The lease's startup bound: push mode only (a pull worker starts when it claims)."""
     return job.spec.startup_deadline_seconds if job.spec.template is not None else None
+
+
+def _lease_fields(job: LeasedJob, body: dict[str, Any]) -> dict[str, Any]:
+    """The fields of the job's new lease (:func:`~leasehold.lease.store.new_lease_body`'s).
+
+    The base token is the carried one less the attempts counted on it, and
+    a lost lease is recreated at the carried token, so tokens never go back.
+    """
+    status = job.status or LeasedJobStatus()
+    carried = status.fencing_token or 0
+    base = max(0, carried - (status.attempts or 0))
+    return {
+        "job_name": str(body["metadata"]["name"]),
+        "lease_duration_seconds": job.spec.lease_duration_seconds,
+        "max_fencing_token": max(base + job.spec.max_attempts + job.spec.backoff_limit, carried),
+        "initial_fencing_token": carried,
+        "labels": {names.LABEL_JOB: str(body["metadata"]["name"])},
+        "startup_deadline_seconds": _startup_deadline(job),
+        "job_uid": str(body["metadata"]["uid"]),
+        "mode": mode(job),
+        "finalizers": [names.FINALIZER_DOMAIN],
+        "suspended": job.spec.suspend,
+        "work": work_item(job),
+    }

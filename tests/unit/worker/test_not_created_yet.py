@@ -1,0 +1,113 @@
+"""A job's first lease is created held by its pod after the pod: a 404 at start-up waits.
+
+The operator creates a job's first attempt's pod first and then the lease,
+already claimed for that pod (docs/lifecycle.md, "A holder is a pod UID,
+not a name"), so the pod's ``leasehold run`` may renew before the lease
+exists. At start-up (:meth:`Renewer.confirm`) a lease not found is waited
+for as a claim not yet landed: by reads, bounded by the same window. After
+start-up a lease not found stays a loss.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from leasehold.lease.errors import LeaseNotFoundError
+from leasehold.lease.protocol import FencingToken, HolderIdentity, LeaseRecord
+from leasehold.lease.store import Accepted, Result, StoredLease
+from leasehold.worker.errors import LeaseLost, LossReason
+from leasehold.worker.renewer import Renewer
+from leasehold.worker.timing import LeaseTiming
+
+
+def _stored() -> StoredLease:
+    record = LeaseRecord(
+        job_name="job",
+        holder_identity=HolderIdentity("job-1"),
+        fencing_token=FencingToken(1),
+        lease_duration_seconds=10,
+        holder_uid="uid-1",
+    )
+    return StoredLease("ns", "job", record, "1", 1, {})
+
+
+class Lease:
+    """A lease that exists only from ``created_after`` seconds on."""
+
+    def __init__(self, created_after: float) -> None:
+        self.start = time.monotonic()
+        self.created_after = created_after
+        self.renews = 0
+        self.reads = 0
+
+    def exists(self) -> bool:
+        return time.monotonic() - self.start >= self.created_after
+
+    def renew(self, _timeout: float) -> Result:
+        self.renews += 1
+        if not self.exists():
+            raise LeaseNotFoundError("ns", "job")
+        return Accepted(_stored())
+
+    def bound(self, _timeout: float) -> bool:
+        self.reads += 1
+        return self.exists()  # the probe answers "not yet" for a 404 (LeaseHolder._bound_now)
+
+
+def test_a_lease_not_created_yet_at_start_up_is_waited_for_by_reads() -> None:
+    """The lease appears 0.3 s after the first renewal: confirmed, with reads, not renewals."""
+    lease = Lease(created_after=0.3)
+    losses: list[LeaseLost] = []
+    renewer = Renewer(
+        lease.renew,
+        LeaseTiming.for_duration(10),
+        key="ns/job",
+        acquired_at=None,
+        on_loss=losses.append,
+        bound=lease.bound,
+    )
+    confirmed = renewer.confirm()
+    assert isinstance(confirmed, Accepted)
+    assert not losses
+    assert lease.renews == 2, lease.renews  # the 404, then the accepted one
+    assert lease.reads >= 2  # 0.05 + 0.1 + 0.2 s apart until it exists
+    assert renewer.confirm_reads == lease.reads
+
+
+def test_a_lease_never_created_ends_the_start_up_at_its_window() -> None:
+    """Bounded as a late claim is: no renewal accepted within the window is a loss."""
+    lease = Lease(created_after=1e9)
+    timing = LeaseTiming.for_duration(2)
+    renewer = Renewer(
+        lease.renew,
+        timing,
+        key="ns/job",
+        acquired_at=None,
+        on_loss=lambda _l: None,
+        bound=lease.bound,
+    )
+    began = time.monotonic()
+    with pytest.raises(LeaseLost) as lost:
+        renewer.confirm()
+    assert lost.value.reason is LossReason.DEADLINE_PASSED
+    assert time.monotonic() - began == pytest.approx(timing.window_seconds, abs=0.5)
+
+
+def test_a_lease_gone_after_start_up_is_a_loss() -> None:
+    """Once a renewal was accepted, a 404 is what it was: the lease was deleted."""
+    lease = Lease(created_after=0.0)
+    losses: list[LeaseLost] = []
+    renewer = Renewer(
+        lease.renew,
+        LeaseTiming.for_duration(10),
+        key="ns/job",
+        acquired_at=None,
+        on_loss=losses.append,
+        bound=lease.bound,
+    )
+    renewer.confirm()
+    lease.created_after = 1e9  # gone from now on
+    renewer.renew_once()
+    assert [loss.reason for loss in losses] == [LossReason.LEASE_DELETED]
