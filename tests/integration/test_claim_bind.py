@@ -11,6 +11,7 @@ the same token bind the one pod of that token's name.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 import shlex
@@ -340,28 +341,31 @@ def test_a_held_create_refused_because_the_lease_exists_deletes_its_pod(
     store: LeaseStore,
     namespace: str,
 ) -> None:
-    """A lease the cache had not seen (another replica's, unheld): the held create gets 409.
+    """A lease the cache had not seen (an earlier incarnation's, unheld): the held create gets 409.
 
     The pod made for the held create never holds: it is deleted at once
     (never runs the command) and the job is planned again on the lease read;
-    once that pod is gone the next claim takes token 1 for a new pod.
+    once that pod is gone the next claim takes token 1 for a new pod. (A
+    lease of this incarnation that a claim for the pod would take keeps
+    the pod: ``test_a_held_create_refused_by_a_peers_unheld_lease_...``.)
     """
     create_job(api_client, namespace, "taken", marked(0.2), lease_seconds=10)
-    body = get_job(api_client, namespace, "taken")
     store.create(
         namespace,
         "taken",
         job_name="taken",
         lease_duration_seconds=10,
         max_fencing_token=3,
-        job_uid=str(body["metadata"]["uid"]),
+        job_uid="00000000-0000-0000-0000-0000000000e1",  # an earlier incarnation
         mode=LeaseMode.PUSH,
         startup_deadline_seconds=600,
         labels={names.LABEL_JOB: "taken"},
     )
     actors = Actors.connect(api_client)
     pods = Watched(client.CoreV1Api(api_client).list_namespaced_pod, namespace)
-    with pytest.raises(StoreError):  # planned again on the lease: the pod's name is taken
+    # Planned again on the lease read: taken over (this incarnation's now),
+    # then claimed once the refused create's pod is gone (its name is taken).
+    with contextlib.suppress(StoreError):
         actors.jobs.reconcile(namespace, "taken")
     time.sleep(0.5)  # the pod watch's events
     made = [o.metadata.uid for kind, o in pods.seen if kind == "ADDED"]
@@ -437,3 +441,52 @@ def test_a_held_create_refused_for_a_lease_bound_to_its_own_pod_keeps_both(
         30,
     )
     assert len(RAN.findall(local_pod_runner.log(namespace, "mine-1"))) == 1
+
+
+def test_a_held_create_refused_by_a_peers_unheld_lease_claims_for_the_peers_pod(
+    worker_rbac: None,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    store: LeaseStore,
+    namespace: str,
+) -> None:
+    """HA hand-over: a peer created the lease unheld and made pod ``<job>-1``; its claim is next.
+
+    Replica A (a plain create, then ``claim_and_start``: the pod first) has
+    made the lease (token 0, unheld, this incarnation) and the pod; its
+    claim for that pod is on its way. Replica B, whose cache has seen
+    neither, plans the held create, finds the pod its own, and is refused
+    (409). The lease read is exactly what a claim for that pod takes: B must
+    claim for the pod (as the plain path does), not delete it, or A's claim
+    lands on a deleted pod and the attempt is wasted (with ``maxAttempts: 1``
+    the job fails without its command ever running).
+    """
+    create_job(api_client, namespace, "peer", marked(0.2), lease_seconds=10, max_attempts=1)
+    body = get_job(api_client, namespace, "peer")
+    store.create(
+        namespace,
+        "peer",
+        job_name="peer",
+        lease_duration_seconds=10,
+        max_fencing_token=1,
+        job_uid=str(body["metadata"]["uid"]),
+        mode=LeaseMode.PUSH,
+        startup_deadline_seconds=600,
+        labels={names.LABEL_JOB: "peer"},
+        finalizers=[names.FINALIZER_DOMAIN],
+    )
+    pod_uid = _first_pod(api_client, namespace, "peer")  # replica A's pod, its claim in flight
+    replica_b = Actors.connect(api_client)
+    with contextlib.suppress(StoreError):  # judged below (the branch before the fix raised)
+        replica_b.jobs.reconcile(namespace, "peer")
+    live: Any = client.CoreV1Api(api_client).read_namespaced_pod("peer-1", namespace)
+    assert live.metadata.uid == pod_uid
+    assert live.metadata.deletion_timestamp is None, "the peer's pod was deleted"
+    record = store.get(namespace, "peer").record
+    assert (record.fencing_token, record.holder_uid) == (1, pod_uid)
+    wait_for(
+        "the completion",
+        lambda: store.get(namespace, "peer").record.completion is not None,
+        30,
+    )
+    assert len(RAN.findall(local_pod_runner.log(namespace, "peer-1"))) == 1

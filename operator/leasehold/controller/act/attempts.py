@@ -18,6 +18,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import datetime
 from typing import Any, Final, NamedTuple
 
 from leasehold import names
@@ -32,10 +33,10 @@ from leasehold.controller.plan import retention
 from leasehold.controller.plan.conditions import with_conditions
 from leasehold.controller.plan.pod import build_pod, pod_facts
 from leasehold.controller.plan.single import Action, JobEvent, Plan, PodFacts, failed_status
-from leasehold.lease import api
+from leasehold.lease import api, protocol
 from leasehold.lease.api import LeasedJob, LeasedJobStatus
 from leasehold.lease.errors import TransientStoreError, WriteRefusedError
-from leasehold.lease.protocol import LeaseRecord
+from leasehold.lease.protocol import FencingToken, HolderIdentity, LeaseRecord
 from leasehold.lease.store import Accepted, HeldBy, Result, StoredLease
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,32 @@ class Created(NamedTuple):
 
     plan: Plan | None
     lease: StoredLease | None
+
+
+def _claimable_for(
+    record: LeaseRecord,
+    pod_name: str,
+    pod_uid: str,
+    token: int,
+    body: dict[str, Any],
+    now: datetime,
+) -> bool:
+    """Whether a claim for the pod ``pod_name`` (``pod_uid``) under ``token`` takes ``record``.
+
+    The lease serves this incarnation (``body``'s UID), is unheld, not
+    completed nor suspended, and its token is ``token - 1``: exactly the
+    lease the pod was made for (:func:`leasehold.lease.protocol.claim`).
+    ``now`` is the wall clock the claim would record (not judged).
+    """
+    decision = protocol.claim(
+        record,
+        HolderIdentity(pod_name),
+        now,
+        holder_uid=pod_uid,
+        token=FencingToken(token),
+        job_uid=str(body["metadata"]["uid"]),
+    )
+    return isinstance(decision, protocol.Allowed) and record.job_uid == body["metadata"]["uid"]
 
 
 class Attempts:
@@ -340,6 +367,16 @@ class Attempts:
             if current is not None:
                 ctx.lease_cache.put(current.body)
             found = (current.record.fencing_token, current.record.holder_uid) if current else None
+            if (
+                current is not None
+                and found != (token, uid)
+                and _claimable_for(current.record, plan.pod_name, uid, token, body, ctx.now())
+            ):
+                # A peer's lease (its plain create), unheld just below the
+                # pod's token: its claim for this very pod may be on its way.
+                # Claim for the pod on the lease read, as the plain path does;
+                # deleting the pod would waste that claim's attempt.
+                return Created(None, current)
             if current is None or found != (token, uid):
                 self._lost(namespace, name, pod, current.record if current else None, str(exc))
                 return Created(None, current)
