@@ -242,7 +242,9 @@ class WorkQueue:
                 if self._lanes is not None:
                     # A re-run queues in its lane before its slot is given back,
                     # so an urgent trigger during the run goes before the others.
-                    await self._lanes.acquire(key, urgent=key in self._urgent, holding=held)
+                    # acquire gives a held slot back (even when cancelled): not ours now.
+                    holding, held = held, False
+                    await self._lanes.acquire(key, urgent=key in self._urgent, holding=holding)
                     held = True
                     if self._parks(key):  # a peer took over while it waited
                         return

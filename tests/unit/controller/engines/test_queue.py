@@ -233,3 +233,39 @@ def test_a_promoted_key_that_waits_again_takes_a_new_place() -> None:
         return order
 
     assert asyncio.run(scenario()) == ["c", "b", "d", "c"]
+
+
+def test_a_rerun_cancelled_while_it_waits_for_a_slot_gives_it_back_once() -> None:
+    """A re-run queues holding its slot (``acquire`` gives it back): a cancel must not free two.
+
+    One slot: job ``a`` runs, ``b`` waits, ``a`` is triggered again (its re-run
+    queues behind ``b`` and hands its slot over); ``a``'s task is cancelled
+    while it waits (as at shutdown). One slot is free once ``b`` is done, not two.
+    """
+
+    async def scenario() -> int:
+        a_started, a_go, b_go = threading.Event(), threading.Event(), threading.Event()
+
+        def work(_: str, name: str) -> None:
+            if name == "a":
+                a_started.set()
+                a_go.wait(5)
+            else:
+                b_go.wait(5)
+
+        queue = WorkQueue(work, 0.01, workers=1)
+        queue.trigger("ns", "a")
+        (a_task,) = queue._tasks
+        await asyncio.to_thread(a_started.wait, 5)
+        queue.trigger("ns", "b")  # waits for the slot
+        queue.trigger("ns", "a")  # a re-run, queued behind b
+        a_go.set()
+        await asyncio.sleep(0.1)  # a's first run ended: its re-run waits, b runs
+        a_task.cancel()
+        await asyncio.sleep(0.05)
+        b_go.set()
+        await asyncio.sleep(0.1)
+        assert queue._lanes is not None
+        return queue._lanes._free
+
+    assert asyncio.run(scenario()) == 1
