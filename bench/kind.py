@@ -294,7 +294,10 @@ _CODE_HASH: Final = (
 
 
 def _connect(cluster: str, workdir: Path) -> tuple[dict[str, str], KindCluster]:
-    """Install the chart on the kind cluster and find its processes to meter.
+    """Install the chart, make its operator run this checkout, find the processes to meter.
+
+    An operator pod running other code than this checkout (an image loaded
+    under the same tag after it started) is restarted first.
 
     Args:
         cluster: the kind cluster's name.
@@ -308,6 +311,18 @@ def _connect(cluster: str, workdir: Path) -> tuple[dict[str, str], KindCluster]:
     """
     env = kind_env(cluster, workdir / "kubeconfig")
     install_chart(env)
+    operator = operator_state(env)
+    if operator["code"] != operator["checkout"]:
+        # `make kind-load` replaced the image under the same tag; the pod still runs the old one.
+        log(f"operator runs other code than this checkout ({operator}): restarting it")
+        _sh(env, "kubectl", "-n", OPERATOR_NAMESPACE, "rollout", "restart", "deployment")
+        _sh(
+            env,
+            *("kubectl", "-n", OPERATOR_NAMESPACE, "rollout", "status", "deployment"),
+            *("-l", OPERATOR_SELECTOR, "--timeout=300s"),
+        )
+        time.sleep(5.0)  # the old pod's termination; the new one's start-up settles
+    log(f"operator: {operator_state(env)}")
     kind = KindCluster(workdir / "kubeconfig", find_processes(env, cluster))
     found = ", ".join(f"{name} pid {p.pid}" for name, p in kind.processes.items())
     log(f"kind cluster {cluster}: {found}")
@@ -362,8 +377,8 @@ def run_indexed(
 
     :func:`bench.indexed.side` for each kind in :data:`SHAPE`'s pods, the
     namespace emptied before each (so the LeasedJob's pods start on nodes as
-    empty as the Job's did) and after. An operator pod running other code
-    than this checkout (an image loaded after it started) is restarted first.
+    empty as the Job's did) and after; the operator runs this checkout
+    (:func:`_connect`).
 
     Args:
         cluster: the kind cluster's name.
@@ -385,18 +400,6 @@ def run_indexed(
     """
     env, kind = _connect(cluster, workdir)
     operator_before = operator_state(env)
-    if operator_before["code"] != operator_before["checkout"]:
-        # `make kind-load` replaced the image under the same tag; the pod still runs the old one.
-        log(f"operator runs other code than this checkout ({operator_before}): restarting it")
-        _sh(env, "kubectl", "-n", OPERATOR_NAMESPACE, "rollout", "restart", "deployment")
-        _sh(
-            env,
-            *("kubectl", "-n", OPERATOR_NAMESPACE, "rollout", "status", "deployment"),
-            *("-l", OPERATOR_SELECTOR, "--timeout=300s"),
-        )
-        time.sleep(5.0)  # the old pod's termination; the new one's start-up settles
-        kind = KindCluster(workdir / "kubeconfig", find_processes(env, cluster))
-        operator_before = operator_state(env)
     log(f"operator: {operator_before}")
     h = Harness(kind, workdir, QUICK)
     client.CoreV1Api(h.admin).read_namespace(NAMESPACE)
