@@ -400,7 +400,6 @@ def run_indexed(
     """
     env, kind = _connect(cluster, workdir)
     operator_before = operator_state(env)
-    log(f"operator: {operator_before}")
     h = Harness(kind, workdir, QUICK)
     client.CoreV1Api(h.admin).read_namespace(NAMESPACE)
     _clean(env)
