@@ -30,7 +30,7 @@ from leasehold.controller.runtime import Actors
 from leasehold.lease.api import LeasedJob, LeasedJobStatus, LeaseMode
 from leasehold.lease.errors import LeaseNotFoundError, StoreError
 from leasehold.lease.protocol import Rejection
-from leasehold.lease.store import Accepted, HeldBy, LeaseStore, Rejected
+from leasehold.lease.store import Accepted, HeldBy, LeaseStore, Rejected, StoredLease
 from operatorproc import OperatorProcess
 from podrunner import PodRunner
 from tests.integration.jobs import (
@@ -296,6 +296,29 @@ def _first_pod(api_client: client.ApiClient, namespace: str, name: str) -> str:
     return str(core.create_namespaced_pod(namespace, pod).metadata.uid)
 
 
+def _push_lease(
+    store: LeaseStore,
+    namespace: str,
+    job: str,
+    job_uid: str,
+    max_fencing_token: int,
+    **extra: Any,
+) -> StoredLease:
+    """Create job ``job``'s lease as the operator would for a push-mode job of 10 s leases."""
+    return store.create(
+        namespace,
+        job,
+        job_name=job,
+        lease_duration_seconds=10,
+        max_fencing_token=max_fencing_token,
+        job_uid=job_uid,
+        mode=LeaseMode.PUSH,
+        startup_deadline_seconds=600,
+        labels={names.LABEL_JOB: job},
+        **extra,
+    )
+
+
 def test_a_pod_made_before_a_restart_gets_the_lease_created_held_by_it(
     worker_rbac: None,
     local_pod_runner: PodRunner,
@@ -350,17 +373,7 @@ def test_a_held_create_refused_because_the_lease_exists_deletes_its_pod(
     the pod: ``test_a_held_create_refused_by_a_peers_unheld_lease_...``.)
     """
     create_job(api_client, namespace, "taken", marked(0.2), lease_seconds=10)
-    store.create(
-        namespace,
-        "taken",
-        job_name="taken",
-        lease_duration_seconds=10,
-        max_fencing_token=3,
-        job_uid="00000000-0000-0000-0000-0000000000e1",  # an earlier incarnation
-        mode=LeaseMode.PUSH,
-        startup_deadline_seconds=600,
-        labels={names.LABEL_JOB: "taken"},
-    )
+    _push_lease(store, namespace, "taken", "00000000-0000-0000-0000-0000000000e1", 3)  # earlier
     actors = Actors.connect(api_client)
     pods = Watched(client.CoreV1Api(api_client).list_namespaced_pod, namespace)
     # Planned again on the lease read: taken over (this incarnation's now),
@@ -415,16 +428,12 @@ def test_a_held_create_refused_for_a_lease_bound_to_its_own_pod_keeps_both(
     create_job(api_client, namespace, "mine", marked(0.2), lease_seconds=10)
     body = get_job(api_client, namespace, "mine")
     pod_uid = _first_pod(api_client, namespace, "mine")
-    created = store.create(
+    created = _push_lease(
+        store,
         namespace,
         "mine",
-        job_name="mine",
-        lease_duration_seconds=10,
-        max_fencing_token=3,
-        job_uid=str(body["metadata"]["uid"]),
-        mode=LeaseMode.PUSH,
-        startup_deadline_seconds=600,
-        labels={names.LABEL_JOB: "mine"},
+        str(body["metadata"]["uid"]),
+        3,
         held_by=HeldBy("mine-1", pod_uid, 1),
     )
     actors = Actors.connect(api_client)
@@ -463,16 +472,12 @@ def test_a_held_create_refused_by_a_peers_unheld_lease_claims_for_the_peers_pod(
     """
     create_job(api_client, namespace, "peer", marked(0.2), lease_seconds=10, max_attempts=1)
     body = get_job(api_client, namespace, "peer")
-    store.create(
+    _push_lease(
+        store,
         namespace,
         "peer",
-        job_name="peer",
-        lease_duration_seconds=10,
-        max_fencing_token=1,
-        job_uid=str(body["metadata"]["uid"]),
-        mode=LeaseMode.PUSH,
-        startup_deadline_seconds=600,
-        labels={names.LABEL_JOB: "peer"},
+        str(body["metadata"]["uid"]),
+        1,
         finalizers=[names.FINALIZER_DOMAIN],
     )
     pod_uid = _first_pod(api_client, namespace, "peer")  # replica A's pod, its claim in flight

@@ -11,6 +11,7 @@ start-up a lease not found stays a loss.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -56,18 +57,23 @@ class Lease:
         return self.exists()  # the probe answers "not yet" for a 404 (LeaseHolder._bound_now)
 
 
+def _renewer(lease: Lease, timing: LeaseTiming, on_loss: Callable[[LeaseLost], None]) -> Renewer:
+    """A start-up renewer of ``lease`` (no claim seen yet), probing it with ``lease.bound``."""
+    return Renewer(
+        lease.renew,
+        timing,
+        key="ns/job",
+        acquired_at=None,
+        on_loss=on_loss,
+        bound=lease.bound,
+    )
+
+
 def test_a_lease_not_created_yet_at_start_up_is_waited_for_by_reads() -> None:
     """The lease appears 0.3 s after the first renewal: confirmed, with reads, not renewals."""
     lease = Lease(created_after=0.3)
     losses: list[LeaseLost] = []
-    renewer = Renewer(
-        lease.renew,
-        LeaseTiming.for_duration(10),
-        key="ns/job",
-        acquired_at=None,
-        on_loss=losses.append,
-        bound=lease.bound,
-    )
+    renewer = _renewer(lease, LeaseTiming.for_duration(10), losses.append)
     confirmed = renewer.confirm()
     assert isinstance(confirmed, Accepted)
     assert not losses
@@ -80,14 +86,7 @@ def test_a_lease_never_created_ends_the_start_up_at_its_window() -> None:
     """Bounded as a late claim is: no renewal accepted within the window is a loss."""
     lease = Lease(created_after=1e9)
     timing = LeaseTiming.for_duration(2)
-    renewer = Renewer(
-        lease.renew,
-        timing,
-        key="ns/job",
-        acquired_at=None,
-        on_loss=lambda _l: None,
-        bound=lease.bound,
-    )
+    renewer = _renewer(lease, timing, lambda _lost: None)
     began = time.monotonic()
     with pytest.raises(LeaseLost) as lost:
         renewer.confirm()
@@ -99,14 +98,7 @@ def test_a_lease_gone_after_start_up_is_a_loss() -> None:
     """Once a renewal was accepted, a 404 is what it was: the lease was deleted."""
     lease = Lease(created_after=0.0)
     losses: list[LeaseLost] = []
-    renewer = Renewer(
-        lease.renew,
-        LeaseTiming.for_duration(10),
-        key="ns/job",
-        acquired_at=None,
-        on_loss=losses.append,
-        bound=lease.bound,
-    )
+    renewer = _renewer(lease, LeaseTiming.for_duration(10), losses.append)
     renewer.confirm()
     lease.created_after = 1e9  # gone from now on
     renewer.renew_once()
