@@ -167,11 +167,13 @@ def test_recreated_pod_does_not_inherit_the_old_claim(
     namespace: str,
 ) -> None:
     core = client.CoreV1Api(api_client)
-    create_job(api_client, namespace, "reborn", run(4), lease_seconds=2, backoff=NO_BACKOFF)
+    # A 4 s lease (a 3 s window): with 2 s (a 1 s window) a CI run starved both
+    # token 2's and token 3's workers past their windows and the job failed.
+    create_job(api_client, namespace, "reborn", run(4), lease_seconds=4, backoff=NO_BACKOFF)
     local_pod_runner.wait_for_pid(namespace, "reborn-1", timeout=30)
     original = core.read_namespaced_pod("reborn-1", namespace)
     local_pod_runner.pause(namespace, "reborn-1")
-    wait_for("attempt 2", lambda: lease_holder(store, namespace, "reborn")[1] == 2, 15)
+    wait_for("attempt 2", lambda: lease_holder(store, namespace, "reborn")[1] == 2, 20)
     local_pod_runner.kill(namespace, "reborn-1")
     wait_for(
         "old pod gone",
@@ -205,7 +207,7 @@ def test_recreated_pod_does_not_inherit_the_old_claim(
     assert code == 75, local_pod_runner.log(namespace, "reborn-1")
     assert "lease lost" in local_pod_runner.log(namespace, "reborn-1")
     wait_for("Succeeded", phase_is(api_client, namespace, "reborn", "Succeeded"), 60)
-    # Token 2's worker, starved on a loaded machine, may lose its 2 s lease too and
+    # Token 2's worker, starved on a loaded machine, may lose its lease too and
     # token 3 finish (seen in CI). Never token 1: the recreated pod does not hold it.
     completion = status(api_client, namespace, "reborn")["completion"]
     token = completion["fencingToken"]
