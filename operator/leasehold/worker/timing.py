@@ -96,12 +96,15 @@ class LeaseTiming:
 
     @property
     def request_timeout_seconds(self) -> float:
-        """How long one renew request may take before it is given up and tried again.
+        """How long a renew request goes unanswered before a new try starts beside it.
 
         Half the renew interval (at least :data:`MIN_REQUEST_TIMEOUT_SECONDS`),
         so one request hung on a half-open connection (an API server that
         went away without closing it) leaves time for more tries, on a new
-        connection, before the deadline. No request outlives the deadline.
+        connection, before the deadline. The renewer still waits for the
+        first request a while longer
+        (:data:`~leasehold.worker.renewer.REQUEST_LIFETIME_TIMEOUTS`): a slow
+        answer counts. No request outlives the deadline.
         """
         return max(MIN_REQUEST_TIMEOUT_SECONDS, self.renew_interval_seconds / 2)
 
