@@ -402,7 +402,15 @@ proctype Operator(byte r) {
    * first attempt's pod <job>-1 is created first (a 409 is used only if the
    * pod is this incarnation's, else nothing: the plain create above), then
    * the lease is created already held by it and bound to its UID. */
-  :: atomic { leader == r && l_abs && job_uid != 0 && job_phase[job_uid] == RUNNING &&
+  :: atomic { leader == r && job_uid != 0 && job_phase[job_uid] == RUNNING &&
+#ifdef STALE_VIEW
+       /* The operator decides on its cache and the job's status.leaseName,
+        * which may miss a lease that exists: a new incarnation's view of the
+        * old one's, or a peer replica's fresh create (its token at most 1). */
+       (l_abs || l_inc != job_uid || l_tok <= 1) &&
+#else
+       l_abs &&
+#endif
 #ifndef HELD_CREATE_SUSPENDED
        !job_susp &&
 #endif
@@ -446,7 +454,23 @@ proctype Operator(byte r) {
             max_issued = l_tok; bump()
        :: else ->   /* 409: the lease is read; kept only if bound to this very pod */
             if
-            :: !(l_tok == ct && l_huid == buid) && pod_uid[ct] == buid ->
+#ifdef HELD_KEEP_ANY
+            :: !l_held && l_ctok == 0 && pod_uid[ct] == buid ->
+#else
+            :: l_inc == cinc && l_tok + 1 == ct && !l_held && l_ctok == 0 && l_tok < l_cap &&
+               UNSUSPENDED && pod_uid[ct] == buid ->
+#endif
+                 /* this incarnation's unheld lease just below the pod's token (a
+                  * peer's plain create): claimed for this pod, bound to it, one
+                  * write with its token test (Attempts.start_with_new_lease) */
+                 l_tok = ct; l_held = true; l_huid = buid; b_uid[l_tok] = l_huid;
+                 l_rtok = 0; j_stok = 0; l_lut = 0;
+                 assert(l_tok > max_issued);   /* inv 2 */
+                 assert(!l_susp);              /* inv 7 */
+                 max_issued = l_tok; bump()
+            :: !(l_tok == ct && l_huid == buid) && pod_uid[ct] == buid &&
+               !(l_inc == cinc && l_tok + 1 == ct && !l_held && l_ctok == 0 && l_tok < l_cap &&
+                 UNSUSPENDED) ->
                  pod_uid[ct] = 0;   /* deleted (UID precondition); its process may run on */
                  if
                  :: killed[buid] = true; w_dl[buid] = 0; w_tok[buid] = 0; wfin(buid)

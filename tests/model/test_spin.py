@@ -40,6 +40,7 @@ MUTATIONS = (
     "held-create-overwrites",
     "held-adopt-any",
     "held-create-suspended",
+    "held-keep-any",
     # model/schedules.pml, model/indexes.pml and model/workqueue.pml
     "failed-retry-final",
     "failed-retry-final-replace",
