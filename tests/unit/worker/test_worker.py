@@ -343,7 +343,12 @@ def test_renewals_answered_after_the_request_timeout_still_keep_the_lease(
     """
     monkeypatch.setattr(timing_module, "MIN_REQUEST_TIMEOUT_SECONDS", 0.1)
     store = FakeStore()
-    store.on_renew = lambda: (time.sleep(0.4), Accepted(stored()))[1]  # 1.6 timeouts
+
+    def slow() -> Result:
+        time.sleep(0.4)  # 1.6 request timeouts
+        return Accepted(stored())
+
+    store.on_renew = slow
     noticed = Noticed()
     start = time.monotonic()
     # window 1.2 s, renew every 0.5 s, a request timeout of 0.25 s
