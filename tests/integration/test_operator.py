@@ -93,7 +93,10 @@ def test_paused_worker_is_reclaimed_and_cannot_complete(
         60,
     )
     st = status(api_client, namespace, "pause")
-    assert st["completion"]["fencingToken"] == 2
+    # Token 2's worker, starved on a loaded machine, may lose its 3 s lease too and
+    # token 3 finish (stop 38's CI rehearsal). Never token 1: it was reclaimed.
+    token = st["completion"]["fencingToken"]
+    assert token >= 2 and st["completion"]["holderIdentity"] == f"pause-{token}", st
     # The stale worker wakes up: it must not complete under token 1.
     local_pod_runner.resume(namespace, "pause-1")
     code = local_pod_runner.wait_for_exit(namespace, "pause-1", timeout=40)
@@ -104,12 +107,12 @@ def test_paused_worker_is_reclaimed_and_cannot_complete(
     assert late.rejection is Rejection.COMPLETED
     final = store.get(namespace, "pause").record
     assert final.completion is not None
-    assert final.completion.fencing_token == 2
+    assert final.completion.fencing_token == token
     assert any(r == "Reclaimed" for r, _ in events(api_client, namespace, "pause"))
     scraped = operator.metrics()
-    assert scraped["leasehold_reclaims_total"] == 1
+    assert 1 <= scraped["leasehold_reclaims_total"] <= token - 1
     assert scraped["leasehold_expirations_total"] >= 1
-    assert scraped["leasehold_claims_total"] == 2
+    assert scraped["leasehold_claims_total"] == token
     assert scraped["leasehold_renewals_observed_total"] >= 1
     assert scraped['leasehold_jobs{phase="Succeeded"}'] == 1
     assert scraped["leasehold_leases_held"] == 0
