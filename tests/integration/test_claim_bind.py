@@ -29,7 +29,7 @@ from leasehold.controller.plan.single import Action, Plan
 from leasehold.controller.runtime import Actors
 from leasehold.lease.api import LeasedJob, LeasedJobStatus, LeaseMode
 from leasehold.lease.errors import LeaseNotFoundError, StoreError
-from leasehold.lease.protocol import Rejection
+from leasehold.lease.protocol import Completion, Rejection
 from leasehold.lease.store import Accepted, HeldBy, LeaseStore, Rejected, StoredLease
 from operatorproc import OperatorProcess
 from podrunner import PodRunner
@@ -271,13 +271,17 @@ def test_two_replicas_claiming_the_same_token_bind_one_pod(
     record = store.get(namespace, "race").record
     assert (record.fencing_token, record.holder_uid) == (1, pod.metadata.uid)
     wait_for("the command ran", lambda: RAN.search(local_pod_runner.log(namespace, "race-1")), 30)
-    wait_for(
-        "the completion",
-        lambda: store.get(namespace, "race").record.completion is not None,
-        30,
-    )
-    assert store.get(namespace, "race").record.completion.fencing_token == 1  # type: ignore[union-attr]
-    assert len(RAN.findall(local_pod_runner.log(namespace, "race-1"))) == 1
+    completion = _completed_after_one_run(store, local_pod_runner, namespace, "race")
+    assert completion.fencing_token == 1
+
+
+def _completed_after_one_run(
+    store: LeaseStore, runner: PodRunner, namespace: str, job: str
+) -> Completion:
+    """Wait (30 s) for the job's lease completion; its first pod ran the command once."""
+    completion = wait_for("the completion", lambda: store.get(namespace, job).record.completion, 30)
+    assert len(RAN.findall(runner.log(namespace, f"{job}-1"))) == 1
+    return completion
 
 
 def _first_pod(api_client: client.ApiClient, namespace: str, name: str) -> str:
@@ -348,13 +352,8 @@ def test_a_pod_made_before_a_restart_gets_the_lease_created_held_by_it(
         pod_uid,
     )
     assert record.acquire_time is not None
-    wait_for(
-        "the completion",
-        lambda: store.get(namespace, "again").record.completion is not None,
-        30,
-    )
-    assert store.get(namespace, "again").record.completion.fencing_token == 1  # type: ignore[union-attr]
-    assert len(RAN.findall(local_pod_runner.log(namespace, "again-1"))) == 1
+    completion = _completed_after_one_run(store, local_pod_runner, namespace, "again")
+    assert completion.fencing_token == 1
 
 
 def test_a_held_create_refused_because_the_lease_exists_deletes_its_pod(
@@ -444,12 +443,7 @@ def test_a_held_create_refused_for_a_lease_bound_to_its_own_pod_keeps_both(
     after = store.get(namespace, "mine")
     assert (after.record.fencing_token, after.record.holder_uid) == (1, pod_uid)
     assert after.record.acquire_time == created.record.acquire_time  # no write of ours
-    wait_for(
-        "the completion",
-        lambda: store.get(namespace, "mine").record.completion is not None,
-        30,
-    )
-    assert len(RAN.findall(local_pod_runner.log(namespace, "mine-1"))) == 1
+    _completed_after_one_run(store, local_pod_runner, namespace, "mine")
 
 
 def test_a_held_create_refused_by_a_peers_unheld_lease_claims_for_the_peers_pod(
@@ -489,9 +483,4 @@ def test_a_held_create_refused_by_a_peers_unheld_lease_claims_for_the_peers_pod(
     assert live.metadata.deletion_timestamp is None, "the peer's pod was deleted"
     record = store.get(namespace, "peer").record
     assert (record.fencing_token, record.holder_uid) == (1, pod_uid)
-    wait_for(
-        "the completion",
-        lambda: store.get(namespace, "peer").record.completion is not None,
-        30,
-    )
-    assert len(RAN.findall(local_pod_runner.log(namespace, "peer-1"))) == 1
+    _completed_after_one_run(store, local_pod_runner, namespace, "peer")
