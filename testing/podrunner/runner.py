@@ -972,7 +972,7 @@ class PodRunner:
             try:
                 with (handle.directory / "log").open("ab") as output:
                     spawned = time.time()
-                    popen = subprocess.Popen(
+                    child = subprocess.Popen(
                         launch.argv,
                         stdin=subprocess.DEVNULL,
                         stdout=output,
@@ -986,14 +986,16 @@ class PodRunner:
                 popen = None
                 error = f"cannot run {shlex.join(launch.argv)}: {exc.strerror or exc}"
             else:
-                handle.popen = popen
+                # The files first: whoever sees the pod running (wait_for_pid,
+                # another process reading read_pid) finds its pid recorded.
+                (handle.directory / "pid").write_text(f"{child.pid}\n")
+                (handle.directory / STARTED_FILE).write_text(f"{spawned:.6f}\n")
+                popen = handle.popen = child
                 handle.started_at = rfc3339()
         if popen is None:
             self._fail_setup(handle, pod, "StartError", error)
             return
         started_at = handle.started_at or rfc3339()
-        (handle.directory / "pid").write_text(f"{popen.pid}\n")
-        (handle.directory / STARTED_FILE).write_text(f"{spawned:.6f}\n")
         log.info("started pod %s pid %d: %s", handle.ref, popen.pid, shlex.join(launch.argv))
         self._patch_status(
             handle, running_status(pod, pid=popen.pid, started_at=started_at, now=rfc3339())
