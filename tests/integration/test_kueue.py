@@ -6,6 +6,11 @@ processes through the pod runner. Kueue v0.17.0 is built from the Go module
 proxy and run as a local process (:mod:`kueueproc`); its webhooks are not
 registered, so the gate tested here is the operator's own. The rules are
 in docs/lifecycle.md, "Queued by Kueue".
+
+Leases are 10-15 s: these tests are about the queue's fencing, not expiry,
+and many allow one attempt (a preemption must not use one). A CI run has
+seen the API server leave a worker's renewals unanswered for over 4 s on a
+loaded machine, which a 5 s lease (a 4 s window) does not survive.
 """
 
 from __future__ import annotations
@@ -203,7 +208,7 @@ def test_preemption_by_a_higher_priority_job_is_a_fenced_suspend_then_a_resume(
     high = {QUEUE: queue.local_queue, queueing.PRIORITY_LABEL: "leasehold-high"}
     command = on_token("exec leasehold run -- sleep 120", "exec leasehold run -- true")
     create_job(
-        api_client, namespace, "low", command, lease_seconds=5, max_attempts=1,
+        api_client, namespace, "low", command, lease_seconds=15, max_attempts=1,
         labels=low, requests=REQUESTS,
     )  # fmt: skip
     wait_for("low Running", phase_is(api_client, namespace, "low", "Running"), 30)
@@ -212,7 +217,7 @@ def test_preemption_by_a_higher_priority_job_is_a_fenced_suspend_then_a_resume(
 
     create_job(
         api_client, namespace, "high", "exec leasehold run -- true",
-        lease_seconds=5, labels=high, requests=REQUESTS,
+        lease_seconds=15, labels=high, requests=REQUESTS,
     )  # fmt: skip
     wait_for("low's lease suspended", lambda: store.get(namespace, "low").record.suspended, 30)
     record = store.get(namespace, "low").record
@@ -374,14 +379,14 @@ def test_preempting_an_indexed_job_suspends_every_index_fenced_and_resumes_each_
     low = {QUEUE: queue.local_queue, queueing.PRIORITY_LABEL: "leasehold-low"}
     high = {QUEUE: queue.local_queue, queueing.PRIORITY_LABEL: "leasehold-high"}
     create_job(
-        api_client, namespace, "shards", FIRST_TOKEN_HANGS, lease_seconds=5, max_attempts=1,
+        api_client, namespace, "shards", FIRST_TOKEN_HANGS, lease_seconds=15, max_attempts=1,
         labels=low, requests=REQUESTS, completionMode="Indexed", completions=2, parallelism=2,
     )  # fmt: skip
     for index in (0, 1):
         local_pod_runner.wait_for_pid(namespace, f"shards-{index}-1", timeout=60)
     create_job(
         api_client, namespace, "urgent", "exec leasehold run -- true",
-        lease_seconds=5, labels=high, requests={"cpu": "200m"},
+        lease_seconds=15, labels=high, requests={"cpu": "200m"},
     )  # fmt: skip
     for index in (0, 1):
         lease = index_lease_name("shards", index)
@@ -459,7 +464,7 @@ def test_an_admitted_indexed_job_scaled_gets_a_new_workload_its_attempts_fenced_
     queue = kueue.queue(namespace, {"cpu": "200m"})
     create_job(
         api_client, namespace, "elastic", LINGERS_UNDER_TOKEN_1,
-        lease_seconds=5, max_attempts=1, labels={QUEUE: queue.local_queue}, requests=REQUESTS,
+        lease_seconds=15, max_attempts=1, labels={QUEUE: queue.local_queue}, requests=REQUESTS,
         pod_spec=GRACE, completionMode="Indexed", completions=2, parallelism=2,
     )  # fmt: skip
     local_pod_runner.wait_for_pid(namespace, "elastic-0-1", timeout=60)
@@ -540,14 +545,14 @@ def test_preemption_keeps_the_quota_reserved_until_the_preempted_pods_are_gone(
         {"completionMode": "Indexed", "completions": 2, "parallelism": 2} if indexed else {}
     )
     create_job(
-        api_client, namespace, "low", LINGERS_UNDER_TOKEN_1, lease_seconds=5, max_attempts=1,
+        api_client, namespace, "low", LINGERS_UNDER_TOKEN_1, lease_seconds=15, max_attempts=1,
         labels=low, requests=REQUESTS, pod_spec=GRACE, **shape,
     )  # fmt: skip
     for pod in ("low-0-1", "low-1-1") if indexed else ("low-1",):
         local_pod_runner.wait_for_pid(namespace, pod, timeout=30)
     create_job(
         api_client, namespace, "high", "exec leasehold run -- true",
-        lease_seconds=5, labels=high, requests={"cpu": "200m"} if indexed else REQUESTS,
+        lease_seconds=15, labels=high, requests={"cpu": "200m"} if indexed else REQUESTS,
     )  # fmt: skip
     wait_for(
         "low's pods being deleted",
@@ -620,7 +625,7 @@ def test_removing_the_queue_label_of_an_evicted_job_gives_its_quota_back_then_it
     queue = kueue.queue(namespace, {"cpu": "100m"})
     create_job(
         api_client, namespace, "evicted", LINGERS_UNDER_TOKEN_1,
-        lease_seconds=5, max_attempts=1, labels={QUEUE: queue.local_queue}, requests=REQUESTS,
+        lease_seconds=15, max_attempts=1, labels={QUEUE: queue.local_queue}, requests=REQUESTS,
         pod_spec=GRACE,
     )  # fmt: skip
     local_pod_runner.wait_for_pid(namespace, "evicted-1", timeout=30)
@@ -639,7 +644,7 @@ def test_removing_the_queue_label_of_an_evicted_job_gives_its_quota_back_then_it
     assert _alive(api_client, namespace, "evicted")  # the pod lives out its grace period ...
     assert _workload(api_client, namespace, "evicted") is not None  # ... and its Workload stays
     assert _wl_condition(api_client, namespace, "evicted", "QuotaReserved")["status"] == "True"
-    wait_for("Succeeded", phase_is(api_client, namespace, "evicted", "Succeeded"), 60)
+    wait_for("Succeeded", phase_is(api_client, namespace, "evicted", "Succeeded"), 90)
     assert _workload(api_client, namespace, "evicted") is None
     assert status(api_client, namespace, "evicted")["completion"]["fencingToken"] == 2
     wait_for(
