@@ -227,7 +227,7 @@ def test_scaling_an_indexed_job_down_then_up_runs_the_index_again_above_its_old_
             ' [ "$JOB_COMPLETION_INDEX" = 1 ] && [ "$LEASEHOLD_FENCING_TOKEN" = 1 ] && sleep 120;'
             " exit 0"
         ),
-        lease_seconds=4,
+        lease_seconds=10,  # one attempt each: no lease lost to a loaded machine's stall
         max_attempts=1,
         completions=2,
         parallelism=2,

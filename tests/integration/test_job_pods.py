@@ -161,7 +161,7 @@ def test_recreate_pods_only_after_they_have_failed_if_pod_replacement_policy_is_
         namespace,
         "rpl",
         None,
-        lease_seconds=3,
+        lease_seconds=5,  # attempt 2 must keep its lease: a 4 s window, not 2 s
         backoff=NO_BACKOFF,
         podReplacementPolicy="Failed",
         template=template('if [ "$LEASEHOLD_FENCING_TOKEN" = 1 ]; then sleep 120; else true; fi'),
@@ -206,7 +206,7 @@ def test_recreate_index_pods_only_after_they_have_failed_if_pod_replacement_poli
         namespace,
         "rpx",
         None,
-        lease_seconds=3,
+        lease_seconds=5,  # attempt 2 must keep its lease: a 4 s window, not 2 s
         backoff=NO_BACKOFF,
         completions=2,
         parallelism=2,

@@ -110,7 +110,7 @@ def test_status_and_tokens_show_the_holder_its_token_and_renewals(
         namespace,
         "etl",
         waiting(f"until [ -e {go} ]; do sleep 0.2; done"),
-        lease_seconds=4,
+        lease_seconds=9,  # ATTEMPTS must be 1: an 8 s window, renewed every 3 s
     )
     store = LeaseStore(api_client)
     holder, token = wait_for(
@@ -127,7 +127,7 @@ def test_status_and_tokens_show_the_holder_its_token_and_renewals(
     assert header.split() == ["JOB", "PHASE", "LEASE", "HOLDER", "TOKEN", "RENEWED", "ATTEMPTS"]
     assert line.split()[:5] == ["etl", "Running", "etl", holder, str(token)]
     wide = kubectl(kubeconfig, "leasehold", "status", "etl", "-n", namespace, "-o", "wide")
-    assert "LEASE-SECONDS" in wide.stdout and " 4 " in wide.stdout
+    assert "LEASE-SECONDS" in wide.stdout and " 9 " in wide.stdout
     [lease_row] = yaml.safe_load(
         kubectl(kubeconfig, "leasehold", "tokens", "etl", "-n", namespace, "-o", "yaml").stdout
     )

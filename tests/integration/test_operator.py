@@ -268,7 +268,10 @@ def test_operator_restart_mid_job_still_completes(
     api_client: client.ApiClient,
     namespace: str,
 ) -> None:
-    create_job(api_client, namespace, "calm", run(6), lease_seconds=3)
+    # A 6 s lease (a 5 s window), the command twice as long: a restarted operator
+    # that misjudged the renewals would reclaim it; a 2 s window lost a renewal to
+    # a loaded machine's stall, which is not what this test is about.
+    create_job(api_client, namespace, "calm", run(12), lease_seconds=6)
     local_pod_runner.wait_for_pid(namespace, "calm-1", timeout=30)
     time.sleep(1.5)
     operator.kill()
