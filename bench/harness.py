@@ -16,13 +16,15 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, Protocol
 
-from kubernetes import client, config
+import urllib3
+from kubernetes import client, config, watch
+from kubernetes.client.exceptions import ApiException
 
 from bench.stats import (
     Sample,
@@ -126,6 +128,70 @@ def log(message: str) -> None:
 def new_client(kubeconfig: Path) -> Any:
     """A new ``ApiClient`` (its own connection pool) from the kubeconfig file."""
     return config.new_client_from_config(config_file=str(kubeconfig), persist_config=False)
+
+
+WATCH_RETRY_SECONDS: Final = 0.5
+"""Pause before a broken watch is started again."""
+
+
+def _resource_version(obj: Any) -> str | None:
+    if isinstance(obj, dict):
+        return (obj.get("metadata") or {}).get("resourceVersion")
+    metadata = getattr(obj, "metadata", None)
+    return getattr(metadata, "resource_version", None)
+
+
+def _items(listed: Any) -> tuple[list[Any], str]:
+    if isinstance(listed, dict):
+        return list(listed.get("items") or []), str(listed["metadata"]["resourceVersion"])
+    return list(listed.items or []), str(listed.metadata.resource_version)
+
+
+def follow(
+    lister: Callable[..., Any], *args: Any, resource_version: str, stop: threading.Event
+) -> Iterator[tuple[str, Any]]:
+    """Watch ``lister(*args)`` from ``resource_version`` until ``stop`` is set, across streams.
+
+    A stream the API server ends (after ``timeout_seconds``), or a connection
+    that breaks (``ProtocolError: Response ended prematurely`` under load),
+    is watched again from the last ``resourceVersion`` seen, after
+    `WATCH_RETRY_SECONDS`. A ``410 Gone`` (that version compacted away)
+    lists again and yields every listed object as ``("LISTED", obj)``: what
+    changed meanwhile is seen as its latest state. ``stop`` is checked after
+    each event and between streams (a quiet stream ends within 60 s).
+
+    Args:
+        lister: A list call of the official client (typed or custom objects).
+        args: Its positional arguments (namespace, group, ...).
+        resource_version: Where to start (a LIST's ``resourceVersion``).
+        stop: Set to end the generator.
+
+    Yields:
+        ``(event type, object)``: ``ADDED``, ``MODIFIED``, ``DELETED``, or
+        ``LISTED``; the object as the lister returns it (typed or a dict).
+    """
+    version = resource_version
+    while not stop.is_set():
+        stream = watch.Watch()
+        try:
+            for event in stream.stream(lister, *args, resource_version=version, timeout_seconds=60):
+                obj = event["object"]
+                version = _resource_version(obj) or version
+                yield str(event["type"]), obj
+                if stop.is_set():
+                    stream.stop()
+                    return
+        except ApiException as exc:
+            if exc.status != 410:
+                log(f"watch of {getattr(lister, '__name__', lister)} failed ({exc.status}); again")
+                time.sleep(WATCH_RETRY_SECONDS)
+                continue
+            items, version = _items(lister(*args))
+            for obj in items:
+                yield "LISTED", obj
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            log(f"watch of {getattr(lister, '__name__', lister)} broke ({exc!r}); again")
+            time.sleep(WATCH_RETRY_SECONDS)
 
 
 @dataclass

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
-from kubernetes import client, watch
+from kubernetes import client
 
 from bench.harness import (
     CLK_TCK,
@@ -38,6 +38,7 @@ from bench.harness import (
     V,
     all_requests,
     apiserver_samples,
+    follow,
     log,
     new_client,
 )
@@ -247,16 +248,14 @@ def watch_pods(
     core = client.CoreV1Api(new_client(h.kubeconfig))
     label = "job-name" if batch else names.LABEL_JOB
     listed: Any = core.list_namespaced_pod(ns, limit=1)
-    stream = watch.Watch()
     ready.set()
-    for event in stream.stream(
+    for _, pod in follow(
         core.list_namespaced_pod,
         ns,
         resource_version=listed.metadata.resource_version,
-        timeout_seconds=300,
+        stop=stop,
     ):
         at = time.monotonic()
-        pod: Any = event["object"]
         job = (pod.metadata.labels or {}).get(label, "")
         if job.startswith(prefix):
             stages = seen.setdefault(job, {})
@@ -266,9 +265,6 @@ def watch_pods(
                 stages.setdefault(STAGES[1], at)
             if phase == "Succeeded":
                 stages.setdefault(STAGES[2], at)
-        if stop.is_set():
-            stream.stop()
-            break
 
 
 def measure(
@@ -465,12 +461,18 @@ class LeaseVersions:
         self._renewed: set[tuple[str, int]] = set()
 
     def see(self, event_type: str, lease: dict[str, Any], at: float) -> None:
-        """Judge one watch event (``ADDED``/``MODIFIED``/``DELETED``) seen at ``at`` (monotonic)."""
+        """Judge one watch event (``ADDED``/``MODIFIED``/``DELETED``/``LISTED``) seen at ``at``.
+
+        ``at`` is monotonic. A ``LISTED`` lease (a relist after ``410 Gone``)
+        unchanged since its last version is no write.
+        """
         name = str(lease["metadata"]["name"])
         if not name.startswith(self.prefix) or event_type == "DELETED":
             return
         spec = lease.get("spec") or {}
         old = self._last.get(name)
+        if event_type == "LISTED" and old == spec:
+            return
         self._last[name] = spec
         self.kinds[self.judge(old, spec, name)] += 1
         if spec.get("completion") and name not in self.completed:
@@ -505,21 +507,17 @@ def watch_leases(
     custom = client.CustomObjectsApi(new_client(h.kubeconfig))
     listed = custom.list_namespaced_custom_object(G, V, ns, names.PLURAL_JOB_LEASES, limit=1)
     rv = cast("dict[str, Any]", listed)["metadata"]["resourceVersion"]
-    stream = watch.Watch()
     ready.set()
-    for event in stream.stream(
+    for event_type, lease in follow(
         custom.list_namespaced_custom_object,
         G,
         V,
         ns,
         names.PLURAL_JOB_LEASES,
         resource_version=rv,
-        timeout_seconds=300,
+        stop=stop,
     ):
-        versions.see(event["type"], event["object"], time.monotonic())
-        if stop.is_set():
-            stream.stop()
-            break
+        versions.see(event_type, lease, time.monotonic())
 
 
 _STAMP: Final = re.compile(r"^\d{9,}\.\d+$")
@@ -590,10 +588,8 @@ def watch_done(
         lister = custom.list_namespaced_custom_object
         args = (G, V, ns, names.PLURAL_LEASED_JOBS)
         is_done = leased_job_done
-    stream = watch.Watch()
     ready.set()
-    for event in stream.stream(lister, *args, resource_version=rv, timeout_seconds=300):
-        obj: Any = event["object"]
+    for _, obj in follow(lister, *args, resource_version=rv, stop=stop):
         if batch:
             obj = api.sanitize_for_serialization(obj)
         name = obj["metadata"]["name"]
@@ -614,10 +610,6 @@ def watch_done(
         if name.startswith(prefix) and name not in done and is_done(obj):
             done[name] = time.monotonic()
         if len(done) >= n and (counted is None or not batch or len(counted) >= n):
-            stream.stop()
-            break
-        if stop.is_set():
-            stream.stop()
             break
 
 

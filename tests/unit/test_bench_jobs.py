@@ -54,6 +54,17 @@ def test_a_release_and_a_second_attempts_confirm_are_told_apart() -> None:
     assert versions.kinds["confirm renewal"] == 2
 
 
+def test_a_relisted_lease_is_a_write_only_when_it_changed_meanwhile() -> None:
+    """After ``410 Gone`` the bench's watch relists (``bench.harness.follow``)."""
+    versions = LeaseVersions("l-")
+    held: dict[str, Any] = {"holderIdentity": "l-1-1", "fencingToken": 1, "renewTime": "t0"}
+    versions.see("ADDED", _lease("l-1", fencingToken=0), 0.0)
+    versions.see("MODIFIED", _lease("l-1", **held), 0.0)
+    versions.see("LISTED", _lease("l-1", **held), 1.0)  # unchanged: no write
+    versions.see("LISTED", _lease("l-1", **{**held, "renewTime": "t1"}), 2.0)
+    assert versions.kinds == {"create": 1, "claim": 1, "confirm renewal": 1}
+
+
 def test_a_status_change_names_the_fields_and_the_conditions_that_flipped() -> None:
     old = {"phase": "Pending", "conditions": [{"type": "PodCreated", "status": "True"}]}
     new = {
