@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bench.harness import follow
 from kubernetes import client
 
-from bench.harness import follow
 from faultproxy import TcpProxy
 from tests.integration.jobs import wait_for
 from tests.integration.test_fencing_kube import _api_server, _proxied_client
