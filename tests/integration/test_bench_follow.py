@@ -24,7 +24,9 @@ pytestmark = pytest.mark.cluster
 
 
 def _config_map(api: client.CoreV1Api, namespace: str, name: str) -> None:
-    api.create_namespaced_config_map(namespace, {"metadata": {"name": name}})
+    api.create_namespaced_config_map(
+        namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name))
+    )
 
 
 def test_follow_goes_on_after_its_connection_is_dropped(
