@@ -136,7 +136,9 @@ async def attempt_pod_event(*, type: str, body: kopf.Body, memo: Any, **_: Any) 
     containers) and only the lease's ``startupDeadlineSeconds`` bounds it. A
     pod that ended (Succeeded, Failed) or was deleted before its first
     renewal will never renew: its attempt is judged by the lease duration
-    from now, so the job is retried promptly, not after the startup bound.
+    from now, so the job is retried promptly, not after the startup bound. A
+    pod seen running gets one lease duration more for its first renewal
+    (docs/lifecycle.md, "Starting is not stalling").
     """
     memory = memo.runtime.actors.ctx.pod_memory  # how the attempt ended, should the pod go
     phase = (body.get("status") or {}).get("phase")
@@ -158,7 +160,8 @@ async def attempt_pod_event(*, type: str, body: kopf.Body, memo: Any, **_: Any) 
     token = annotations.get(names.ANNOTATION_TOKEN, "")
     if not lease or not holder or not token.isdigit():
         return
-    if memo.runtime.expiry.started(meta["namespace"], lease, holder, int(token)):
+    running = type != "DELETED" and phase == "Running"
+    if memo.runtime.expiry.started(meta["namespace"], lease, holder, int(token), running=running):
         log.debug(
             "pod %s/%s %s: its lease's expiry clock started",
             meta["namespace"],

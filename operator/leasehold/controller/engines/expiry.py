@@ -159,6 +159,11 @@ class _Watched:
     started_at: float | None = None
     """Monotonic time the current attempt was seen to start (first renewal, or its
     pod running); ``None`` while it is starting."""
+    start_grace_seconds: float = 0.0
+    """Added to the attempt's first window when its pod was seen running before
+    its first renewal: one more lease duration for ``leasehold run`` to start
+    (an interpreter, its imports, the confirm renewal) on a busy node. 0 once it
+    renewed, when it started by a renewal, or when its pod ended first."""
 
     @property
     def starting(self) -> bool:
@@ -192,9 +197,9 @@ class ExpiryWatch:
         self._heap: list[_Due] = []
         self._watched: dict[str, _Watched] = {}
         self._by_name: dict[tuple[str, str], str] = {}
-        self._running_pods: dict[tuple[str, str], tuple[str, int, float]] = {}
-        """Pods seen running, by lease: ``(holder, token, when)`` (the pod's event
-        may come before the claim's)."""
+        self._running_pods: dict[tuple[str, str], tuple[str, int, float, bool]] = {}
+        """Pods seen running or ended, by lease: ``(holder, token, when, running)``
+        (the pod's event may come before the claim's)."""
         self._wake = asyncio.Event()
         self._reclaiming: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -243,6 +248,13 @@ class ExpiryWatch:
         pod = self._running_pods.get(by_name)
         if pod is not None and watched.starting and pod[:2] == _claim(signature):
             watched.started_at = pod[2]  # its pod was seen running before this event
+            watched.start_grace_seconds = _start_grace(watched, running=pod[3])
+        elif (
+            old is not None
+            and _claim(old.signature) == _claim(signature)
+            and not _renewed(old, generation, spec)
+        ):
+            watched.start_grace_seconds = old.start_grace_seconds  # still not renewed
         self._watched[key] = watched
         self._by_name[by_name] = key
         if signature.held:
@@ -253,32 +265,47 @@ class ExpiryWatch:
             old is None or old.generation != generation,
         )
 
-    def started(self, namespace: str, lease_name: str, holder: str, token: int) -> bool:
-        """The attempt's pod runs: its expiry clock starts now (if it had not yet).
+    def started(
+        self, namespace: str, lease_name: str, holder: str, token: int, *, running: bool
+    ) -> bool:
+        """The attempt's pod runs or ended: its expiry clock starts now (if it had not yet).
 
         Called when the operator sees the holder's pod running, ended or
         deleted. A worker that never renews (a plain container, or a pod that
         died before its first renewal) is then judged by the lease duration
-        from this moment on, not by the startup bound.
+        from this moment on, not by the startup bound. A pod seen running
+        gets one lease duration more for its first renewal
+        (`_Watched.start_grace_seconds`): its ``leasehold run`` is still
+        starting, and has done nothing a take-over would fence; reclaiming it
+        early only starts the same work again on the same busy node. A pod
+        seen ended before its first renewal will never renew: that grace
+        ends at once.
 
         Args:
             namespace: the lease's namespace.
             lease_name: the lease's name.
             holder: the pod's name (the holder it was started for).
             token: the fencing token the pod was started under.
+            running: the pod runs (``False``: it ended or was deleted).
 
         Returns:
-            Whether this started the clock of the lease's current attempt.
+            Whether this started or moved the clock of the lease's current attempt.
         """
-        self._running_pods[(namespace, lease_name)] = (holder, token, self._monotonic())
+        now = self._monotonic()
+        self._running_pods[(namespace, lease_name)] = (holder, token, now, running)
         key = self._by_name.get((namespace, lease_name))
         watched = self._watched.get(key) if key is not None else None
-        if key is None or watched is None or not watched.starting:
+        if key is None or watched is None or _claim(watched.signature) != (holder, token):
+            return False  # not seen yet, or a pod of another attempt
+        if watched.starting:
+            watched.started_at = now
+            watched.start_grace_seconds = _start_grace(watched, running=running)
+        elif not running and watched.start_grace_seconds:
+            watched.start_grace_seconds = 0.0  # ended before its first renewal
+        else:
             return False
-        if _claim(watched.signature) != (holder, token):
-            return False  # a pod of another attempt
-        watched.started_at = self._monotonic()
-        self._push(_Due(self._due_at(watched, watched.started_at), key, watched.generation))
+        remaining = self._remaining(key, watched, watched.generation)
+        self._push(_Due(now + remaining, key, watched.generation))
         return True
 
     def remaining(self, namespace: str, lease_name: str) -> tuple[ExpiryReason, float] | None:
@@ -311,7 +338,7 @@ class ExpiryWatch:
             assert watched.startup_seconds is not None
             return first_seen + watched.startup_seconds + margin
         began = max(first_seen, watched.started_at or first_seen)
-        return began + watched.duration_seconds + margin
+        return began + watched.duration_seconds + watched.start_grace_seconds + margin
 
     def _remaining(self, key: str, watched: _Watched, generation: int) -> float:
         first_seen = self._clock.observe(key, str(generation))
@@ -387,6 +414,18 @@ class ExpiryWatch:
 def _claim(signature: LeaseSignature) -> tuple[str | None, int]:
     """``(holder, token)``: one attempt's identity on a lease."""
     return signature.holder_identity, signature.fencing_token
+
+
+def _start_grace(watched: _Watched, *, running: bool) -> float:
+    """`_Watched.start_grace_seconds` for an attempt whose pod was just seen running or ended."""
+    return float(watched.duration_seconds) if running else 0.0
+
+
+def _renewed(old: _Watched, generation: int, spec: dict[str, Any]) -> bool:
+    """A new generation under the same claim moved ``renewTime``: the holder renewed."""
+    return generation != old.generation and spec.get("renewTime") != (
+        old.body.get("spec") or {}
+    ).get("renewTime")
 
 
 def _index(meta: dict[str, Any]) -> int | None:

@@ -254,17 +254,68 @@ def test_a_claimed_attempt_is_bounded_by_startup_until_its_first_renewal() -> No
 
 
 def test_a_running_pod_starts_the_clock_even_without_renewals() -> None:
+    # A running pod's first renewal is due within two lease durations (3 s here):
+    # one for its `leasehold run` to start, one as for any renewal.
     watch, mono = startup_watch()
-    assert not watch.started("ns", "job", "job-1", 1)  # before the claim is seen
+    assert not watch.started("ns", "job", "job-1", 1, running=True)  # before the claim is seen
     watch.observe(push_lease(1))
-    assert left(watch, "job") == (ExpiryReason.LEASE_EXPIRED, round(3 + MARGIN, 6))
+    assert left(watch, "job") == (ExpiryReason.LEASE_EXPIRED, round(6 + MARGIN, 6))
     watch.observe(push_lease(2, holder=None))
     watch.observe(push_lease(3, holder="job-2", fencingToken=2))
     mono.now += 5
-    assert not watch.started("ns", "job", "job-1", 1)  # an old attempt's pod
+    assert not watch.started("ns", "job", "job-1", 1, running=True)  # an old attempt's pod
     assert left(watch, "job") == (ExpiryReason.STARTUP_DEADLINE_EXCEEDED, round(55 + MARGIN, 6))
-    assert watch.started("ns", "job", "job-2", 2)
+    assert watch.started("ns", "job", "job-2", 2, running=True)
+    assert left(watch, "job") == (ExpiryReason.LEASE_EXPIRED, round(6 + MARGIN, 6))
+
+
+def test_the_start_grace_ends_at_the_first_renewal() -> None:
+    watch, mono = startup_watch()
+    watch.observe(push_lease(1, acquireTime="t0", renewTime="t0"))
+    assert watch.started("ns", "job", "job-1", 1, running=True)
+    mono.now += 1
+    # The operator's bind-like write without a renewal keeps the grace.
+    watch.observe(push_lease(2, acquireTime="t0", renewTime="t0", holderUID="u"))
+    assert left(watch, "job") == (ExpiryReason.LEASE_EXPIRED, round(6 + MARGIN, 6))
+    mono.now += 1
+    watch.observe(push_lease(3, acquireTime="t0", renewTime="t1", holderUID="u"))  # renewed
     assert left(watch, "job") == (ExpiryReason.LEASE_EXPIRED, round(3 + MARGIN, 6))
+    mono.now += 1
+    watch.observe(push_lease(4, acquireTime="t0", renewTime="t1", holderUID="u", x=1))
+    assert left(watch, "job") == (ExpiryReason.LEASE_EXPIRED, round(3 + MARGIN, 6))
+
+
+def test_a_pod_that_ended_before_its_first_renewal_has_no_start_grace() -> None:
+    watch, mono = startup_watch()
+    watch.observe(push_lease(1, acquireTime="t0", renewTime="t0"))
+    assert watch.started("ns", "job", "job-1", 1, running=True)
+    mono.now += 1
+    assert watch.started("ns", "job", "job-1", 1, running=False)  # it exited: never renews
+    assert left(watch, "job") == (ExpiryReason.LEASE_EXPIRED, round(2 + MARGIN, 6))
+    assert not watch.started("ns", "job", "job-1", 1, running=False)  # seen again: no change
+    # Ended before the claim was even seen (the pod's event first): no grace either.
+    other, _ = startup_watch()
+    assert not other.started("ns", "job", "job-1", 1, running=False)
+    other.observe(push_lease(1, acquireTime="t0", renewTime="t0"))
+    assert left(other, "job") == (ExpiryReason.LEASE_EXPIRED, round(3 + MARGIN, 6))
+
+
+def test_an_unrenewed_running_pod_is_reclaimed_after_two_durations() -> None:
+    async def scenario() -> tuple[Reclaims, float]:
+        reclaims = Reclaims()
+        watch = new_watch(reclaims)
+        body = lease("slow")
+        body["spec"]["startupDeadlineSeconds"] = 60
+        body["spec"]["holderIdentity"] = "slow-1"
+        watch.observe(body)
+        began = time.monotonic()
+        assert watch.started("ns", "slow", "slow-1", 1, running=True)
+        await run_for(watch, 2 * DURATION + MARGIN + 0.5)
+        return reclaims, began
+
+    reclaims, began = asyncio.run(scenario())
+    assert [name for name, _, _ in reclaims.calls] == ["slow"]
+    assert reclaims.calls[0][2] - began >= 2 * DURATION + MARGIN
 
 
 def test_pull_mode_and_renewed_leases_at_first_sight_are_started() -> None:
