@@ -50,7 +50,8 @@ def test_history_records_each_attempt(
 ) -> None:
     # Attempt 1 never renews (no `leasehold run`): reclaimed once its pod runs.
     command = on_token("exec sleep 60", "exec leasehold run -- true")
-    create_job(api_client, namespace, "story", command, lease_seconds=2, backoff=NO_BACKOFF)
+    # Attempt 2 must keep its lease: a 4 s lease is a 3 s window (2 s was 1 s).
+    create_job(api_client, namespace, "story", command, lease_seconds=4, backoff=NO_BACKOFF)
     wait_for("Succeeded", phase_is(api_client, namespace, "story", "Succeeded"), 60)
     st = status(api_client, namespace, "story")
     history = st["attemptHistory"]

@@ -165,8 +165,8 @@ def test_deadline_fires_while_the_worker_keeps_renewing(
 ) -> None:
     deadline = 5
     create_job(
-        api_client, namespace, "late", run(120), lease_seconds=2, activeDeadlineSeconds=deadline
-    )
+        api_client, namespace, "late", run(120), lease_seconds=4, activeDeadlineSeconds=deadline
+    )  # a 3 s window: token 1 must hold until the deadline (asserted below)
     origin = created_at(api_client, namespace, "late")
     local_pod_runner.wait_for_pid(namespace, "late-1", timeout=30)
     wait_for("Failed", phase_is(api_client, namespace, "late", "Failed"), deadline + 15)

@@ -226,7 +226,7 @@ def test_job_fails_after_max_attempts_of_stalled_workers(
 ) -> None:
     # `sleep` never renews: every attempt stalls until its lease expires.
     create_job(api_client, namespace, "stuck", "sleep 300", lease_seconds=2, max_attempts=2)
-    wait_for("Failed", phase_is(api_client, namespace, "stuck", "Failed"), 30)
+    wait_for("Failed", phase_is(api_client, namespace, "stuck", "Failed"), 45)
     st = status(api_client, namespace, "stuck")
     failed = condition(st, "Failed")
     assert (failed["status"], failed["reason"]) == ("True", "AttemptsExhausted")
@@ -361,13 +361,13 @@ def test_pull_mode_claim_expiry_and_completion(
     store: LeaseStore,
     namespace: str,
 ) -> None:
-    create_job(api_client, namespace, "pool", None, lease_seconds=2, max_attempts=3)
+    create_job(api_client, namespace, "pool", None, lease_seconds=3, max_attempts=3)
     wait_for("lease", lambda: _lease_exists(store, namespace, "pool"), 15)
     wait_for("Pending", phase_is(api_client, namespace, "pool", "Pending"), 15)
     # A worker claims, then goes silent (no renewals): the operator reclaims.
     silent = store.claim(namespace, "pool", "pool-silent")
     assert not isinstance(silent, Rejected)
-    wait_for("reclaim", lambda: lease_holder(store, namespace, "pool") == (None, 1), 10)
+    wait_for("reclaim", lambda: lease_holder(store, namespace, "pool") == (None, 1), 15)
     holder = worker.claim(namespace, "pool", "pool-good", store=store)
     assert holder is not None
     assert holder.token == 2
