@@ -253,25 +253,33 @@ class Renewer:
     # -- the loop --------------------------------------------------------
 
     def confirm(self) -> Accepted:
-        """Renew until one renewal succeeds, retrying for at most one window.
+        """Renew until one renewal succeeds, retrying for one window and one lease duration.
+
+        Nothing has started yet, so nothing needs fencing while this retries:
+        each accepted renewal opens its window from its own request's start,
+        and one accepted too late for its window is followed by another. The
+        extra lease duration is the operator's start grace for a running
+        pod's first renewal (docs/lifecycle.md, "Starting is not stalling"):
+        a confirm that lands after the operator reclaimed is refused
+        ``NotHolder``, a loss.
 
         Returns:
             The accepted renewal (its lease record carries the lease's own
-            duration, which the holder times its window by).
+            duration, which the holder times its window by), its window open.
 
         Raises:
             LeaseLost: a renewal was refused, the lease is gone, or no
-                renewal succeeded within ``duration - margin``.
+                renewal succeeded within ``2 * duration - margin``.
         """
-        give_up_at = self._monotonic() + self.timing.window_seconds
+        bound = self.timing.window_seconds + self.timing.duration_seconds
+        give_up_at = self._monotonic() + bound
         last_error: BaseException | None = None
         while True:
             now = self._monotonic()
             if now >= give_up_at:
                 raise LeaseLost(
                     LossReason.DEADLINE_PASSED,
-                    f"could not renew {self.key} within {self.timing.window_seconds:.3g} s"
-                    f" (last error: {last_error})",
+                    f"could not renew {self.key} within {bound:.3g} s (last error: {last_error})",
                 )
             attempt = self._launch(give_up_at, self.confirm_timeout_seconds())
             self.confirm_tries += 1
@@ -285,7 +293,14 @@ class Renewer:
             if loss is not None:
                 raise loss.again()
             if isinstance(attempt.result, Accepted):
-                return attempt.result
+                deadline = self.deadline
+                if deadline is not None and deadline > self._monotonic():
+                    return attempt.result
+                last_error = TimeoutError(
+                    f"accepted {self._monotonic() - attempt.started_at:.3g} s after it was sent,"
+                    " past its window"
+                )
+                continue  # its window closed on the way back: renew again at once
             last_error = attempt.error
             result = attempt.result
             absent = isinstance(attempt.error, LeaseNotFoundError)

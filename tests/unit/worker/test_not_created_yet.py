@@ -4,8 +4,8 @@ The operator creates a job's first attempt's pod first and then the lease,
 already claimed for that pod (docs/lifecycle.md, "A holder is a pod UID,
 not a name"), so the pod's ``leasehold run`` may renew before the lease
 exists. At start-up (:meth:`Renewer.confirm`) a lease not found is waited
-for as a claim not yet landed: by reads, bounded by the same window. After
-start-up a lease not found stays a loss.
+for as a claim not yet landed: by reads, bounded by the same bound (the
+window and one lease duration). After start-up a lease not found stays a loss.
 """
 
 from __future__ import annotations
@@ -82,8 +82,11 @@ def test_a_lease_not_created_yet_at_start_up_is_waited_for_by_reads() -> None:
     assert renewer.confirm_reads == lease.reads
 
 
-def test_a_lease_never_created_ends_the_start_up_at_its_window() -> None:
-    """Bounded as a late claim is: no renewal accepted within the window is a loss."""
+def test_a_lease_never_created_ends_the_start_up_after_a_window_and_a_duration() -> None:
+    """No renewal accepted within the window and the start grace is a loss.
+
+    Bounded as a late claim is; the grace is the operator's (one lease duration).
+    """
     lease = Lease(created_after=1e9)
     timing = LeaseTiming.for_duration(2)
     renewer = _renewer(lease, timing, lambda _lost: None)
@@ -91,7 +94,44 @@ def test_a_lease_never_created_ends_the_start_up_at_its_window() -> None:
     with pytest.raises(LeaseLost) as lost:
         renewer.confirm()
     assert lost.value.reason is LossReason.DEADLINE_PASSED
-    assert time.monotonic() - began == pytest.approx(timing.window_seconds, abs=0.5)
+    bound = timing.window_seconds + timing.duration_seconds
+    assert time.monotonic() - began == pytest.approx(bound, abs=0.5)
+
+
+def test_a_confirm_accepted_after_its_window_is_renewed_again_not_started_on() -> None:
+    """A confirm accepted after its window is renewed again, not started on.
+
+    Its window counts from its request's start: closed on arrival (the thread
+    was starved meanwhile), it holds nothing; another renewal opens one.
+    """
+    now = [0.0]
+    renews: list[float] = []
+
+    def renew(_timeout: float) -> Result:
+        renews.append(now[0])
+        if len(renews) == 1:
+            now[0] += 1.5  # answered, but seen 1.5 s after it was sent: past the 1 s window
+        return Accepted(_stored())
+
+    timing = LeaseTiming.for_duration(2)
+    assert timing.window_seconds == pytest.approx(1.0)
+    renewer = Renewer(
+        renew, timing, key="ns/job", acquired_at=None, on_loss=lambda _: None,
+        monotonic=lambda: now[0],
+    )  # fmt: skip
+    renewer.confirm()
+    assert renews == [0.0, 1.5]
+    assert renewer.deadline == pytest.approx(2.5)  # the second renewal's window
+
+
+def test_a_confirm_slower_than_one_window_still_starts_within_the_grace() -> None:
+    """No answer for longer than the window at start-up: the confirm goes on.
+
+    (One window was the bound before.) The attempt starts.
+    """
+    lease = Lease(created_after=1.6)  # 404 until then: past the 1 s window of a 2 s lease
+    renewer = _renewer(lease, LeaseTiming.for_duration(2), lambda _lost: None)
+    assert isinstance(renewer.confirm(), Accepted)
 
 
 def test_a_lease_gone_after_start_up_is_a_loss() -> None:
