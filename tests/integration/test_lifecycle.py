@@ -332,6 +332,34 @@ def test_a_pod_slower_to_start_than_its_lease_is_not_reclaimed(
     assert (st["attempts"], st["completion"]["fencingToken"]) == (1, 1)
 
 
+def test_a_running_pod_whose_wrapper_starts_after_a_lease_duration_keeps_its_claim(
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    namespace: str,
+) -> None:
+    """The container runs; its ``leasehold run`` starts later than the lease lasts.
+
+    What a starved node does to a wrapper's start-up (17 s on kind at n=200).
+    The first renewal is due within two lease durations of the pod running
+    (the start grace), so the attempt keeps its claim: one attempt, token 1.
+    Before the grace it was reclaimed one lease duration after the pod ran,
+    before its wrapper had even started.
+    """
+    duration = 8
+    create_job(
+        api_client,
+        namespace,
+        "late-start",
+        f"sleep {duration + 2}; exec leasehold run -- true",
+        lease_seconds=duration,
+    )
+    wait_for("Succeeded", phase_is(api_client, namespace, "late-start", "Succeeded"), 90)
+    st = status(api_client, namespace, "late-start")
+    assert (st["attempts"], st["completion"]["fencingToken"]) == (1, 1)
+    assert "Reclaimed" not in [r for r, _ in events(api_client, namespace, "late-start")]
+
+
 def test_an_attempt_past_its_startup_deadline_is_reported_as_such(
     operator: OperatorProcess,
     local_pod_runner: PodRunner,
