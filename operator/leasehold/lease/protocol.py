@@ -46,7 +46,7 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import NewType
+from typing import Final, NewType
 
 HolderIdentity = NewType("HolderIdentity", str)
 """Who holds a lease: in push mode the pod's name, in pull mode a worker id."""
@@ -398,6 +398,33 @@ def reclaim(record: LeaseRecord, *, expired: bool) -> Decision:
     return Allowed(dataclasses.replace(record, holder_identity=None, holder_uid=None))
 
 
+START_GRACE_MAX_SECONDS: Final = 60.0
+"""The start grace's cap (:func:`start_grace_seconds`), in seconds."""
+
+
+def start_grace_seconds(lease_duration_seconds: float) -> float:
+    """How much longer an attempt whose pod runs may take to its first renewal, in seconds.
+
+    A push-mode pod seen running has started its container, not its
+    ``leasehold run``: an interpreter, its imports and the confirm renewal
+    still come, and on a busy node they took 17 s (0.3 s idle). Until that
+    first renewal is accepted nothing has started that a take-over would
+    fence, so the operator lets the first renewal come up to this much later
+    than a lease duration after the pod runs, and the worker's start-up
+    tries go on as long. One lease duration, at most
+    :data:`START_GRACE_MAX_SECONDS`: a long lease's attempt that hangs
+    before its first renewal is not held for another hour
+    (docs/lifecycle.md, "Starting is not stalling").
+
+    Args:
+        lease_duration_seconds: the lease's ``leaseDurationSeconds``.
+
+    Returns:
+        ``min(lease_duration_seconds, START_GRACE_MAX_SECONDS)``, never negative.
+    """
+    return max(0.0, min(float(lease_duration_seconds), START_GRACE_MAX_SECONDS))
+
+
 def hold_may_outlive(record: LeaseRecord, *, reclaimed: bool) -> bool:
     """Whether the worker of the lease's current token may still believe it holds it.
 
@@ -409,8 +436,8 @@ def hold_may_outlive(record: LeaseRecord, *, reclaimed: bool) -> bool:
     ended a held attempt. Such a worker keeps producing effects until its
     local deadline (``leaseDurationSeconds`` from the start of its last
     renewal, less its margin), so the next token must not be issued before
-    the operator has seen the lease unchanged for that long: the same bound
-    as a reclaim (docs/architecture.md, "How expiry is judged"). The Spin
+    the operator has seen the lease unchanged for that long: the earliest
+    reclaim's bound (docs/architecture.md, "How expiry is judged"). The Spin
     model found the gap (invariant 5: a take-over's next claim while the
     stopped worker could still write).
 

@@ -29,7 +29,7 @@ from typing import Final
 
 from leasehold.lease.errors import LeaseNotFoundError
 from leasehold.lease.leaseops import Accepted, Rejected, Result
-from leasehold.lease.protocol import MonotonicClock, Rejection
+from leasehold.lease.protocol import MonotonicClock, Rejection, start_grace_seconds
 from leasehold.lease.waits import join_thread, wait_for_event
 from leasehold.worker.errors import LeaseLost, LossReason
 from leasehold.worker.timing import LeaseTiming
@@ -258,8 +258,10 @@ class Renewer:
         Nothing has started yet, so nothing needs fencing while this retries:
         each accepted renewal opens its window from its own request's start,
         and one accepted too late for its window is followed by another. The
-        extra lease duration is the operator's start grace for a running
-        pod's first renewal (docs/lifecycle.md, "Starting is not stalling"):
+        extra time is the operator's start grace for a running pod's first
+        renewal (:func:`~leasehold.lease.protocol.start_grace_seconds`: one
+        lease duration, at most 60 s; docs/lifecycle.md, "Starting is not
+        stalling"):
         a confirm that lands after the operator reclaimed is refused
         ``NotHolder``, a loss.
 
@@ -269,9 +271,9 @@ class Renewer:
 
         Raises:
             LeaseLost: a renewal was refused, the lease is gone, or no
-                renewal succeeded within ``2 * duration - margin``.
+                renewal succeeded within the window and the start grace.
         """
-        bound = self.timing.window_seconds + self.timing.duration_seconds
+        bound = self.timing.window_seconds + start_grace_seconds(self.timing.duration_seconds)
         give_up_at = self._monotonic() + bound
         last_error: BaseException | None = None
         while True:

@@ -28,7 +28,7 @@ from leasehold.controller.engines.changes import LeaseChange, LeaseSignature
 from leasehold.controller.engines.peering import ActivityGate
 from leasehold.controller.plan.pod import pod_name
 from leasehold.lease.indexes import index_hostname
-from leasehold.lease.protocol import MonotonicClock
+from leasehold.lease.protocol import MonotonicClock, start_grace_seconds
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +140,8 @@ class ExpiryReason(enum.StrEnum):
     """Which bound a reclaimed attempt went past (reported as the Event's reason)."""
 
     LEASE_EXPIRED = "LeaseExpired"
-    """It renewed (or its pod ran), then went quiet for the lease duration."""
+    """It renewed (or its pod ran), then went quiet for the lease duration (plus the
+    start grace when its pod ran and it never renewed)."""
     STARTUP_DEADLINE_EXCEEDED = "StartupDeadlineExceeded"
     """It never started: no renewal and no running pod within the startup bound."""
 
@@ -161,9 +162,10 @@ class _Watched:
     pod running); ``None`` while it is starting."""
     start_grace_seconds: float = 0.0
     """Added to the attempt's first window when its pod was seen running before
-    its first renewal: one more lease duration for ``leasehold run`` to start
-    (an interpreter, its imports, the confirm renewal) on a busy node. 0 once it
-    renewed, when it started by a renewal, or when its pod ended first."""
+    its first renewal (:func:`~leasehold.lease.protocol.start_grace_seconds`:
+    one lease duration, at most 60 s, for ``leasehold run`` to start on a busy
+    node). 0 once it renewed, when it started by a renewal, or when its pod
+    ended first."""
 
     @property
     def starting(self) -> bool:
@@ -292,7 +294,9 @@ class ExpiryWatch:
             Whether this started or moved the clock of the lease's current attempt.
         """
         now = self._monotonic()
-        self._running_pods[(namespace, lease_name)] = (holder, token, now, running)
+        known = self._running_pods.get((namespace, lease_name))
+        if known is None or known[1] <= token:  # an older attempt's pod never hides a newer's
+            self._running_pods[(namespace, lease_name)] = (holder, token, now, running)
         key = self._by_name.get((namespace, lease_name))
         watched = self._watched.get(key) if key is not None else None
         if key is None or watched is None or _claim(watched.signature) != (holder, token):
@@ -418,7 +422,7 @@ def _claim(signature: LeaseSignature) -> tuple[str | None, int]:
 
 def _start_grace(watched: _Watched, *, running: bool) -> float:
     """`_Watched.start_grace_seconds` for an attempt whose pod was just seen running or ended."""
-    return float(watched.duration_seconds) if running else 0.0
+    return start_grace_seconds(watched.duration_seconds) if running else 0.0
 
 
 def _renewed(old: _Watched, generation: int, spec: dict[str, Any]) -> bool:

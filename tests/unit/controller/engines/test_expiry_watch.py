@@ -9,6 +9,7 @@ from typing import Any
 from leasehold.controller.engines.expiry import ExpiryClock, ExpiryReason, ExpiryWatch
 from leasehold.controller.engines.peering import ActivityGate
 from leasehold.controller.engines.watching import EventType, WatchEvent
+from leasehold.lease.protocol import START_GRACE_MAX_SECONDS, start_grace_seconds
 
 DURATION = 1  # seconds (the CRD's smallest lease)
 MARGIN = 0.1
@@ -283,6 +284,36 @@ def test_the_start_grace_ends_at_the_first_renewal() -> None:
     mono.now += 1
     watch.observe(push_lease(4, acquireTime="t0", renewTime="t1", holderUID="u", x=1))
     assert left(watch, "job") == (ExpiryReason.LEASE_EXPIRED, round(3 + MARGIN, 6))
+    assert not watch.started("ns", "job", "job-1", 1, running=True)  # seen again: no new grace
+    assert left(watch, "job") == (ExpiryReason.LEASE_EXPIRED, round(3 + MARGIN, 6))
+
+
+def test_a_pod_seen_running_after_its_first_renewal_gets_no_grace() -> None:
+    watch, _ = startup_watch()
+    watch.observe(push_lease(1, acquireTime="t0", renewTime="t0"))
+    watch.observe(push_lease(2, acquireTime="t0", renewTime="t1"))  # renewed first
+    assert not watch.started("ns", "job", "job-1", 1, running=True)
+    assert left(watch, "job") == (ExpiryReason.LEASE_EXPIRED, round(3 + MARGIN, 6))
+
+
+def test_an_older_attempts_pod_event_does_not_hide_the_newer_ones() -> None:
+    # Pod 2 runs before claim 2 is seen; then pod 1's deletion comes in.
+    watch, _ = startup_watch()
+    watch.observe(push_lease(1, acquireTime="t0", renewTime="t0"))
+    watch.observe(push_lease(2, holder=None))
+    assert not watch.started("ns", "job", "job-2", 2, running=True)
+    assert not watch.started("ns", "job", "job-1", 1, running=False)
+    watch.observe(push_lease(3, holder="job-2", fencingToken=2, acquireTime="t1", renewTime="t1"))
+    assert left(watch, "job") == (ExpiryReason.LEASE_EXPIRED, round(6 + MARGIN, 6))
+
+
+def test_the_start_grace_is_one_lease_duration_at_most_a_minute() -> None:
+    assert start_grace_seconds(3) == 3.0
+    assert start_grace_seconds(3600) == START_GRACE_MAX_SECONDS == 60.0
+    watch, _ = startup_watch()
+    watch.observe(push_lease(1, leaseDurationSeconds=3600))
+    assert watch.started("ns", "job", "job-1", 1, running=True)
+    assert left(watch, "job") == (ExpiryReason.LEASE_EXPIRED, round(3660 + MARGIN, 6))
 
 
 def test_a_pod_that_ended_before_its_first_renewal_has_no_start_grace() -> None:
@@ -298,6 +329,30 @@ def test_a_pod_that_ended_before_its_first_renewal_has_no_start_grace() -> None:
     assert not other.started("ns", "job", "job-1", 1, running=False)
     other.observe(push_lease(1, acquireTime="t0", renewTime="t0"))
     assert left(other, "job") == (ExpiryReason.LEASE_EXPIRED, round(3 + MARGIN, 6))
+
+
+def test_a_pod_that_ends_in_its_grace_is_reclaimed_a_lease_duration_after_it_ran() -> None:
+    # The timer itself (not only remaining()): the grace's end is pushed to the heap.
+    async def scenario() -> tuple[Reclaims, float]:
+        reclaims = Reclaims()
+        watch = new_watch(reclaims)
+        body = lease("gone")
+        body["spec"]["startupDeadlineSeconds"] = 60
+        body["spec"]["holderIdentity"] = "gone-1"
+        body["spec"]["leaseDurationSeconds"] = 2
+        watch.observe(body)
+        began = time.monotonic()
+        assert watch.started("ns", "gone", "gone-1", 1, running=True)
+        task = asyncio.create_task(watch.run())
+        await asyncio.sleep(0.2)
+        assert watch.started("ns", "gone", "gone-1", 1, running=False)  # it exited
+        await asyncio.sleep(2 + MARGIN + 0.6)
+        task.cancel()
+        return reclaims, began
+
+    reclaims, began = asyncio.run(scenario())
+    assert [name for name, _, _ in reclaims.calls] == ["gone"]
+    assert 2 + MARGIN <= reclaims.calls[0][2] - began < 2 * 2 + MARGIN
 
 
 def test_an_unrenewed_running_pod_is_reclaimed_after_two_durations() -> None:
