@@ -430,8 +430,9 @@ class LeaseHolder:
         """Start renewing in the background (idempotent); return ``self``.
 
         Without ``acquired_at`` (push mode), first renews in this thread
-        until a renewal succeeds, retrying transient errors for at most one
-        window (``duration - margin``): only then is a deadline known.
+        until a renewal succeeds, retrying transient errors for at most a
+        lease duration and the start grace (:meth:`Renewer.confirm`): only
+        then is a deadline known.
 
         Raises:
             LeaseLost: the lease was lost, ended, or could not be confirmed.

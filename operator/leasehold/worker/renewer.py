@@ -261,22 +261,31 @@ class Renewer:
         extra time is the operator's start grace for a running pod's first
         renewal (:func:`~leasehold.lease.protocol.start_grace_seconds`: one
         lease duration, at most 60 s; docs/lifecycle.md, "Starting is not
-        stalling"):
-        a confirm that lands after the operator reclaimed is refused
-        ``NotHolder``, a loss.
+        stalling"): a confirm that lands after the operator reclaimed is
+        refused ``NotHolder``, a loss. The tries end a lease duration and the
+        grace after the first (the operator's bound counts from the pod
+        running, before it). An accepted confirm is returned only with
+        :meth:`confirm_left_seconds` of its window still to come, so the
+        command does not start into a window about to close.
 
         Returns:
             The accepted renewal (its lease record carries the lease's own
             duration, which the holder times its window by), its window open.
 
         Raises:
-            LeaseLost: a renewal was refused, the lease is gone, or no
-                renewal succeeded within the window and the start grace.
+            LeaseLost: a renewal was refused, the lease is gone, the renewer
+                was halted, or no renewal succeeded within the lease duration
+                and the start grace.
         """
-        bound = self.timing.window_seconds + start_grace_seconds(self.timing.duration_seconds)
+        bound = self.timing.duration_seconds + start_grace_seconds(self.timing.duration_seconds)
         give_up_at = self._monotonic() + bound
         last_error: BaseException | None = None
+        accepted = False
         while True:
+            with self._lock:
+                halted = self._halted
+            if halted:
+                raise LeaseLost(LossReason.ENDED, f"the holder of {self.key} was stopped")
             now = self._monotonic()
             if now >= give_up_at:
                 raise LeaseLost(
@@ -291,18 +300,21 @@ class Renewer:
                     f"no answer within {self.timing.request_timeout_seconds:.3g} s"
                 )
                 continue  # given up: try again at once (the loop ends at give_up_at)
-            loss = self._apply(attempt, starting=True)
+            loss = self._apply(attempt, starting=not accepted)
             if loss is not None:
                 raise loss.again()
             if isinstance(attempt.result, Accepted):
+                accepted = True  # the lease exists: a 404 from now on is a deletion
                 deadline = self.deadline
-                if deadline is not None and deadline > self._monotonic():
+                if deadline is None:
+                    continue  # halted meanwhile (the answer was dropped): ends above
+                if deadline - self._monotonic() > self.confirm_left_seconds():
                     return attempt.result
                 last_error = TimeoutError(
                     f"accepted {self._monotonic() - attempt.started_at:.3g} s after it was sent,"
-                    " past its window"
+                    " too little of its window left"
                 )
-                continue  # its window closed on the way back: renew again at once
+                continue  # its window (nearly) closed on the way back: renew again at once
             last_error = attempt.error
             result = attempt.result
             absent = isinstance(attempt.error, LeaseNotFoundError)
@@ -316,6 +328,15 @@ class Renewer:
             time.sleep(
                 min(self.timing.retry_interval_seconds, max(0.0, give_up_at - self._monotonic()))
             )
+
+    def confirm_left_seconds(self) -> float:
+        """Seconds of its window an accepted confirm must leave to be started on.
+
+        Half the window, at most one request timeout: the command's start
+        (the renewer thread, the shim's fork and exec) and the first renewal
+        after it fit in it.
+        """
+        return min(self.timing.request_timeout_seconds, self.timing.window_seconds / 2)
 
     def confirm_timeout_seconds(self) -> float:
         """Seconds a confirm renewal is waited for: half the window, at least the request timeout.

@@ -319,6 +319,11 @@ class _Runner:
                     self.startup.count(name, value)
             if self.pending is not None:
                 return self._stopped_before_start()
+            try:
+                self.holder.check()  # the window may have closed since start() (a starved thread)
+            except LeaseLost as loss:
+                log.error("lease lost: %s (the command was not started)", loss)
+                return EXIT_LEASE_LOST
             # start() times the window by the lease's own duration: so must the lead.
             self.lead = term_lead_seconds(self.holder.timing, self.grace)
             env = dict(os.environ)

@@ -82,10 +82,11 @@ def test_a_lease_not_created_yet_at_start_up_is_waited_for_by_reads() -> None:
     assert renewer.confirm_reads == lease.reads
 
 
-def test_a_lease_never_created_ends_the_start_up_after_a_window_and_a_duration() -> None:
-    """No renewal accepted within the window and the start grace is a loss.
+def test_a_lease_never_created_ends_the_start_up_after_a_duration_and_the_grace() -> None:
+    """No renewal accepted within a lease duration and the start grace is a loss.
 
-    Bounded as a late claim is; the grace is the operator's (one lease duration).
+    Bounded as a late claim is; the grace is the operator's (one lease
+    duration, at most 60 s: ``protocol.start_grace_seconds``).
     """
     lease = Lease(created_after=1e9)
     timing = LeaseTiming.for_duration(2)
@@ -94,8 +95,27 @@ def test_a_lease_never_created_ends_the_start_up_after_a_window_and_a_duration()
     with pytest.raises(LeaseLost) as lost:
         renewer.confirm()
     assert lost.value.reason is LossReason.DEADLINE_PASSED
-    bound = timing.window_seconds + timing.duration_seconds
-    assert time.monotonic() - began == pytest.approx(bound, abs=0.5)
+    assert time.monotonic() - began == pytest.approx(2 + 2, abs=0.5)
+
+
+def test_a_halted_confirm_ends_at_once_without_renewing_on() -> None:
+    """A holder stopped from another thread: no renewal after the answer it dropped."""
+    renews: list[float] = []
+    renewer: Renewer
+
+    def renew(_timeout: float) -> Result:
+        renews.append(time.monotonic())
+        renewer.halt()  # stopped while this renewal was on its way
+        return Accepted(_stored())
+
+    renewer = Renewer(
+        renew, LeaseTiming.for_duration(60), key="ns/job", acquired_at=None,
+        on_loss=lambda _: None,
+    )  # fmt: skip
+    with pytest.raises(LeaseLost) as lost:
+        renewer.confirm()
+    assert lost.value.reason is LossReason.ENDED
+    assert len(renews) == 1
 
 
 def test_a_confirm_accepted_after_its_window_is_renewed_again_not_started_on() -> None:
@@ -122,6 +142,29 @@ def test_a_confirm_accepted_after_its_window_is_renewed_again_not_started_on() -
     renewer.confirm()
     assert renews == [0.0, 1.5]
     assert renewer.deadline == pytest.approx(2.5)  # the second renewal's window
+
+
+def test_a_confirm_leaving_too_little_of_its_window_is_renewed_again() -> None:
+    """The command must not start into a window about to close."""
+    now = [0.0]
+    renews: list[float] = []
+    timing = LeaseTiming.for_duration(10)  # window 8 s
+    left = [timing.window_seconds - 0.1, 0.0]  # the first seen 0.1 s before its deadline
+
+    def renew(_timeout: float) -> Result:
+        renews.append(now[0])
+        now[0] += left[len(renews) - 1]
+        return Accepted(_stored())
+
+    renewer = Renewer(
+        renew, timing, key="ns/job", acquired_at=None, on_loss=lambda _: None,
+        monotonic=lambda: now[0],
+    )  # fmt: skip
+    assert renewer.confirm_left_seconds() > 0.1
+    renewer.confirm()
+    assert len(renews) == 2
+    deadline = renewer.deadline
+    assert deadline is not None and deadline - now[0] == pytest.approx(timing.window_seconds)
 
 
 def test_a_confirm_slower_than_one_window_still_starts_within_the_grace() -> None:
