@@ -137,6 +137,17 @@ def pod_gone_or_going(api: client.ApiClient, namespace: str, pod: str) -> bool:
     return bool(found.metadata.deletion_timestamp is not None)
 
 
+def renewed(store: LeaseStore, namespace: str, name: str) -> bool:
+    """The lease's holder renewed since its claim (a claim writes both stamps the same).
+
+    Wait for it before freezing a worker whose reclaim a test times: an
+    attempt that never renewed gets the start grace (one lease duration more
+    from its pod running), not the lease duration.
+    """
+    record = store.get(namespace, name).record
+    return record.renew_time is not None and record.renew_time != record.acquire_time
+
+
 def lease_holder(store: LeaseStore, namespace: str, name: str) -> tuple[str | None, int]:
     record = store.get(namespace, name).record
     return record.holder_identity, record.fencing_token

@@ -356,6 +356,15 @@ def test_a_pod_made_before_a_restart_gets_the_lease_created_held_by_it(
     assert completion.fencing_token == 1
 
 
+def _gone_or_going(api: client.ApiClient, namespace: str, name: str, uid: str) -> bool:
+    """The pod of that UID is deleted or being deleted (the name may have a new pod)."""
+    try:
+        found: Any = client.CoreV1Api(api).read_namespaced_pod(name, namespace)
+    except client.ApiException as exc:
+        return bool(exc.status == 404)
+    return found.metadata.uid != uid or found.metadata.deletion_timestamp is not None
+
+
 def test_a_held_create_refused_because_the_lease_exists_deletes_its_pod(
     worker_rbac: None,
     local_pod_runner: PodRunner,
@@ -392,7 +401,7 @@ def test_a_held_create_refused_because_the_lease_exists_deletes_its_pod(
     assert (record.fencing_token, record.holder_identity) in ((0, None), (1, "taken-1"))
     wait_for(
         "the refused create's pod deleted",
-        lambda: pod_gone_or_going(api_client, namespace, "taken-1"),
+        lambda: _gone_or_going(api_client, namespace, "taken-1", lost_uid),
         10,
     )
     assert actors.ctx.pod_memory.disowned(lost_uid)

@@ -35,7 +35,7 @@ from leasehold.lease.protocol import LeaseRecord, Outcome
 from leasehold.lease.store import LeaseStore, Rejected, reclaim_note
 from operatorproc import OperatorProcess
 from podrunner import PodRunner
-from tests.integration.jobs import condition_true, run, wait_for
+from tests.integration.jobs import condition_true, renewed, run, wait_for
 from tests.integration.test_failure_policy import evict
 
 G, V = names.GROUP, names.VERSION
@@ -314,6 +314,7 @@ def test_forbid_waits_for_a_frozen_runs_lease_then_claims_a_higher_token(
         "the first run's pod to hold its lease", lambda: held_run(store, namespace, first), 30
     )
     assert runs(api_client, namespace, "nightly")[first]["metadata"]["labels"]["team"] == "tests"
+    wait_for("the first run renewing", lambda: renewed(store, namespace, first), 30)
     # Freeze its worker shortly before the next schedule time: it stops renewing,
     # but its lease stays held for 20 s more, past that time.
     clock.wait_until_second(50)
@@ -908,6 +909,8 @@ def test_forbid_with_an_indexed_template_waits_until_every_index_lease_is_unheld
     create_cron(api_client, namespace, "fb", command, concurrencyPolicy="Forbid", job_spec=INDEXED)
     first = wait_for("the first run", lambda: next(iter(runs(api_client, namespace, "fb")), None))
     held = wait_for("both indexes held", lambda: held_indexes(store, namespace, first), 30)
+    index_1 = index_lease_name(first, 1)
+    wait_for("index 1 renewing", lambda: renewed(store, namespace, index_1), 30)
     clock.wait_until_second(50)
     local_pod_runner.pause(namespace, held[1][0])  # index 1's worker stops renewing
     frozen_at = time.monotonic()

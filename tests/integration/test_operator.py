@@ -28,6 +28,7 @@ from tests.integration.jobs import (
     events,
     lease_holder,
     phase_is,
+    renewed,
     run,
     status,
     wait_for,
@@ -63,7 +64,9 @@ def test_paused_worker_is_reclaimed_and_cannot_complete(
     duration = 3
     create_job(api_client, namespace, "pause", run(duration * 2.5), lease_seconds=duration)
     local_pod_runner.wait_for_pid(namespace, "pause-1", timeout=30)
-    time.sleep(1.0)  # let it renew at least once
+    # Renewed at least once (its confirm): an attempt that never renewed gets a
+    # lease duration more from its pod running (the start grace), not this bound.
+    wait_for("the first renewal", lambda: renewed(store, namespace, "pause"), 30)
     local_pod_runner.pause(namespace, "pause-1")
     paused_at = time.monotonic()
     # The bound from below counts from the worker's last renewal (a renewal in
@@ -176,7 +179,7 @@ def test_recreated_pod_does_not_inherit_the_old_claim(
     local_pod_runner.wait_for_pid(namespace, "reborn-1", timeout=30)
     original = core.read_namespaced_pod("reborn-1", namespace)
     local_pod_runner.pause(namespace, "reborn-1")
-    wait_for("attempt 2", lambda: lease_holder(store, namespace, "reborn")[1] == 2, 20)
+    wait_for("attempt 2", lambda: lease_holder(store, namespace, "reborn")[1] == 2, 30)
     local_pod_runner.kill(namespace, "reborn-1")
     wait_for(
         "old pod gone",
