@@ -10,6 +10,7 @@ from typing import Any, TypeVar, cast
 from kubernetes import client
 
 from leasehold import names
+from leasehold.lease.errors import LeaseNotFoundError
 from leasehold.lease.store import LeaseStore
 
 G, V = names.GROUP, names.VERSION
@@ -144,7 +145,10 @@ def renewed(store: LeaseStore, namespace: str, name: str) -> bool:
     attempt that never renewed gets the start grace (one lease duration more
     from its pod running), not the lease duration.
     """
-    record = store.get(namespace, name).record
+    try:
+        record = store.get(namespace, name).record
+    except LeaseNotFoundError:
+        return False  # not created yet (a job's first lease comes after its pod)
     return record.renew_time is not None and record.renew_time != record.acquire_time
 
 

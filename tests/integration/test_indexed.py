@@ -551,7 +551,13 @@ def test_a_job_named_like_an_index_has_a_lease_of_its_own(
     conditions = status(api_client, namespace, "clash-0").get("conditions", [])
     assert all(c["reason"] != "LeaseNameTaken" for c in conditions)
     # NonIndexed with completions: per-slot leases, no index ranges in the status.
-    st = status(api_client, namespace, "clash")
+    st = wait_for(
+        "the status counted",
+        lambda: (lambda s: s if "completionProgress" in s else None)(
+            status(api_client, namespace, "clash")
+        ),
+        30,
+    )
     assert "completedIndexes" not in st
     assert st["completionProgress"] == "0/2"
 

@@ -29,6 +29,7 @@ from tests.integration.jobs import (
     events,
     patch_spec,
     phase_is,
+    renewed,
     status,
     wait_for,
 )
@@ -167,7 +168,7 @@ def test_recreate_pods_only_after_they_have_failed_if_pod_replacement_policy_is_
         template=template('if [ "$LEASEHOLD_FENCING_TOKEN" = 1 ]; then sleep 120; else true; fi'),
     )
     local_pod_runner.wait_for_pid(namespace, "rpl-1", timeout=60)
-    wait_for("rpl-1 renewing", lambda: store.get(namespace, "rpl").record.renew_time, 30)
+    wait_for("rpl-1 renewing", lambda: renewed(store, namespace, "rpl"), 30)
     local_pod_runner.pause(namespace, "rpl-1")  # its lease expires; its pod ignores SIGTERM
 
     def deleting() -> bool:
@@ -215,7 +216,7 @@ def test_recreate_index_pods_only_after_they_have_failed_if_pod_replacement_poli
         template=template(script),
     )
     local_pod_runner.wait_for_pid(namespace, "rpx-0-1", timeout=60)
-    wait_for("rpx-0-1 renewing", lambda: store.get(namespace, "rpx.0").record.renew_time, 30)
+    wait_for("rpx-0-1 renewing", lambda: renewed(store, namespace, "rpx.0"), 30)
     local_pod_runner.pause(namespace, "rpx-0-1")
 
     def deleting() -> bool:
