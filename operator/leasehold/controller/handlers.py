@@ -163,7 +163,7 @@ async def attempt_pod_event(*, type: str, body: kopf.Body, memo: Any, **_: Any) 
     running = type != "DELETED" and phase == "Running"
     if memo.runtime.expiry.started(meta["namespace"], lease, holder, int(token), running=running):
         log.debug(
-            "pod %s/%s %s: its lease's expiry clock started",
+            "pod %s/%s %s: its lease's expiry clock started (or its start grace ended)",
             meta["namespace"],
             holder,
             "is gone" if type == "DELETED" else f"is {phase}",

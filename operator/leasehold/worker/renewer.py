@@ -253,7 +253,7 @@ class Renewer:
     # -- the loop --------------------------------------------------------
 
     def confirm(self) -> Accepted:
-        """Renew until one renewal succeeds, retrying for one window and one lease duration.
+        """Renew until one renewal succeeds, retrying for a lease duration and the start grace.
 
         Nothing has started yet, so nothing needs fencing while this retries:
         each accepted renewal opens its window from its own request's start,

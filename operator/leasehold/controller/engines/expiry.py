@@ -253,6 +253,7 @@ class ExpiryWatch:
             watched.start_grace_seconds = _start_grace(watched, running=pod[3])
         elif (
             old is not None
+            and old.start_grace_seconds  # 0 for nearly every lease: no more work per renewal
             and _claim(old.signature) == _claim(signature)
             and not _renewed(old, generation, spec)
         ):
@@ -489,8 +490,7 @@ def _started_at(
         return None  # a new claim: a new attempt, starting
     if old.started_at is not None:
         return old.started_at
-    renewed = spec.get("renewTime") != (old.body.get("spec") or {}).get("renewTime")
-    return now if generation != old.generation and renewed else None
+    return now if _renewed(old, generation, spec) else None
 
 
 def _without_managed_fields(body: dict[str, Any]) -> dict[str, Any]:
