@@ -92,6 +92,9 @@ byte now = 0;
 
 /* The JobLease: the fencing domain of the job name; it outlives the job. */
 #ifdef S_CREATE
+#ifdef ANY_VIEW
+byte any_view_creates = 0;  /* held creates decided on a view that missed the lease */
+#endif
 bool l_abs = true;    /* no JobLease of the name yet (a create answers 409 once there is) */
 #else
 bool l_abs = false;
@@ -406,8 +409,17 @@ proctype Operator(byte r) {
 #ifdef STALE_VIEW
        /* The operator decides on its cache and the job's status.leaseName,
         * which may miss a lease that exists: a new incarnation's view of the
-        * old one's, or a peer replica's fresh create (its token at most 1). */
+        * old one's, or a peer replica's fresh create (its token at most 1).
+        * With ANY_VIEW it may miss any lease, at any token: an index lease's
+        * held create (IndexLeaseCreator._first_attempt) is decided on the
+        * lease cache and the pod watch's memory, which an index lease of an
+        * earlier token whose pods are gone can escape (once, a bound: each
+        * such create makes a pod). */
+#ifdef ANY_VIEW
+       (l_abs || any_view_creates == 0) &&
+#else
        (l_abs || l_inc != job_uid || l_tok <= 1) &&
+#endif
 #else
        l_abs &&
 #endif
@@ -415,6 +427,9 @@ proctype Operator(byte r) {
        !job_susp &&
 #endif
        !SCALED_OUT && !cpend && !rpend && !hpend && next_uid < NUID - 1 ->
+#ifdef ANY_VIEW
+       if :: !l_abs -> any_view_creates++ :: else -> skip fi;
+#endif
        ct = 1; cinc = job_uid;
        if
        :: pod_uid[ct] != 0 ->

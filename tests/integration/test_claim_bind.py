@@ -29,6 +29,7 @@ from leasehold.controller.plan.single import Action, Plan
 from leasehold.controller.runtime import Actors
 from leasehold.lease.api import LeasedJob, LeasedJobStatus, LeaseMode
 from leasehold.lease.errors import LeaseNotFoundError, StoreError
+from leasehold.lease.indexes import index_lease_name
 from leasehold.lease.protocol import Completion, Rejection
 from leasehold.lease.store import Accepted, HeldBy, LeaseStore, Rejected, StoredLease
 from operatorproc import OperatorProcess
@@ -152,6 +153,54 @@ def test_a_first_attempt_is_claimed_in_its_leases_create(
     assert created["acquireTime"] == created["renewTime"]  # starting, not yet renewed
     assert not created.get("suspended")
     assert status(api_client, namespace, "one")["completion"]["fencingToken"] == 1
+
+
+def test_an_index_first_attempt_is_claimed_in_its_index_leases_create(
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    namespace: str,
+) -> None:
+    """Each index lease of an Indexed job is created held by its index's first pod (issue 29).
+
+    The same fold as a single job's first attempt: per index, the lease's
+    versions are its held create, the worker's confirm renewal and the
+    completion (an unheld create and a claim before: four). Every index's
+    lease is bound to that index's pod from its first version on.
+    """
+    versions = lease_versions(api_client, namespace)
+    create_job(
+        api_client,
+        namespace,
+        "ix",
+        run(0.2),
+        lease_seconds=30,
+        completions=3,
+        parallelism=3,
+        completionMode="Indexed",
+    )
+    wait_for("Succeeded", phase_is(api_client, namespace, "ix", "Succeeded"), 90)
+    leases = [index_lease_name("ix", i) for i in range(3)]
+    wait_for(
+        "the completions' versions",
+        lambda: all(any(s.get("completion") for s in specs(versions, n)) for n in leases),
+        10,
+    )
+    versions.stop()
+    core = client.CoreV1Api(api_client)
+    for index, lease in enumerate(leases):
+        seen = specs(versions, lease)
+        kinds = lease_writes(seen)
+        assert kinds == ["create-held", "renew", "complete"], (lease, kinds)
+        pod: Any = core.read_namespaced_pod(f"ix-{index}-1", namespace)
+        created = seen[0]
+        assert (created["holderIdentity"], created["holderUID"]) == (
+            f"ix-{index}-1",
+            pod.metadata.uid,
+        )
+        assert (created["fencingToken"], created.get("baseFencingToken", 0)) == (1, 0)
+        assert seen[-1]["completion"]["fencingToken"] == 1
+    assert status(api_client, namespace, "ix")["completedIndexes"] == "0-2"
 
 
 def _claim_plan(pod: str, token: int) -> Plan:

@@ -308,8 +308,11 @@ class Attempts:
         plan: Plan,
         prospective: StoredLease,
         create: Callable[[HeldBy], StoredLease],
+        index: int | None = None,
+        *,
+        tell: Tell | None = None,
     ) -> Created | None:
-        """A job's first attempt with no lease yet: the pod first, then the lease created held.
+        """A first attempt with no lease yet: the pod first, then the lease created held.
 
         The create and the first claim are one write: the pod is created
         under ``plan.token`` (the token the claim would take), then the lease
@@ -331,6 +334,8 @@ class Attempts:
             prospective: the lease as the plain create would make it (not stored).
             create: creates the lease held by the given pod; raises
                 :class:`~leasehold.lease.errors.WriteRefusedError` as the store does.
+            index: the completion index, for an index lease of an Indexed job.
+            tell: records the ``Started`` Event (``None``: at once, in this thread).
 
         Returns:
             :class:`Created`, or ``None`` when nothing was created and the
@@ -346,7 +351,7 @@ class Attempts:
         namespace, name = ns_name(body)
         assert plan.pod_name is not None and plan.token is not None
         token = plan.token
-        created = ctx.pods.create(namespace, _pod(job, body, plan, token, prospective, None))
+        created = ctx.pods.create(namespace, _pod(job, body, plan, token, prospective, index))
         if isinstance(created, QuotaExceeded):
             held = self._held_by_quota(body, plan, plan.status, created.message)
             return Created(held, None)  # nothing claimed: the lease comes with the pod
@@ -382,7 +387,9 @@ class Attempts:
                 return Created(None, current)
             lease = current  # an earlier create of ours, for this very pod
         ctx.lease_cache.put(lease.body)
-        status = self._started(job, body, plan, _attempt_status(plan, token, prospective), token)
+        status = self._started(
+            job, body, plan, _attempt_status(plan, token, prospective), token, tell
+        )
         return Created(replace(plan, status=status), lease)
 
     def _ours_to_claim_for(

@@ -16,18 +16,22 @@ under the job's lock.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from leasehold import names
 from leasehold.controller.act import domain
+from leasehold.controller.act.attempts import Attempts, Tell
 from leasehold.controller.act.context import Context
 from leasehold.controller.plan import indexed
 from leasehold.controller.plan.indexed import IndexStep
+from leasehold.controller.plan.single import Action, PodFacts
 from leasehold.lease.api import LeasedJob
 from leasehold.lease.errors import LeaseNotFoundError, WriteRefusedError
+from leasehold.lease.leaseops import stored_from_body
 from leasehold.lease.protocol import lease_is_final
-from leasehold.lease.store import Accepted, StoredLease
+from leasehold.lease.store import Accepted, StoredLease, new_lease_body
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +65,33 @@ def index_of(lease: StoredLease) -> int | None:
     return int(raw) if raw is not None and str(raw).isdigit() else None
 
 
+def _index_lease_fields(
+    job: LeasedJob, body: dict[str, Any], step: IndexStep, start: int
+) -> dict[str, Any]:
+    """The fields of an index's new lease (not a cron run's), starting at token ``start``.
+
+    No ownerReference: like a job's lease, it outlives the job.
+    """
+    meta = body["metadata"]
+    return {
+        "job_name": str(meta["name"]),
+        "lease_duration_seconds": job.spec.lease_duration_seconds,
+        "max_fencing_token": start + indexed.index_max_fencing_token_span(job),
+        "initial_fencing_token": start,
+        "labels": {
+            names.LABEL_JOB: str(meta["name"]),
+            names.LABEL_COMPLETION_INDEX: str(step.index),
+        },
+        "startup_deadline_seconds": (
+            job.spec.startup_deadline_seconds if job.spec.template is not None else None
+        ),
+        "job_uid": str(meta["uid"]),
+        "mode": domain.mode(job),
+        "finalizers": [names.FINALIZER_DOMAIN],
+        "work": domain.work_item(job),  # params and priority: the same on every index
+    }
+
+
 @dataclass(frozen=True)
 class StepDone:
     """An index's step is over for this reconcile; look again after this many seconds.
@@ -80,8 +111,10 @@ class IndexLeaseCreator:
         ctx: the shared edges and state (the store, Events, the pod memory).
     """
 
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, attempts: Attempts, tell: Tell | None = None) -> None:
         self._ctx = ctx
+        self._attempts = attempts
+        self._tell = tell
 
     def create(
         self,
@@ -89,17 +122,33 @@ class IndexLeaseCreator:
         body: dict[str, Any],
         step: IndexStep,
         legacy: StoredLease | None,
+        pods: Mapping[int, PodFacts] | None = None,
     ) -> StoredLease | StepDone | None:
-        """Create an index's lease (unheld): its own fencing domain.
+        """Create an index's lease: its own fencing domain; held by its first pod where it may be.
 
         It starts where :meth:`_start_token` says, so the index's tokens never
-        go back; a create refused because the name exists is read back
+        go back. An index's plain first attempt is folded into the create
+        (:meth:`_first_attempt`): the pod first, then the lease created held
+        by it, one lease write instead of two. Otherwise the lease is created
+        unheld; a create refused because the name exists is read back
         (:meth:`_existing`).
 
+        Args:
+            job: the LeasedJob (validated ``body``).
+            body: its raw body.
+            step: the index's ``CREATE_LEASE`` step.
+            legacy: the index's lease under its legacy name, if one exists.
+            pods: the index's attempt pods by token, where read.
+
         Returns:
-            The index's lease (created, or found to be this index's already);
-            ``None`` to look again on the next event; :class:`StepDone` with the
-            lease that holds the name when that lease is not this index's.
+            The index's lease (created unheld, or found to be this index's
+            already: plan on it); ``None`` to look again on the next event;
+            :class:`StepDone` when the index's step is over (its first attempt
+            started with the lease created held; or, with the lease that holds
+            the name, when that lease is not this index's).
+
+        Raises:
+            TransientStoreError: the API server failed; try again.
         """
         meta = body["metadata"]
         namespace, name = str(meta["namespace"]), str(meta["name"])
@@ -109,33 +158,76 @@ class IndexLeaseCreator:
         start = self._start_token(namespace, name, step, legacy)
         if start is None:
             return None
+        fields = _index_lease_fields(job, body, step, start)
+        if start == 0 and legacy is None:
+            first = self._first_attempt(job, body, step, fields, pods)
+            if first is not None:
+                return first
         try:
             # No ownerReference: like a job's lease, it outlives the job.
-            created = self._ctx.store.create(
-                namespace,
-                step.lease_name,
-                job_name=name,
-                lease_duration_seconds=job.spec.lease_duration_seconds,
-                max_fencing_token=start + indexed.index_max_fencing_token_span(job),
-                initial_fencing_token=start,
-                labels={
-                    names.LABEL_JOB: name,
-                    names.LABEL_COMPLETION_INDEX: str(step.index),
-                },
-                startup_deadline_seconds=(
-                    job.spec.startup_deadline_seconds if job.spec.template is not None else None
-                ),
-                job_uid=str(meta["uid"]),
-                mode=domain.mode(job),
-                finalizers=[names.FINALIZER_DOMAIN],
-                work=domain.work_item(job),  # params and priority: the same on every index
-            )
+            created = self._ctx.store.create(namespace, step.lease_name, **fields)
         except WriteRefusedError:
             return self._existing(namespace, name, step)
         # Into the cache (not skipped as this operator's own: its event plans on the lease).
         self._ctx.lease_cache.put(created.body)
         self._tell_carried(body, step, legacy, start)
         return created
+
+    def _first_attempt(
+        self,
+        job: LeasedJob,
+        body: dict[str, Any],
+        step: IndexStep,
+        fields: dict[str, Any],
+        pods: Mapping[int, PodFacts] | None,
+    ) -> StoredLease | StepDone | None:
+        """Start an index's first attempt with its lease created held by its pod, if it may be so.
+
+        The same step as a single job's first attempt
+        (:meth:`Attempts.start_with_new_lease
+        <leasehold.controller.act.attempts.Attempts.start_with_new_lease>`,
+        checked by ``model/lifecycle.pml``'s ``S_CREATE`` on any view of the
+        lease, docs/model.md): only for a lease that starts at token 0 (no
+        legacy lease, no pod of the index seen: a recreated lease keeps the
+        plain path), with a pod template, not suspended. The pure planner
+        decides on the lease as the plain create would make it: the attempt
+        starts only where it would claim that lease's first token at once.
+
+        Returns:
+            :class:`StepDone` when the attempt was started (or held back by a
+            quota), the lease found instead (plan on it: the create was
+            refused and the pod was deleted, or the lease is this index's
+            unheld one, to claim for that pod), or ``None``: create the lease
+            unheld, as before.
+        """
+        if job.spec.template is None or job.spec.suspend:
+            return None
+        namespace = str(body["metadata"]["namespace"])
+        prospective = stored_from_body(new_lease_body(namespace, step.lease_name, **fields))
+        plan = indexed.plan_index(
+            job, step.index, prospective.record, now=self._ctx.now(), pods=pods
+        )
+        if plan.action is not Action.CLAIM_AND_START or plan.token != 1:
+            return None
+        store = self._ctx.store
+        made = self._attempts.start_with_new_lease(
+            job,
+            body,
+            replace(plan, events=[]),
+            prospective,
+            lambda held_by: store.create(namespace, step.lease_name, **fields, held_by=held_by),
+            step.index,
+            tell=self._tell,
+        )
+        if made is None or (made.plan is None and made.lease is None):
+            return None
+        if made.plan is None:
+            return made.lease
+        for event in made.plan.events:  # a quota's hold
+            self._ctx.events.record(
+                body, event.type, event.reason, f"Index {step.index}: {event.message}"
+            )
+        return StepDone(made.plan.requeue_after_seconds)
 
     def run_lease(self, namespace: str, run: str, cron: str) -> StoredLease | None:
         """A cron job's run's own lease (its token range), read from the API server.

@@ -143,7 +143,7 @@ class IndexedActor:
         self._ctx = ctx
         self._holds = holds
         self._attempts = attempts
-        self._creator = IndexLeaseCreator(ctx)
+        self._creator = IndexLeaseCreator(ctx, attempts, self._tell_soon)
         self._retry_after: dict[tuple[str, str, int], datetime] = {}
         """(namespace, lease, token) -> when that failure's backoff ends (memory only)."""
         self._told_waits: set[tuple[str, str, int]] = set()
@@ -451,7 +451,7 @@ class IndexedActor:
         """
         plan = step.plan
         for _ in range(MAX_REPLANS):
-            acted = self._act(job, body, step, plan, lease, legacy)
+            acted = self._act(job, body, step, plan, lease, legacy, pods)
             if isinstance(acted, StepDone):
                 return acted
             lease = acted
@@ -485,6 +485,7 @@ class IndexedActor:
         plan: Plan,
         lease: StoredLease | None,
         legacy: StoredLease | None = None,
+        pods: dict[int, PodFacts] | None = None,
     ) -> StoredLease | StepDone | None:
         """One write of an index's step.
 
@@ -494,7 +495,7 @@ class IndexedActor:
         """
         action = plan.action
         if action is Action.CREATE_LEASE:
-            return self._creator.create(job, body, step, legacy)
+            return self._creator.create(job, body, step, legacy, pods)
         if lease is None:
             return StepDone(plan.requeue_after_seconds)
         store = self._ctx.store
