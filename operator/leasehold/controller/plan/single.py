@@ -276,52 +276,76 @@ def _end_attempt(
     return [*history[:-1], ended]
 
 
+def _ended_as(
+    token: int,
+    lease: LeaseRecord,
+    pods: dict[int, PodFacts],
+    last_reclaim_reason: str | None,
+) -> tuple[AttemptReason, int | None] | None:
+    """How the attempt under ``token`` ended, as the lease shows it: (reason, exit code).
+
+    With the completion's outcome when one was recorded under its token;
+    else, once the lease moved past it or is unheld, as reclaimed (or never
+    started, suspended, evicted). ``None`` while it runs.
+    """
+    done = lease.completion
+    if done is None and lease.last_failure is not None:
+        done = lease.last_failure  # reopened to retry; the failure stays on record
+    facts = pods.get(token)
+    disrupted = facts is not None and facts.disrupted
+    if done is not None and done.fencing_token == token:
+        outcome = (
+            AttemptReason.SUCCEEDED
+            if done.outcome == Outcome.SUCCEEDED
+            else AttemptReason.EVICTED
+            if disrupted
+            else AttemptReason.FAILED
+        )
+        return outcome, done.exit_code
+    if token < lease.fencing_token or lease.holder_identity is None:
+        current = token == lease.fencing_token
+        why = (
+            AttemptReason.STARTUP_DEADLINE_EXCEEDED
+            if current and last_reclaim_reason == STARTUP_DEADLINE_EXCEEDED
+            else AttemptReason.SUSPENDED
+            if lease.suspended and current
+            else AttemptReason.EVICTED
+            if disrupted
+            else AttemptReason.RECLAIMED
+        )
+        return why, None
+    return None
+
+
 def _track_attempts(
     status: LeasedJobStatus,
     lease: LeaseRecord,
     pods: dict[int, PodFacts],
     now: datetime,
     last_reclaim_reason: str | None,
+    started_token: int | None = None,
 ) -> LeasedJobStatus:
     """Bring ``status.attemptHistory`` up to date with the lease (and the pods read).
 
     An open attempt whose lease moved on is ended: with the completion's
     outcome when one was recorded under its token, else as reclaimed (or
-    never started). A claim not yet in the history opens a new attempt.
-    Only the last :data:`~leasehold.lease.api.MAX_ATTEMPT_HISTORY` are kept.
+    never started). A claim not yet in the history opens a new attempt. A
+    claim that this job started (``started_token``: the token its stored
+    status recorded when the attempt's pod was made) and that ended before
+    any plan saw it held (a reclaim, a completion or a suspend that the
+    job's next reconcile found first: a busy operator) is recorded opened
+    and ended at once, so the history and ``lastAttemptReason`` never miss
+    an attempt. Only the last :data:`~leasehold.lease.api.MAX_ATTEMPT_HISTORY`
+    are kept.
     """
     history = list(status.attempt_history or [])
     token = lease.fencing_token
     last = history[-1] if history else None
     if last is not None and last.reason is None:
-        done = lease.completion
-        if done is None and lease.last_failure is not None:
-            done = lease.last_failure  # reopened to retry; the failure stays on record
-        facts = pods.get(last.fencing_token)
-        disrupted = facts is not None and facts.disrupted
-        if done is not None and done.fencing_token == last.fencing_token:
-            outcome = (
-                AttemptReason.SUCCEEDED
-                if done.outcome == Outcome.SUCCEEDED
-                else AttemptReason.EVICTED
-                if disrupted
-                else AttemptReason.FAILED
-            )
-            history = _end_attempt(history, outcome, now, done.exit_code)
-        elif last.fencing_token < token or lease.holder_identity is None:
-            never_started = (
-                last.fencing_token == token and last_reclaim_reason == STARTUP_DEADLINE_EXCEEDED
-            )
-            why = (
-                AttemptReason.STARTUP_DEADLINE_EXCEEDED
-                if never_started
-                else AttemptReason.SUSPENDED
-                if lease.suspended and last.fencing_token == token
-                else AttemptReason.EVICTED
-                if disrupted
-                else AttemptReason.RECLAIMED
-            )
-            history = _end_attempt(history, why, now)
+        ended = _ended_as(last.fencing_token, lease, pods, last_reclaim_reason)
+        if ended is not None:
+            history = _end_attempt(history, ended[0], now, ended[1])
+    unseen = (last is None or last.fencing_token < token) and token > lease.base_fencing_token
     if lease.holder_identity is not None and (last is None or last.fencing_token < token):
         history.append(
             AttemptRecord(
@@ -330,6 +354,15 @@ def _track_attempts(
                 start_time=lease.acquire_time or now,
             )
         )
+    elif unseen and started_token == token and status.pod_name is not None:
+        ended = _ended_as(token, lease, pods, last_reclaim_reason)
+        if ended is not None:
+            opened = AttemptRecord(
+                fencing_token=token,
+                pod_name=status.pod_name,
+                start_time=lease.acquire_time or now,
+            )
+            history = _end_attempt([*history, opened], ended[0], now, ended[1])
     # An exit code is the attempt's only if known by the time it ended (a pod
     # still running when reclaimed exits later, when it is deleted as stale).
     was_open = {a.fencing_token for a in status.attempt_history or [] if a.reason is None}
@@ -687,6 +720,7 @@ def _observe(
     """
     job = ctx.job
     attempts = lease.fencing_token - lease.base_fencing_token
+    started_token = status.fencing_token  # as stored: the last attempt this job started
     status.fencing_token = lease.fencing_token
     status.attempts = attempts
     status.holder_identity = lease.holder_identity
@@ -703,7 +737,7 @@ def _observe(
     failed_now = lease.completion is not None and lease.completion.outcome == Outcome.FAILED
     failed_now = failed_now and not excusable
     status.failed = lease.failures + (1 if failed_now else 0)
-    status = _track_attempts(status, lease, pods, ctx.now, last_reclaim_reason)
+    status = _track_attempts(status, lease, pods, ctx.now, last_reclaim_reason, started_token)
     stale = lease.fencing_token if job.spec.template is not None else 0
     if not job.spec.suspend and suspension.is_suspended(status):
         message = suspension.resumed_message(lease.fencing_token)

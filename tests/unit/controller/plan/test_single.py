@@ -533,3 +533,43 @@ def test_a_decision_written_by_another_client_stops_the_jobs_held_lease() -> Non
     assert reconcile.plan(j, done, now=NOW, pod_created_for_holder=True).action is Action.NONE
     other = lease(1, "hello-1", job_uid="u-0")
     assert reconcile.plan(j, other, now=NOW, pod_created_for_holder=True).action is Action.NONE
+
+
+def _started(token: int) -> LeasedJob:
+    """The job as stored once its attempt under ``token`` was started, never seen held."""
+    status = LeasedJobStatus(fencing_token=token, pod_name=f"hello-{token}", attempts=token)
+    return job(maxAttempts=1).model_copy(update={"status": status})
+
+
+def test_an_attempt_reclaimed_before_any_plan_saw_it_held_is_in_the_history() -> None:
+    """A busy operator's next reconcile finds the claim reclaimed already: the attempt counts.
+
+    The job failed with its attempt missing from ``attemptHistory`` and no
+    ``lastAttemptReason`` before (kind, 200 jobs at once).
+    """
+    plan = reconcile.plan(_started(1), lease(1), now=NOW, pod_created_for_holder=False)
+    assert plan.status.phase == Phase.FAILED
+    [attempt] = plan.status.attempt_history or []
+    assert (attempt.fencing_token, attempt.pod_name, attempt.reason) == (1, "hello-1", "Reclaimed")
+    assert attempt.end_time == NOW
+    assert plan.status.last_attempt_reason == "Reclaimed"
+
+
+def test_an_attempt_completed_before_any_plan_saw_it_held_is_in_the_history() -> None:
+    done = Completion(FencingToken(1), HolderIdentity("hello-1"), Outcome.SUCCEEDED, NOW)
+    plan = reconcile.plan(
+        _started(1), lease(1, completion=done), now=NOW, pod_created_for_holder=False
+    )
+    assert plan.status.phase == Phase.SUCCEEDED
+    assert [(a.fencing_token, a.reason) for a in plan.status.attempt_history or []] == [
+        (1, "Succeeded")
+    ]
+
+
+def test_no_attempt_is_made_up_for_a_token_this_job_did_not_start() -> None:
+    """A lease at a token the job's status never recorded (a take-over, a base) adds none."""
+    plan = reconcile.plan(job(), lease(1), now=NOW, pod_created_for_holder=False)
+    assert not plan.status.attempt_history
+    based = lease(1, base_fencing_token=FencingToken(1))
+    plan = reconcile.plan(_started(1), based, now=NOW, pod_created_for_holder=False)
+    assert not plan.status.attempt_history
