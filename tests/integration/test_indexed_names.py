@@ -37,6 +37,7 @@ from tests.integration.jobs import (
     status,
     wait_for,
 )
+from tests.integration.test_claim_bind import Watched
 
 
 def sh(script: str) -> str:
@@ -310,6 +311,50 @@ def test_a_jobless_lease_under_an_index_name_is_reported_on_the_job(
     assert warnings and warnings[0] == ready["message"]
     assert store.get(namespace, "hand.0").record.job_name == "someone-else"  # left alone
     assert store.get(namespace, "hand.1").record.job_name == "hand"  # index 1 started
+
+
+def test_a_foreign_lease_under_an_index_name_gets_no_pod_in_push_mode(
+    operator: OperatorProcess,
+    local_pod_runner: PodRunner,
+    api_client: client.ApiClient,
+    store: LeaseStore,
+    namespace: str,
+) -> None:
+    """A push job's index whose lease name another lease holds makes no pod for it.
+
+    The index's first attempt is claimed in its lease's create (its pod made
+    first): with the name taken that create could only be refused, so no
+    pod is made for it at all; the job reports the name as taken and the
+    other index runs (held create) to the end.
+    """
+    store.create(namespace, "push.0", job_name="someone-else", lease_duration_seconds=30)
+    made = Watched(client.CoreV1Api(api_client).list_namespaced_pod, namespace)
+    create_job(
+        api_client,
+        namespace,
+        "push",
+        sh("sleep 0.2"),
+        lease_seconds=30,
+        completions=2,
+        parallelism=2,
+        completionMode="Indexed",
+    )
+
+    def reported() -> dict[str, Any] | None:
+        conditions = status(api_client, namespace, "push").get("conditions", [])
+        ready = next((c for c in conditions if c["type"] == "Ready"), None)
+        return ready if ready is not None and ready["reason"] == "LeaseNameTaken" else None
+
+    wait_for("Ready=False LeaseNameTaken", reported, 30)
+    one = wait_for(
+        "index 1 completed",
+        lambda: store.get(namespace, "push.1").record.completion,
+        60,
+    )
+    assert one.outcome == Outcome.SUCCEEDED
+    made.stop()
+    assert sorted({o.metadata.name for kind, o in made.seen if kind == "ADDED"}) == ["push-1-1"]
+    assert store.get(namespace, "push.0").record.job_name == "someone-else"  # left alone
 
 
 def test_a_missing_index_lease_is_recreated_above_its_pods_tokens(

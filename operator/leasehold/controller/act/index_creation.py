@@ -195,14 +195,17 @@ class IndexLeaseCreator:
 
         Returns:
             :class:`StepDone` when the attempt was started (or held back by a
-            quota), the lease found instead (plan on it: the create was
-            refused and the pod was deleted, or the lease is this index's
-            unheld one, to claim for that pod), or ``None``: create the lease
-            unheld, as before.
+            quota; or with the lease found, when it is another job's: the
+            name is taken), the index's lease found instead (plan on it: the
+            create was refused and the pod was deleted, or the lease is this
+            index's unheld one, to claim for that pod), or ``None``: create
+            the lease unheld, as before.
         """
         if job.spec.template is None or job.spec.suspend:
             return None
         namespace = str(body["metadata"]["namespace"])
+        if self._ctx.lease_cache.get(namespace, step.lease_name) is not None:
+            return None  # a lease of the name exists (another job's): no pod made for nothing
         prospective = stored_from_body(new_lease_body(namespace, step.lease_name, **fields))
         plan = indexed.plan_index(
             job, step.index, prospective.record, now=self._ctx.now(), pods=pods
@@ -222,7 +225,12 @@ class IndexLeaseCreator:
         if made is None or (made.plan is None and made.lease is None):
             return None
         if made.plan is None:
-            return made.lease
+            assert made.lease is not None
+            lease = made.lease
+            if lease.record.job_name != body["metadata"]["name"] or index_of(lease) != step.index:
+                # Another job's lease holds the name (the pod made for it was deleted).
+                return StepDone(NAME_TAKEN_RECHECK_SECONDS, name_taken_by=lease)
+            return lease
         for event in made.plan.events:  # a quota's hold
             self._ctx.events.record(
                 body, event.type, event.reason, f"Index {step.index}: {event.message}"
