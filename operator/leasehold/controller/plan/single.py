@@ -324,6 +324,7 @@ def _track_attempts(
     now: datetime,
     last_reclaim_reason: str | None,
     started_token: int | None = None,
+    started_pod: str | None = None,
 ) -> LeasedJobStatus:
     """Bring ``status.attemptHistory`` up to date with the lease (and the pods read).
 
@@ -331,7 +332,9 @@ def _track_attempts(
     outcome when one was recorded under its token, else as reclaimed (or
     never started). A claim not yet in the history opens a new attempt. A
     claim that this job started (``started_token``: the token its stored
-    status recorded when the attempt's pod was made) and that ended before
+    status recorded when the attempt's pod was made, with that token's pod
+    name ``started_pod``: a token claimed and burnt for a pod name someone
+    else took, then only observed, has another pod's name) and that ended before
     any plan saw it held (a reclaim, a completion or a suspend that the
     job's next reconcile found first: a busy operator) is recorded opened
     and ended at once, so the history and ``lastAttemptReason`` never miss
@@ -354,7 +357,14 @@ def _track_attempts(
                 start_time=lease.acquire_time or now,
             )
         )
-    elif unseen and started_token == token and status.pod_name is not None:
+    recorded: set[int] = set()
+    if (
+        unseen
+        and lease.holder_identity is None
+        and started_token == token
+        and started_pod is not None
+        and status.pod_name == started_pod
+    ):
         ended = _ended_as(token, lease, pods, last_reclaim_reason)
         if ended is not None:
             opened = AttemptRecord(
@@ -363,9 +373,11 @@ def _track_attempts(
                 start_time=lease.acquire_time or now,
             )
             history = _end_attempt([*history, opened], ended[0], now, ended[1])
+            recorded.add(token)
     # An exit code is the attempt's only if known by the time it ended (a pod
     # still running when reclaimed exits later, when it is deleted as stale).
     was_open = {a.fencing_token for a in status.attempt_history or [] if a.reason is None}
+    was_open |= recorded  # ended unseen: its pod's exit code is the one it ended with
     filled = []
     for attempt in history:
         facts = pods.get(attempt.fencing_token)
@@ -737,7 +749,10 @@ def _observe(
     failed_now = lease.completion is not None and lease.completion.outcome == Outcome.FAILED
     failed_now = failed_now and not excusable
     status.failed = lease.failures + (1 if failed_now else 0)
-    status = _track_attempts(status, lease, pods, ctx.now, last_reclaim_reason, started_token)
+    started_pod = pod_name(str(job.metadata.get("name", "")), lease.fencing_token)
+    status = _track_attempts(
+        status, lease, pods, ctx.now, last_reclaim_reason, started_token, started_pod
+    )
     stale = lease.fencing_token if job.spec.template is not None else 0
     if not job.spec.suspend and suspension.is_suspended(status):
         message = suspension.resumed_message(lease.fencing_token)

@@ -573,3 +573,24 @@ def test_no_attempt_is_made_up_for_a_token_this_job_did_not_start() -> None:
     based = lease(1, base_fencing_token=FencingToken(1))
     plan = reconcile.plan(_started(1), based, now=NOW, pod_created_for_holder=False)
     assert not plan.status.attempt_history
+
+
+def test_a_burnt_token_only_observed_is_not_recorded_as_an_attempt() -> None:
+    """Token 2 claimed and burnt (pod name taken by someone else), then seen suspended.
+
+    The stored status has the lease's token 2 (observed) but attempt 1's pod
+    name: this job started no attempt under token 2, so none is recorded.
+    """
+    status = LeasedJobStatus(fencing_token=2, pod_name="hello-1", attempts=2)
+    seen = job().model_copy(update={"status": status})
+    plan = reconcile.plan(seen, lease(2, suspended=True), now=NOW, pod_created_for_holder=False)
+    assert not plan.status.attempt_history
+
+
+def test_an_attempt_ended_unseen_keeps_its_pods_exit_code() -> None:
+    facts = reconcile.PodFacts(uid="p-1", node_name="n", exit_code=3, phase="Failed")
+    plan = reconcile.plan(
+        _started(1), lease(1), now=NOW, pod_created_for_holder=False, pods={1: facts}
+    )
+    [attempt] = plan.status.attempt_history or []
+    assert (attempt.reason, attempt.exit_code, attempt.pod_uid) == ("Reclaimed", 3, "p-1")
