@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -280,6 +280,19 @@ def test_a_legacy_named_index_lease_is_carried_over_at_its_token(
     assert "fencing token 3" in renamed[0]
 
 
+def name_taken(
+    api: client.ApiClient, namespace: str, job: str
+) -> Callable[[], dict[str, Any] | None]:
+    """A wait for the job's ``Ready=False`` with reason ``LeaseNameTaken`` (the condition)."""
+
+    def reported() -> dict[str, Any] | None:
+        conditions = status(api, namespace, job).get("conditions", [])
+        ready = next((c for c in conditions if c["type"] == "Ready"), None)
+        return ready if ready is not None and ready["reason"] == "LeaseNameTaken" else None
+
+    return reported
+
+
 def test_a_jobless_lease_under_an_index_name_is_reported_on_the_job(
     operator: OperatorProcess,
     api_client: client.ApiClient,
@@ -299,12 +312,7 @@ def test_a_jobless_lease_under_an_index_name_is_reported_on_the_job(
         completionMode="Indexed",
     )
 
-    def reported() -> dict[str, Any] | None:
-        conditions = status(api_client, namespace, "hand").get("conditions", [])
-        ready = next((c for c in conditions if c["type"] == "Ready"), None)
-        return ready if ready is not None and ready["reason"] == "LeaseNameTaken" else None
-
-    ready = wait_for("Ready=False LeaseNameTaken", reported, 30)
+    ready = wait_for("Ready=False LeaseNameTaken", name_taken(api_client, namespace, "hand"), 30)
     assert ready["status"] == "False"
     assert ready["message"].startswith("Index 0: JobLease hand.0 belongs to job someone-else")
     warnings = [m for r, m in events(api_client, namespace, "hand") if r == "LeaseNameTaken"]
@@ -340,12 +348,7 @@ def test_a_foreign_lease_under_an_index_name_gets_no_pod_in_push_mode(
         completionMode="Indexed",
     )
 
-    def reported() -> dict[str, Any] | None:
-        conditions = status(api_client, namespace, "push").get("conditions", [])
-        ready = next((c for c in conditions if c["type"] == "Ready"), None)
-        return ready if ready is not None and ready["reason"] == "LeaseNameTaken" else None
-
-    wait_for("Ready=False LeaseNameTaken", reported, 30)
+    wait_for("Ready=False LeaseNameTaken", name_taken(api_client, namespace, "push"), 30)
     one = wait_for(
         "index 1 completed",
         lambda: store.get(namespace, "push.1").record.completion,
