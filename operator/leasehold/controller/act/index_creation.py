@@ -16,7 +16,7 @@ under the job's lock.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -26,7 +26,7 @@ from leasehold.controller.act.attempts import Attempts, Tell
 from leasehold.controller.act.context import Context
 from leasehold.controller.plan import indexed
 from leasehold.controller.plan.indexed import IndexStep
-from leasehold.controller.plan.single import Action, PodFacts
+from leasehold.controller.plan.single import Action, JobEvent, PodFacts
 from leasehold.lease.api import LeasedJob
 from leasehold.lease.errors import LeaseNotFoundError, WriteRefusedError
 from leasehold.lease.leaseops import stored_from_body
@@ -90,6 +90,19 @@ def _index_lease_fields(
         "finalizers": [names.FINALIZER_DOMAIN],
         "work": domain.work_item(job),  # params and priority: the same on every index
     }
+
+
+def is_index_lease(lease: StoredLease, job_name: str, index: int) -> bool:
+    """Whether ``lease`` is index ``index``'s lease of the job ``job_name`` (not a name taken)."""
+    return lease.record.job_name == job_name and index_of(lease) == index
+
+
+def tell_index_events(
+    ctx: Context, body: dict[str, Any], index: int, events: Iterable[JobEvent]
+) -> None:
+    """Record an index's planned Events on its job, each message prefixed ``Index <i>:``."""
+    for event in events:
+        ctx.events.record(body, event.type, event.reason, f"Index {index}: {event.message}")
 
 
 @dataclass(frozen=True)
@@ -227,14 +240,11 @@ class IndexLeaseCreator:
         if made.plan is None:
             assert made.lease is not None
             lease = made.lease
-            if lease.record.job_name != body["metadata"]["name"] or index_of(lease) != step.index:
+            if not is_index_lease(lease, str(body["metadata"]["name"]), step.index):
                 # Another job's lease holds the name (the pod made for it was deleted).
                 return StepDone(NAME_TAKEN_RECHECK_SECONDS, name_taken_by=lease)
             return lease
-        for event in made.plan.events:  # a quota's hold
-            self._ctx.events.record(
-                body, event.type, event.reason, f"Index {step.index}: {event.message}"
-            )
+        tell_index_events(self._ctx, body, step.index, made.plan.events)  # a quota's hold
         return StepDone(made.plan.requeue_after_seconds)
 
     def run_lease(self, namespace: str, run: str, cron: str) -> StoredLease | None:
@@ -358,7 +368,7 @@ class IndexLeaseCreator:
         except LeaseNotFoundError:
             return None
         self._ctx.lease_cache.put(existing.body)
-        if existing.record.job_name != name or index_of(existing) != step.index:
+        if not is_index_lease(existing, name, step.index):
             return StepDone(NAME_TAKEN_RECHECK_SECONDS, name_taken_by=existing)
         return existing
 

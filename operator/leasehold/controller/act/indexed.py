@@ -56,6 +56,7 @@ from leasehold.controller.act.index_creation import (
     StepDone,
     cron_of,
     index_of,
+    tell_index_events,
 )
 from leasehold.controller.act.queue import Told
 from leasehold.controller.act.status import (
@@ -621,10 +622,7 @@ class IndexedActor:
             return StepDone(None)
         self._ctx.wrote_lease(written.lease)
         if plan.action is Action.EXCUSE:
-            for event in plan.events:
-                self._ctx.events.record(
-                    body, event.type, event.reason, f"Index {step.index}: {event.message}"
-                )
+            tell_index_events(self._ctx, body, step.index, plan.events)
         return written.lease
 
     def _remember_backoff(self, lease: StoredLease, plan: Plan) -> None:
@@ -721,10 +719,7 @@ class IndexedActor:
             )
         ):
             self._attempts.delete_index_pods(namespace, job_name, step.index, claimed.token)
-        for event in started.events:
-            self._ctx.events.record(
-                body, event.type, event.reason, f"Index {step.index}: {event.message}"
-            )
+        tell_index_events(self._ctx, body, step.index, started.events)
         return started.requeue_after_seconds
 
     def _start(
@@ -739,10 +734,7 @@ class IndexedActor:
         started = self._attempts.start(
             job, body, replace(plan, events=[]), token, lease, step.index, tell=self._tell_soon
         )
-        for event in started.events:
-            self._ctx.events.record(
-                body, event.type, event.reason, f"Index {step.index}: {event.message}"
-            )
+        tell_index_events(self._ctx, body, step.index, started.events)
         return started.requeue_after_seconds
 
     def retire(self, namespace: str, name: str) -> None:

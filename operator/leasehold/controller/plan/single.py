@@ -348,8 +348,8 @@ def _track_attempts(
         ended = _ended_as(last.fencing_token, lease, pods, last_reclaim_reason)
         if ended is not None:
             history = _end_attempt(history, ended[0], now, ended[1])
-    unseen = (last is None or last.fencing_token < token) and token > lease.base_fencing_token
-    if lease.holder_identity is not None and (last is None or last.fencing_token < token):
+    new_token = last is None or last.fencing_token < token
+    if lease.holder_identity is not None and new_token:
         history.append(
             AttemptRecord(
                 fencing_token=token,
@@ -359,7 +359,8 @@ def _track_attempts(
         )
     recorded: set[int] = set()
     if (
-        unseen
+        new_token
+        and token > lease.base_fencing_token
         and lease.holder_identity is None
         and started_token == token
         and started_pod is not None
