@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 import time
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any, TypeVar, cast
 
 from kubernetes import client
@@ -104,6 +105,11 @@ def phase_is(api: client.ApiClient, namespace: str, name: str, phase: str) -> Ca
 
 def condition(st: dict[str, Any], type_: str) -> dict[str, Any]:
     return next(c for c in st.get("conditions", []) if c["type"] == type_)
+
+
+def transition_time(cond: dict[str, Any]) -> datetime:
+    """A condition's ``lastTransitionTime`` (second resolution, UTC)."""
+    return datetime.fromisoformat(str(cond["lastTransitionTime"]).replace("Z", "+00:00"))
 
 
 def condition_true(api: client.ApiClient, namespace: str, name: str, type_: str) -> bool:

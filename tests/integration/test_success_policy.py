@@ -12,7 +12,6 @@ processes (the pod runner).
 from __future__ import annotations
 
 import shlex
-from datetime import datetime
 from typing import Any
 
 import pytest
@@ -36,6 +35,7 @@ from tests.integration.jobs import (
     patch_spec,
     phase_is,
     status,
+    transition_time,
     wait_for,
 )
 
@@ -47,10 +47,6 @@ indexes stay running (held) instead of failing, so the success policy must
 stop them."""
 
 
-def _time(cond: dict[str, Any]) -> datetime:
-    return datetime.fromisoformat(str(cond["lastTransitionTime"]).replace("Z", "+00:00"))
-
-
 def _assert_success_policy_end(
     api: client.ApiClient, store: LeaseStore, namespace: str, name: str, completed: str
 ) -> dict[str, Any]:
@@ -60,7 +56,7 @@ def _assert_success_policy_end(
     assert (met["status"], met["reason"]) == ("True", "SuccessPolicy")
     assert (complete["status"], complete["reason"]) == ("True", "SuccessPolicy")
     assert met["message"].startswith("Matched rules at index 0")
-    assert _time(met) <= _time(complete)
+    assert transition_time(met) <= transition_time(complete)
     assert met["observedGeneration"] == complete["observedGeneration"] == 1
     assert condition(st, "Failed")["status"] == "False"
     assert "FailureTarget" not in [c["type"] for c in st["conditions"]]
@@ -224,7 +220,7 @@ def test_failure_target_comes_before_failed_while_a_stopped_pod_terminates(
     st = status(api_client, namespace, "slow")
     target, failed = condition(st, "FailureTarget"), condition(st, "Failed")
     assert (failed["status"], failed["reason"]) == ("True", "Cancelled")
-    assert _time(target) <= _time(failed)
+    assert transition_time(target) <= transition_time(failed)
     assert st["completionTime"]
     assert "SuccessCriteriaMet" not in [c["type"] for c in st["conditions"]]
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import shlex
 import time
-from datetime import datetime
 from typing import Any
 
 import pytest
@@ -40,6 +39,7 @@ from tests.integration.jobs import (
     patch_spec,
     phase_is,
     status,
+    transition_time,
     wait_for,
 )
 
@@ -127,10 +127,6 @@ def test_params_and_priority_are_validated_and_immutable(
     assert ready["reason"] == "InvalidSpec" and "spec.params is" in ready["message"]
 
 
-def _time(cond: dict[str, Any]) -> datetime:
-    return datetime.fromisoformat(str(cond["lastTransitionTime"]).replace("Z", "+00:00"))
-
-
 def _slot_leases(store: LeaseStore, namespace: str, name: str) -> dict[str, Any]:
     selector = f"{names.LABEL_JOB}={name}"
     return {
@@ -163,7 +159,7 @@ def test_work_queue_job_completes_when_one_pod_succeeds_and_the_others_finish(
     met, complete = condition(st, "SuccessCriteriaMet"), condition(st, "Complete")
     assert (met["status"], met["reason"]) == ("True", "Completed")
     assert (complete["status"], complete["reason"]) == ("True", "Completed")
-    assert _time(met) <= _time(complete)
+    assert transition_time(met) <= transition_time(complete)
     assert met["observedGeneration"] == complete["observedGeneration"] == 1
     assert (st["succeeded"], st["active"], st.get("failed", 0)) == (3, 0, 0), st
     assert "completionProgress" not in st and "leaseName" not in st

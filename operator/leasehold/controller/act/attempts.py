@@ -689,7 +689,7 @@ class Attempts:
         memory.settle(namespace, name, index, present)
         return {t: f if t in present else f._replace(gone=True) for t, f in facts.items()}
 
-    def pods_left(self, namespace: str, name: str, *, owner_uid: str) -> int:
+    def pods_left(self, namespace: str, name: str, *, owner_uid: str, listed: bool = True) -> int:
         """How many of a job incarnation's pods are not terminal yet (any index).
 
         A pod is terminal once its phase is ``Succeeded`` or ``Failed``, or it
@@ -700,6 +700,11 @@ class Attempts:
             namespace: the job's namespace.
             name: the job's name.
             owner_uid: the LeasedJob incarnation that must control the pods.
+            listed: list the job's pods (and teach the pod watch's memory
+                what the list shows); ``False``: count from that memory, as
+                the pod watch has kept it since (no request), unless it
+                cannot tell
+                (:meth:`~leasehold.controller.engines.pods.PodMemory.left`), then list.
 
         Returns:
             The count (0 when none are left).
@@ -707,12 +712,19 @@ class Attempts:
         Raises:
             StoreError: the list failed.
         """
+        memory = self._ctx.pod_memory
+        if not listed:
+            left = memory.left(namespace, name, owner_uid=owner_uid)
+            if left is not None:
+                return left
         pods = self._ctx.pods.list(namespace, f"{names.LABEL_JOB}={name}")
+        owned = [pod for pod in pods if owned_by(pod, owner_uid)]
+        for pod in owned:
+            memory.observe(pod)
         return sum(
             1
-            for pod in pods
-            if owned_by(pod, owner_uid)
-            and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+            for pod in owned
+            if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
         )
 
     def delete_fenced(self, namespace: str, name: str, plan: Plan) -> None:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from leasehold import names
 from leasehold.controller.engines.caches import ObjectCache
@@ -28,6 +28,15 @@ from leasehold.lease.store import LeaseStore, StoredLease
 
 COMPONENT = "leasehold-operator"
 """The operator's field manager and Events' ``source.component``."""
+
+
+class DecidedWait(NamedTuple):
+    """A decided job's wait for its pods, on the operator's monotonic clock (seconds)."""
+
+    since: float
+    """When this process first saw the job decided and not finished."""
+    listed_at: float
+    """When its pods were last listed (between lists the pod watch's memory counts them)."""
 
 
 def _utcnow() -> datetime:
@@ -84,11 +93,12 @@ class Context:
             ran). Dropped when the pod is created or the job is gone.
         lease_clock: when each lease version was first seen: the expiry
             judge's clock (the runtime sets the one its expiry watch uses).
-        decided_seen: ``(namespace, job name, job UID)`` -> when (:attr:`monotonic`,
-            seconds) this process first saw the job decided and not finished:
-            the bounded wait for its pods counts from there, never from a
-            wall-clock stamp (a clock step must neither end it early nor
-            stretch it). Dropped when the job finishes or is gone.
+        decided_seen: ``(namespace, job name, job UID)`` -> the
+            :class:`DecidedWait` of a job this process saw decided and not
+            finished: the bounded wait for its pods counts from its
+            ``since``, never from a wall-clock stamp (a clock step must
+            neither end it early nor stretch it). Dropped when the job
+            finishes or is gone.
         status_clock: when each job's status was last written, and how long a
             change of counts alone may wait (:func:`.status.write_status_soon`).
     """
@@ -106,7 +116,7 @@ class Context:
     locks: JobLocks = field(default_factory=JobLocks)
     quota_held: dict[tuple[str, str], str] = field(default_factory=dict)
     lease_clock: ExpiryClock = field(default_factory=lambda: ExpiryClock(1.0, time.monotonic))
-    decided_seen: dict[tuple[str, str, str], float] = field(default_factory=dict)
+    decided_seen: dict[tuple[str, str, str], DecidedWait] = field(default_factory=dict)
     status_clock: StatusWriteClock = field(default_factory=StatusWriteClock)
 
     def now(self) -> datetime:

@@ -59,7 +59,9 @@ class PodMemory:
 
         A pod no LeasedJob controls is ignored: only the operator's own
         attempt pods are ever judged or counted (no adoption, whatever the
-        labels or a manual selector say).
+        labels or a manual selector say). A pod seen terminal stays so: a
+        later state that is not (a list's, older than an event kept) is
+        ignored.
 
         Args:
             pod: the pod as the API serves it.
@@ -92,6 +94,15 @@ class PodMemory:
             key = (str(meta.get("namespace", "")), str(job), index)
             known = self._pods.setdefault(key, {})
             before = known.get(token)
+            if (
+                before is not None
+                and before.uid == facts.uid
+                and before.terminal
+                and not facts.terminal
+            ):
+                # An older state (a list answered before a watch event we
+                # already kept): a pod's end is never undone.
+                return False
             known[token] = facts
             for old in sorted(known)[:-KEPT_TOKENS]:
                 del known[old]
@@ -183,6 +194,37 @@ class PodMemory:
             ready=sum(1 for p in pods if p.ready),
             terminating=sum(1 for p in pods if p.terminating),
         )
+
+    def left(self, namespace: str, job: str, *, owner_uid: str) -> int | None:
+        """How many of the job's pods are not terminal yet, as last seen (any index).
+
+        The count :meth:`~leasehold.controller.act.attempts.Attempts.pods_left`
+        lists for, read from memory: a pod being deleted counts until it is
+        terminal or gone (batch/v1 waits for it before ``Complete``/``Failed``).
+        Only trustworthy once a list has shown this memory every pod of the
+        job (the caller lists first): a pod neither the watch nor the
+        operator's own create told it of is not counted.
+
+        Args:
+            namespace: the job's namespace.
+            job: the job's name.
+            owner_uid: only the pods this LeasedJob incarnation controls.
+
+        Returns:
+            The count, or ``None`` when the memory cannot tell: no pod watch
+            feeds it, or it forgot some of the job's pods (more than
+            :data:`KEPT_TOKENS` attempts of one index).
+        """
+        with self._lock:
+            if not self.fed or (namespace, job) in self._evicted:
+                return None
+            return sum(
+                1
+                for key, tokens in self._pods.items()
+                if key[:2] == (namespace, job)
+                for facts in tokens.values()
+                if facts.owner_uid == owner_uid and not facts.terminal
+            )
 
     def recall(
         self, namespace: str, job: str, index: int | None = None, *, owner_uid: str | None = None

@@ -217,8 +217,8 @@ def wants_pod_facts(job: LeasedJob, lease: LeaseRecord | None) -> bool:
     status = job.status or LeasedJobStatus()
     if job.spec.template is None or lease is None:
         return False
-    if status.phase in (Phase.SUCCEEDED, Phase.FAILED):
-        return False
+    if status.phase in (Phase.SUCCEEDED, Phase.FAILED) or terminal.decided(status):
+        return False  # decided: planned no further (its wait for the pods counts them)
     last = status.attempt_history[-1] if status.attempt_history else None
     if lease.holder_identity is None:
         # An attempt ended (or none ran): its pod tells how (failure rules).

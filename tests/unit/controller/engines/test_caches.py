@@ -185,3 +185,58 @@ def test_a_body_whose_labels_change_moves_to_its_new_group() -> None:
     assert names_of(cache.members("ns", "b")) == {"x.0"}
     cache.put(index_lease("x.0", "3", "b", None))  # no longer an index lease
     assert cache.members("ns", "b") == []
+
+
+def attempt_pod(
+    job: str,
+    token: int,
+    phase: str,
+    *,
+    uid: str | None = None,
+    index: int | None = None,
+    owner: str = "job-uid",
+) -> dict[str, Any]:
+    body = pod(job, token)
+    meta = body["metadata"]
+    meta["uid"] = uid or f"{job}-{index}-{token}"
+    meta["ownerReferences"][0]["uid"] = owner
+    if index is not None:
+        meta["name"] = f"{job}-{index}-{token}"
+        meta["labels"][names.LABEL_COMPLETION_INDEX] = str(index)
+    body["status"] = {"phase": phase}
+    return body
+
+
+def test_pod_memory_counts_a_jobs_pods_left_over_every_index_until_each_ends() -> None:
+    memory = PodMemory()
+    memory.observe(attempt_pod("a", 1, "Running", index=0))
+    assert memory.left("ns", "a", owner_uid="job-uid") is None  # no pod watch feeds it: list
+    memory.fed = True
+    memory.observe(attempt_pod("a", 1, "Pending", index=1))
+    memory.observe(attempt_pod("a", 1, "Running", owner="an-earlier-incarnation"))
+    memory.observe(attempt_pod("b", 1, "Running"))
+    assert memory.left("ns", "a", owner_uid="job-uid") == 2
+    memory.observe(attempt_pod("a", 1, "Succeeded", index=0))
+    assert memory.left("ns", "a", owner_uid="job-uid") == 1
+    deleting = attempt_pod("a", 1, "Running", index=1)
+    deleting["metadata"]["deletionTimestamp"] = "2026-12-05T17:00:00Z"
+    memory.observe(deleting)
+    assert memory.left("ns", "a", owner_uid="job-uid") == 1  # being deleted still counts
+    memory.observe(deleting, gone=True)
+    assert memory.left("ns", "a", owner_uid="job-uid") == 0
+    for token in range(2, 7):  # index 0's token 1 is forgotten: the memory cannot tell
+        memory.observe(attempt_pod("a", token, "Succeeded", index=0))
+    assert memory.left("ns", "a", owner_uid="job-uid") is None
+
+
+def test_pod_memory_never_takes_a_pods_end_back() -> None:
+    memory = PodMemory()
+    memory.fed = True
+    assert memory.observe(attempt_pod("a", 1, "Succeeded", uid="p1"))
+    # A list answered before the Succeeded event was kept: its Running is older.
+    assert not memory.observe(attempt_pod("a", 1, "Running", uid="p1"))
+    assert memory.left("ns", "a", owner_uid="job-uid") == 0
+    assert memory.recall("ns", "a")[1].phase == "Succeeded"
+    # Another pod under the same token (made again after a deletion) is its own.
+    assert memory.observe(attempt_pod("a", 1, "Running", uid="p2"))
+    assert memory.left("ns", "a", owner_uid="job-uid") == 1

@@ -519,6 +519,22 @@ def test_a_decided_job_past_its_deadline_is_not_planned_again_at_once() -> None:
     assert p.requeue_after_seconds is None
 
 
+def test_a_decided_job_reads_no_pods_for_its_plan() -> None:
+    # Cancelled: its lease stopped without a completion, an end its pods would
+    # judge; decided, the plan reads none (it plans nothing), so its reconciles
+    # while the pod terminates list no pods (each one listed them before).
+    stopped = lease(1, None, max_fencing_token=1)
+    running = AttemptRecord(fencing_token=1, pod_name="hello-1", start_time=NOW)
+    undecided = job(cancel=True)
+    undecided.status = LeasedJobStatus(phase=Phase.RUNNING, attempt_history=[running])
+    assert reconcile.wants_pod_facts(undecided, stopped)
+    j = job(cancel=True)
+    j.status = decided("FailureTarget", reason="Cancelled", lastTransitionTime=NOW)
+    j.status.attempt_history = [running]
+    assert not reconcile.wants_pod_facts(j, stopped)
+    assert reconcile.plan(j, stopped, now=NOW, pod_created_for_holder=True).action is Action.NONE
+
+
 def test_a_decision_written_by_another_client_stops_the_jobs_held_lease() -> None:
     # A SuccessCriteriaMet added through /status (type and status only) while
     # the lease is held: the operator finishes the job, so it takes the lease
