@@ -83,8 +83,9 @@ def test_a_decided_job_waits_for_its_pod_without_listing_pods_each_poll(
     assert local_pod_runner.wait_for_exit(namespace, "slow-1", timeout=5) != 0
 
     log = operator.logs()
-    decided = log.index(f"{namespace}/slow: decided (Failed)")
-    finished = log.index(f"{namespace}/slow: finished (Failed)", decided)
+    finished = log.index(f"{namespace}/slow: finished (Failed)")
+    # The last decision before it: a status write refused (409) decides again.
+    decided = log.rindex(f"{namespace}/slow: decided (Failed)", 0, finished)
     pod_list = re.compile(rf'"GET /api/v1/namespaces/{namespace}/pods\?[^ "]*labelSelector=')
     # The pattern matches this log's request lines: the decision itself listed.
     assert pod_list.findall(log[:decided]), "no pod LIST logged at all: the count proves nothing"

@@ -701,7 +701,9 @@ class Attempts:
             name: the job's name.
             owner_uid: the LeasedJob incarnation that must control the pods.
             listed: list the job's pods (and teach the pod watch's memory
-                what the list shows); ``False``: count from that memory, as
+                what the list shows: the pods it returned, and that those it
+                did not are gone; only for a decided job, which makes no pod
+                any more); ``False``: count from that memory, as
                 the pod watch has kept it since (no request), unless it
                 cannot tell
                 (:meth:`~leasehold.controller.engines.pods.PodMemory.left`), then list.
@@ -721,6 +723,8 @@ class Attempts:
         owned = [pod for pod in pods if owned_by(pod, owner_uid)]
         for pod in owned:
             memory.observe(pod)
+        present = {str((pod.get("metadata") or {}).get("uid")) for pod in owned}
+        memory.settle_all(namespace, name, owner_uid=owner_uid, present=present)
         return sum(
             1
             for pod in owned

@@ -35,8 +35,9 @@ class DecidedWait(NamedTuple):
 
     since: float
     """When this process first saw the job decided and not finished."""
-    listed_at: float
-    """When its pods were last listed (between lists the pod watch's memory counts them)."""
+    listed_at: float | None
+    """When its pods were last listed (between lists the pod watch's memory counts them);
+    ``None`` until a list answered."""
 
 
 def _utcnow() -> datetime:

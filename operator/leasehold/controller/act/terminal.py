@@ -24,7 +24,8 @@ RELIST_SECONDS: Final = 10.0
 
 Between lists, the pod watch's memory counts them; a list now and then
 mends what a watch that missed an event (a deletion during its re-list)
-would otherwise keep counted until the grace bound."""
+would otherwise keep counted until the grace bound: a pod it does not
+return is gone."""
 
 
 def settle(
@@ -65,17 +66,14 @@ def settle(
     # pod that ends triggers this reconcile). The 1 s poll of the wait used to
     # list each time: 5.9 pod LISTs per job on kind at 200 jobs.
     if wait is None:
-        wait = DecidedWait(since=now, listed_at=now)
-        listed = True
-    else:
-        listed = now - wait.listed_at >= RELIST_SECONDS
-        if listed:
-            wait = wait._replace(listed_at=now)
-    ctx.decided_seen[key] = wait
+        wait = ctx.decided_seen[key] = DecidedWait(since=now, listed_at=None)
+    listed = wait.listed_at is None or now - wait.listed_at >= RELIST_SECONDS
     left = 0
     if job.spec.template is not None:
         uid = str(body["metadata"]["uid"])
         left = attempts.pods_left(namespace, name, owner_uid=uid, listed=listed)
+    if listed:  # only once the list answered: a failed one is made again next time
+        wait = ctx.decided_seen[key] = wait._replace(listed_at=now)
     settled = terminal.settle(
         job, before, status, left, now=ctx.now(), waited_seconds=now - wait.since
     )

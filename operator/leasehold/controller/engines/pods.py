@@ -53,15 +53,17 @@ class PodMemory:
         self._evicted: set[tuple[str, str]] = set()
         self._disowned: set[str] = set()
         """UIDs of pods whose claim was lost: never an attempt (:meth:`disown`)."""
+        self._disowned_jobs: set[tuple[str, str]] = set()
+        """(namespace, job) with such a pod: :meth:`left` cannot count them (it lists)."""
 
     def observe(self, pod: Mapping[str, Any], *, gone: bool = False) -> bool:
         """Remember a pod's state (from a watch event's body).
 
         A pod no LeasedJob controls is ignored: only the operator's own
         attempt pods are ever judged or counted (no adoption, whatever the
-        labels or a manual selector say). A pod seen terminal stays so: a
-        later state that is not (a list's, older than an event kept) is
-        ignored.
+        labels or a manual selector say). A pod seen terminal, being deleted
+        or gone stays so: a later state that is not (a list's, older than an
+        event kept) is ignored or merged.
 
         Args:
             pod: the pod as the API serves it.
@@ -94,15 +96,15 @@ class PodMemory:
             key = (str(meta.get("namespace", "")), str(job), index)
             known = self._pods.setdefault(key, {})
             before = known.get(token)
-            if (
-                before is not None
-                and before.uid == facts.uid
-                and before.terminal
-                and not facts.terminal
-            ):
-                # An older state (a list answered before a watch event we
-                # already kept): a pod's end is never undone.
-                return False
+            if before is not None and before.uid == facts.uid:
+                if before.terminal and not facts.terminal:
+                    # An older state (a list answered before a watch event we
+                    # already kept): a pod's end is never undone.
+                    return False
+                # Nor its deletion, for the same reason.
+                facts = facts._replace(
+                    deleting=facts.deleting or before.deleting, gone=facts.gone or before.gone
+                )
             known[token] = facts
             for old in sorted(known)[:-KEPT_TOKENS]:
                 del known[old]
@@ -137,6 +139,7 @@ class PodMemory:
         )
         with self._lock:
             self._disowned.add(uid)
+            self._disowned_jobs.add(key[:2])
             known = self._pods.get(key, {})
             if token in known and known[token].uid == uid:
                 del known[token]
@@ -164,6 +167,27 @@ class PodMemory:
             for token, facts in known.items():
                 if token not in present and facts.deleting and not facts.gone:
                     known[token] = facts._replace(gone=True)
+
+    def settle_all(self, namespace: str, job: str, *, owner_uid: str, present: set[str]) -> None:
+        """Mark gone every remembered pod of a job incarnation that a fresh list did not return.
+
+        For a decided job only (it makes no pod any more, so a pod missing
+        from a list made after its last create is gone): a watch that missed
+        a deletion must not keep the job waiting for it.
+
+        Args:
+            namespace: the job's namespace.
+            job: the job's name.
+            owner_uid: the LeasedJob incarnation whose pods the list covered.
+            present: the UIDs of the pods the list returned.
+        """
+        with self._lock:
+            for key, known in self._pods.items():
+                if key[:2] != (namespace, job):
+                    continue
+                for token, facts in known.items():
+                    if facts.owner_uid == owner_uid and facts.uid not in present:
+                        known[token] = facts._replace(gone=True)
 
     def counts(self, namespace: str, job: str, *, owner_uid: str) -> PodCounts | None:
         """The job's ready and terminating pods, as batch/v1 Job counts them.
@@ -212,11 +236,13 @@ class PodMemory:
 
         Returns:
             The count, or ``None`` when the memory cannot tell: no pod watch
-            feeds it, or it forgot some of the job's pods (more than
-            :data:`KEPT_TOKENS` attempts of one index).
+            feeds it, it forgot some of the job's pods (more than
+            :data:`KEPT_TOKENS` attempts of one index), or one of them was
+            disowned (:meth:`disown`: its facts are dropped, but batch/v1
+            would wait for it too).
         """
         with self._lock:
-            if not self.fed or (namespace, job) in self._evicted:
+            if not self.fed or (namespace, job) in self._evicted | self._disowned_jobs:
                 return None
             return sum(
                 1
@@ -289,3 +315,4 @@ class PodMemory:
             for key in [k for k in self._pods if k[:2] == (namespace, job)]:
                 del self._pods[key]
             self._evicted.discard((namespace, job))
+            self._disowned_jobs.discard((namespace, job))

@@ -240,3 +240,16 @@ def test_pod_memory_never_takes_a_pods_end_back() -> None:
     # Another pod under the same token (made again after a deletion) is its own.
     assert memory.observe(attempt_pod("a", 1, "Running", uid="p2"))
     assert memory.left("ns", "a", owner_uid="job-uid") == 1
+
+
+def test_pod_memory_never_takes_a_pods_deletion_back() -> None:
+    memory = PodMemory()
+    memory.fed = True
+    deleting = attempt_pod("a", 1, "Running", uid="p1")
+    deleting["metadata"]["deletionTimestamp"] = "2026-12-05T17:00:00Z"
+    memory.observe(deleting)
+    memory.observe(attempt_pod("a", 1, "Running", uid="p1"))  # a list older than the event
+    assert memory.recall("ns", "a")[1].terminating
+    memory.observe(attempt_pod("a", 1, "Failed", uid="p1"), gone=True)  # the DELETED event
+    memory.observe(attempt_pod("a", 1, "Failed", uid="p1"))  # a list older than that
+    assert memory.recall("ns", "a")[1].gone
