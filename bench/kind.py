@@ -450,7 +450,8 @@ def run_indexed(
 def outcomes(env: Mapping[str, str], which: str) -> dict[str, int]:
     """How the round's jobs of ``which`` (one of :data:`KINDS`) ended: outcome -> count.
 
-    A LeasedJob's ``phase`` and, when it failed, its last attempt's reason; a
+    A LeasedJob's ``phase`` and, when it failed, its last attempt's reason
+    and its pod's exit code (if seen); a
     Job's ``Complete`` or ``Failed`` condition (``Running`` if neither).
     """
     batch = which == KINDS[0]
@@ -469,7 +470,13 @@ def outcomes(env: Mapping[str, str], which: str) -> dict[str, int]:
         else:
             outcome = str(status.get("phase") or "Pending")
             if outcome == "Failed":
-                outcome += f" ({status.get('lastAttemptReason')})"
+                # Its last attempt's pod exit code, when the pod watch saw one:
+                # a wrapper that exited before its first renewal (75: lease
+                # lost, 2: bad environment) is told apart from a stall.
+                last = (status.get("attemptHistory") or [{}])[-1]
+                code = last.get("exitCode")
+                exited = "" if code is None else f", exit code {code}"
+                outcome += f" ({status.get('lastAttemptReason')}{exited})"
         counted[outcome] = counted.get(outcome, 0) + 1
     return counted
 
