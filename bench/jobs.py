@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Final, cast
 
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from bench.harness import (
     CLK_TCK,
@@ -235,6 +236,19 @@ STAGES: Final = ("pod created", "pod Running", "pod Succeeded")
 """Pod moments seen by a watch, per job (the job's first pod)."""
 
 
+FAILED_LOG_LINES: Final = 12
+"""Lines kept of a failed pod's log (its wrapper's last words: why the lease was lost)."""
+
+
+def keep_failed_log(core: Any, ns: str, pod: str, logs: dict[str, str]) -> None:
+    """Put the last lines of a failed pod's log into ``logs`` before anyone deletes the pod."""
+    try:
+        text = core.read_namespaced_pod_log(pod, ns, tail_lines=FAILED_LOG_LINES)
+    except ApiException as exc:
+        text = f"(its log could not be read: {exc.status} {exc.reason})"
+    logs[pod] = str(text)
+
+
 def watch_pods(
     h: Harness,
     batch: bool,
@@ -243,8 +257,14 @@ def watch_pods(
     seen: dict[str, dict[str, float]],
     stop: threading.Event,
     ready: threading.Event,
+    failed_logs: dict[str, str] | None = None,
 ) -> None:
-    """Note in ``seen`` (job name -> stage -> monotonic time) when its pod reached each stage."""
+    """Note in ``seen`` (job name -> stage -> monotonic time) when its pod reached each stage.
+
+    With ``failed_logs``, the last lines of each pod seen ``Failed`` are read
+    at once into it (pod name -> text): the operator deletes a fenced pod
+    soon after its lease is reclaimed, and its log with it.
+    """
     core = client.CoreV1Api(new_client(h.kubeconfig))
     label = "job-name" if batch else names.LABEL_JOB
     listed: Any = core.list_namespaced_pod(ns, limit=1)
@@ -265,6 +285,12 @@ def watch_pods(
                 stages.setdefault(STAGES[1], at)
             if phase == "Succeeded":
                 stages.setdefault(STAGES[2], at)
+            name = pod.metadata.name
+            if phase == "Failed" and failed_logs is not None and name not in failed_logs:
+                failed_logs[name] = ""
+                threading.Thread(
+                    target=keep_failed_log, args=(core, ns, name, failed_logs), daemon=True
+                ).start()
 
 
 def measure(
@@ -308,8 +334,11 @@ def measure(
     watcher.start()
     pods: dict[str, dict[str, float]] = {}
     pods_ready = threading.Event()
+    failed_logs: dict[str, str] = {}
     pod_watcher = threading.Thread(
-        target=watch_pods, args=(h, batch, ns, prefix, pods, stop, pods_ready), daemon=True
+        target=watch_pods,
+        args=(h, batch, ns, prefix, pods, stop, pods_ready, failed_logs),
+        daemon=True,
     )
     pod_watcher.start()
     versions = LeaseVersions(prefix)
@@ -400,6 +429,7 @@ def measure(
         "startup": startup,
         "steps": steps,
         "pod_cpu": pod_cpu,
+        "failed_logs": dict(failed_logs),
         "controller_cpu": (cpu_after.ticks.get(controller, 0) - cpu_before.ticks.get(controller, 0))
         / CLK_TCK,
         "cpu": cpu,

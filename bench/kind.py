@@ -545,6 +545,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         lines += ["", "How each round's jobs ended:", ""]
         lines += [f"- {r['kind']} x{r['n']} {r['round']}: {r['outcomes']}" for r in rows]
+        failed = [(pod, text) for r in rows for pod, text in sorted(r["failed_logs"].items())]
+        if failed:
+            lines += ["", "The last lines of each failed pod's log (read when it failed):", ""]
+            for pod, text in failed:
+                lines += [f"`{pod}`:", "", "```", text.rstrip(), "```", ""]
     end = os.getloadavg()
     lines += [
         "",
