@@ -100,18 +100,22 @@ def settle(ctx: Context) -> Terminal:
     return terminal.settle(ctx, Attempts(ctx), job, body, status)
 
 
+def finished_after(ctx: Context, clock: list[float], seconds: float) -> bool:
+    """Whether the job's wait ends at a poll ``seconds`` after the last one."""
+    clock[0] += seconds
+    return settle(ctx).finished
+
+
 def test_the_pods_are_listed_at_the_decision_then_counted_from_the_watch(
     ctx: Context, clock: list[float], pods: RecordedPods
 ) -> None:
     pods.pods = [attempt_pod("Running")]
     assert not settle(ctx).finished
     assert pods.lists == 1
-    clock[0] += 5  # the 1 s polls meanwhile: the memory, no request
-    assert not settle(ctx).finished
+    assert not finished_after(ctx, clock, 5)  # the 1 s polls meanwhile: the memory, no request
     assert pods.lists == 1
     ctx.pod_memory.observe(attempt_pod("Failed"))  # the pod watch's event
-    clock[0] += 1
-    assert settle(ctx).finished
+    assert finished_after(ctx, clock, 1)
     assert pods.lists == 1
 
 
@@ -122,16 +126,13 @@ def test_a_deletion_the_watch_missed_is_mended_by_the_next_list(
     pods.pods = [attempt_pod("Running"), second]
     assert not settle(ctx).finished
     pods.pods = [second]  # the first deleted; the watch never told
-    clock[0] += terminal.RELIST_SECONDS - 1
-    assert not settle(ctx).finished
+    assert not finished_after(ctx, clock, terminal.RELIST_SECONDS - 1)
     assert pods.lists == 1
-    clock[0] += 1
-    assert not settle(ctx).finished  # listed again: the second still runs
+    assert not finished_after(ctx, clock, 1)  # listed again: the second still runs
     assert pods.lists == 2
     ctx.pod_memory.observe(attempt_pod("Succeeded", token=2))  # its event
-    clock[0] += 1
     # The memory knows the first is gone (the list did not return it): done.
-    assert settle(ctx).finished
+    assert finished_after(ctx, clock, 1)
     assert pods.lists == 2
 
 
@@ -144,8 +145,7 @@ def test_a_failed_first_list_is_made_again_not_answered_from_an_empty_memory(
     pods.fail_next = True
     with pytest.raises(TransientStoreError):
         settle(ctx)
-    clock[0] += 1
-    assert not settle(ctx).finished
+    assert not finished_after(ctx, clock, 1)
     assert pods.lists == 2
 
 
@@ -157,9 +157,7 @@ def test_a_job_with_a_disowned_pod_is_counted_by_listing(
     pods.pods = [attempt_pod("Failed"), lost]
     ctx.pod_memory.disown(lost)
     assert not settle(ctx).finished
-    clock[0] += 1
-    assert not settle(ctx).finished
+    assert not finished_after(ctx, clock, 1)
     assert pods.lists == 2  # listed again: the memory cannot count it
     pods.pods = [attempt_pod("Failed")]
-    clock[0] += 1
-    assert settle(ctx).finished
+    assert finished_after(ctx, clock, 1)
