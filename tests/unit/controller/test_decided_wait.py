@@ -18,6 +18,7 @@ from leasehold.controller.act.context import Context
 from leasehold.controller.plan.terminal import Terminal
 from leasehold.lease.api import LeasedJob, LeasedJobStatus
 from leasehold.lease.errors import TransientStoreError
+from tests.unit.controller import attempt_pods
 
 UID = "job-uid"
 
@@ -40,16 +41,8 @@ class RecordedPods:
 
 
 def attempt_pod(phase: str, token: int = 1) -> dict[str, Any]:
-    return {
-        "metadata": {
-            "namespace": "ns",
-            "name": f"slow-{token}",
-            "uid": f"pod-{token}",
-            "labels": {names.LABEL_JOB: "slow", names.LABEL_TOKEN: str(token)},
-            "ownerReferences": [{"kind": "LeasedJob", "uid": UID, "controller": True}],
-        },
-        "status": {"phase": phase},
-    }
+    """The job ``slow``'s pod under ``token``."""
+    return attempt_pods.attempt_pod("slow", token, phase, uid=f"pod-{token}", owner=UID)
 
 
 def decided_job() -> tuple[LeasedJob, dict[str, Any], LeasedJobStatus]:

@@ -207,13 +207,7 @@ class PodMemory:
         with self._lock:
             if not self.fed:
                 return None
-            pods = [
-                facts
-                for key, tokens in self._pods.items()
-                if key[:2] == (namespace, job)
-                for facts in tokens.values()
-                if facts.owner_uid == owner_uid
-            ]
+            pods = self._owned(namespace, job, owner_uid)
         return PodCounts(
             ready=sum(1 for p in pods if p.ready),
             terminating=sum(1 for p in pods if p.terminating),
@@ -242,15 +236,20 @@ class PodMemory:
             would wait for it too).
         """
         with self._lock:
-            if not self.fed or (namespace, job) in self._evicted | self._disowned_jobs:
+            job_key = (namespace, job)
+            if not self.fed or job_key in self._evicted or job_key in self._disowned_jobs:
                 return None
-            return sum(
-                1
-                for key, tokens in self._pods.items()
-                if key[:2] == (namespace, job)
-                for facts in tokens.values()
-                if facts.owner_uid == owner_uid and not facts.terminal
-            )
+            return sum(1 for facts in self._owned(namespace, job, owner_uid) if not facts.terminal)
+
+    def _owned(self, namespace: str, job: str, owner_uid: str) -> list[PodFacts]:
+        """The remembered pods of a job incarnation, over every index (the lock is held)."""
+        return [
+            facts
+            for key, tokens in self._pods.items()
+            if key[:2] == (namespace, job)
+            for facts in tokens.values()
+            if facts.owner_uid == owner_uid
+        ]
 
     def recall(
         self, namespace: str, job: str, index: int | None = None, *, owner_uid: str | None = None

@@ -10,6 +10,7 @@ from leasehold.controller.act.context import index_lease_group
 from leasehold.controller.engines.caches import ObjectCache, is_older
 from leasehold.controller.engines.deadline import JobClocks
 from leasehold.controller.engines.pods import PodMemory
+from tests.unit.controller.attempt_pods import attempt_pod, pod
 
 
 def body(name: str, version: str, phase: str = "Running") -> dict[str, Any]:
@@ -72,17 +73,6 @@ def test_job_clocks_know_a_job_once_anchored_and_only_that_incarnation() -> None
     clocks.elapsed_seconds("ns/a", "uid-1", datetime(2026, 1, 1, tzinfo=UTC), None)
     assert clocks.knows("ns/a", "uid-1")
     assert not clocks.knows("ns/a", "uid-2")
-
-
-def pod(job: str, token: int) -> dict[str, Any]:
-    return {
-        "metadata": {
-            "namespace": "ns",
-            "name": f"{job}-{token}",
-            "labels": {names.LABEL_JOB: job, names.LABEL_TOKEN: str(token)},
-            "ownerReferences": [{"kind": "LeasedJob", "uid": "job-uid", "controller": True}],
-        }
-    }
 
 
 def test_pod_memory_ignores_a_pod_no_leased_job_controls() -> None:
@@ -185,26 +175,6 @@ def test_a_body_whose_labels_change_moves_to_its_new_group() -> None:
     assert names_of(cache.members("ns", "b")) == {"x.0"}
     cache.put(index_lease("x.0", "3", "b", None))  # no longer an index lease
     assert cache.members("ns", "b") == []
-
-
-def attempt_pod(
-    job: str,
-    token: int,
-    phase: str,
-    *,
-    uid: str | None = None,
-    index: int | None = None,
-    owner: str = "job-uid",
-) -> dict[str, Any]:
-    body = pod(job, token)
-    meta = body["metadata"]
-    meta["uid"] = uid or f"{job}-{index}-{token}"
-    meta["ownerReferences"][0]["uid"] = owner
-    if index is not None:
-        meta["name"] = f"{job}-{index}-{token}"
-        meta["labels"][names.LABEL_COMPLETION_INDEX] = str(index)
-    body["status"] = {"phase": phase}
-    return body
 
 
 def test_pod_memory_counts_a_jobs_pods_left_over_every_index_until_each_ends() -> None:
