@@ -606,6 +606,9 @@ class Run:
                         self.history,
                         kind="observed",
                         lease=f"{self.ns}/{obj['metadata']['name']}",
+                        # the version's place in etcd's order: a watch made again
+                        # can deliver a version already seen, or an older one
+                        rv=int(version) if str(version).isdigit() else None,
                         # what the lease belongs to, from the object (never its name's form)
                         job_name=f"{self.ns}/{spec.get('jobName')}",
                         cron=f"{self.ns}/{cron}" if cron else None,

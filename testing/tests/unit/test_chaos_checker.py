@@ -246,3 +246,22 @@ def test_a_queued_job_that_ended_has_its_workload_finished() -> None:
     assert report.violations["queued-workload-finished"] == [
         "ns/high: the job ended but its Workload was not marked Finished"
     ]
+
+
+def test_a_version_a_watch_delivers_again_is_no_new_state() -> None:
+    # A watch made again (after a held API server, CI 2026-12-05) delivered an
+    # older version (unheld at token 1) and the current one again: not a
+    # token going down. The same token 1 as a new write (a higher rv) is.
+    seen = [
+        {**observed("ns/a", "a-1", 1), "rv": 10},
+        {**observed("ns/a", None, 1), "rv": 11},
+        {**observed("ns/a", "a-2", 2), "rv": 15},
+    ]
+    replayed = [{**observed("ns/a", None, 1), "rv": 11}, {**observed("ns/a", "a-2", 2), "rv": 15}]
+    report = check([*seen, *replayed])
+    assert not report.violations["tokens-increase-per-lease"]
+    assert report.operations["observed-again"] == 2
+    rolled_back = check([*seen, {**observed("ns/a", None, 1), "rv": 16}])
+    assert rolled_back.violations["tokens-increase-per-lease"] == [
+        "ns/a: token went down from 2 to 1"
+    ]
