@@ -563,10 +563,17 @@ def test_preemption_keeps_the_quota_reserved_until_the_preempted_pods_are_gone(
     if restart:
         operator.kill()
         operator.start()
-    while _alive(api_client, namespace, "low"):
+    while True:
+        # Read the quota and the preemptor's pods first, low's pods last: a pod
+        # of low alive at the last read was alive at the first two, so they must
+        # show its quota held and no pod of high. (Read the other way round, low's
+        # pod may end, its quota go back and high's pod start between the reads.)
         reserved = _wl_condition(api_client, namespace, "low", "QuotaReserved")
+        high_pods = _pods(api_client, namespace, "high")
+        if not _alive(api_client, namespace, "low"):
+            break
         assert reserved.get("status") == "True", (time.monotonic() - started, reserved)
-        assert _pods(api_client, namespace, "high") == []  # no room for the preemptor yet
+        assert high_pods == []  # no room for the preemptor yet
         time.sleep(0.2)
     assert time.monotonic() - started > 5  # the grace period was lived out
     wait_for("high Succeeded", phase_is(api_client, namespace, "high", "Succeeded"), 60)
