@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any, TypeVar, cast
 
@@ -124,15 +124,61 @@ def condition_true(api: client.ApiClient, namespace: str, name: str, type_: str)
     return any(c["type"] == type_ and c["status"] == "True" for c in conditions)
 
 
-def events(api: client.ApiClient, namespace: str, name: str) -> list[tuple[str, str]]:
-    items = (
-        client.CoreV1Api(api)
-        .list_namespaced_event(
-            namespace, field_selector=f"involvedObject.name={name},involvedObject.kind=LeasedJob"
+def events(
+    api: client.ApiClient,
+    namespace: str,
+    name: str,
+    *,
+    until: Iterable[str] = (),
+    kind: str = "LeasedJob",
+    timeout: float = 30.0,
+) -> list[tuple[str, str]]:
+    """The Events about the object: ``(reason, message)`` each.
+
+    The operator posts Events from threads of its own, off its reconcile, so
+    an Event comes a moment after the status write it goes with. ``until``:
+    reasons to wait for (each at least once) before answering. An object's
+    Events are posted in order, so every Event the operator recorded about it
+    before the last of those is in the answer too (an absence checked after
+    ``until`` is an absence).
+    """
+    wanted = set(until)
+
+    def listed() -> list[tuple[str, str]] | None:
+        items = (
+            client.CoreV1Api(api)
+            .list_namespaced_event(
+                namespace, field_selector=f"involvedObject.name={name},involvedObject.kind={kind}"
+            )
+            .items
         )
-        .items
+        found = [(e.reason or "", e.message or "") for e in items]
+        return found if wanted <= {r for r, _ in found} else None
+
+    if not wanted:
+        return listed() or []
+    return wait_for(f"Events {sorted(wanted)} on {kind} {name}", listed, timeout)
+
+
+def end_reason(api: client.ApiClient, namespace: str, name: str) -> str:
+    """The reason of the job's end (its ``Complete`` or ``Failed`` condition that is True).
+
+    The Event of a job's end has this reason: waiting for it (``events(...,
+    until=[end_reason(...)])``) makes every Event recorded before the end visible.
+    """
+    conditions = status(api, namespace, name).get("conditions", [])
+    return next(
+        str(c["reason"])
+        for c in conditions
+        if c["type"] in ("Complete", "Failed") and c["status"] == "True"
     )
-    return [(e.reason or "", e.message or "") for e in items]
+
+
+def reasons(
+    api: client.ApiClient, namespace: str, name: str, *until: str, kind: str = "LeasedJob"
+) -> list[str]:
+    """The reasons of the object's Events, once each of ``until`` is among them (:func:`events`)."""
+    return [r for r, _ in events(api, namespace, name, until=until, kind=kind)]
 
 
 def pod_gone_or_going(api: client.ApiClient, namespace: str, pod: str) -> bool:

@@ -96,7 +96,7 @@ def test_cancel_fences_the_running_attempt_at_once(
     assert condition(st, "Failed")["reason"] == "Cancelled"
     assert st["attemptHistory"][-1]["reason"] == "Cancelled"
     assert st["lastAttemptReason"] == "Cancelled"
-    assert "Cancelled" in [r for r, _ in events(api_client, namespace, "stopme")]
+    events(api_client, namespace, "stopme", until=["Cancelled"])
     assert store.get(namespace, "stopme").record.completion is None  # nothing completed
     with pytest.raises(ApiException) as refused:
         patch_spec(api_client, namespace, "stopme", {"cancel": False})
@@ -144,7 +144,8 @@ def test_failure_is_retried_after_the_backoff_then_succeeds(
         (1, "Failed", 3),
         (2, "Succeeded", 0),
     ]
-    messages = [m for r, m in events(api_client, namespace, "flaky") if r == "BackingOff"]
+    told = events(api_client, namespace, "flaky", until=["BackingOff", "Completed"])
+    messages = [m for r, m in told if r == "BackingOff"]
     assert messages == [
         f"Attempt 1 failed (exit code 3); retrying in {delay}s (failure 1 of backoffLimit=2)."
     ]

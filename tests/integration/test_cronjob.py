@@ -15,7 +15,7 @@ import json
 import secrets
 import shlex
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,7 @@ from leasehold.lease.protocol import LeaseRecord, Outcome
 from leasehold.lease.store import LeaseStore, Rejected, reclaim_note
 from operatorproc import OperatorProcess
 from podrunner import PodRunner
-from tests.integration.jobs import condition_true, renewed, run, wait_for
+from tests.integration.jobs import condition_true, events, renewed, run, wait_for
 from tests.integration.test_failure_policy import evict
 
 G, V = names.GROUP, names.VERSION
@@ -192,16 +192,11 @@ def cron_condition(
     return (cond["status"], cond["reason"]) if cond else None
 
 
-def cron_events(api: client.ApiClient, namespace: str, name: str) -> list[tuple[str, str]]:
-    items = (
-        client.CoreV1Api(api)
-        .list_namespaced_event(
-            namespace,
-            field_selector=f"involvedObject.name={name},involvedObject.kind=LeasedCronJob",
-        )
-        .items
-    )
-    return [(e.reason or "", e.message or "") for e in items]
+def cron_events(
+    api: client.ApiClient, namespace: str, name: str, *, until: Iterable[str] = ()
+) -> list[tuple[str, str]]:
+    """The LeasedCronJob's Events (:func:`tests.integration.jobs.events`, ``until`` as there)."""
+    return events(api, namespace, name, until=until, kind="LeasedCronJob")
 
 
 def held_run(store: LeaseStore, namespace: str, run: str) -> tuple[str, int, str] | None:
@@ -455,7 +450,8 @@ def test_replace_fences_the_replaced_run_at_the_store_and_at_a_target(
         lambda: any(r == "Replaced" for r, _ in cron_events(api_client, namespace, "sync")),
     )
     # The new run waited out the replaced worker's lease window before it existed.
-    reasons = [r for r, _ in cron_events(api_client, namespace, "sync")]
+    told = cron_events(api_client, namespace, "sync", until=["WaitingForEarlierHolder"])
+    reasons = [r for r, _ in told]
     assert "WaitingForEarlierHolder" in reasons, reasons
     assert "MissSchedule" not in reasons, reasons
     # batch/v1 drops a job it deleted from status.active at once: not "missing".
@@ -770,8 +766,7 @@ def test_forbid_waits_out_the_window_of_a_run_suspended_while_it_held(
     # The suspended worker's window: the 20 s lease (less nothing: it may have
     # renewed just before the suspension). Before, the run came at the minute.
     assert waited >= 20 - 1, f"the second run came {waited:.1f}s after the suspension"
-    reasons = [r for r, _ in cron_events(api_client, namespace, "paused")]
-    assert "WaitingForEarlierHolder" in reasons, reasons
+    cron_events(api_client, namespace, "paused", until=["WaitingForEarlierHolder"])
     assert second
 
 
@@ -1005,9 +1000,13 @@ def test_replace_with_an_indexed_template_fences_every_index_of_the_replaced_run
         lambda: first not in runs(api_client, namespace, "rp"),
         30,
     )
-    replaced = [m for r, m in cron_events(api_client, namespace, "rp") if r == "Replaced"]
-    for i in range(2):
-        assert any(index_lease_name(first, i) in m for m in replaced), replaced
+
+    def replaced_both() -> list[str] | None:
+        told = [m for r, m in cron_events(api_client, namespace, "rp") if r == "Replaced"]
+        both = all(any(index_lease_name(first, i) in m for m in told) for i in range(2))
+        return told if both else None
+
+    wait_for("Replaced Events naming both index leases", replaced_both)
 
 
 def test_replace_keeps_a_finished_work_queue_run_whose_idle_slot_was_stopped(

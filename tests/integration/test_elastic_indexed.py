@@ -28,6 +28,7 @@ from tests.integration.jobs import (
     G,
     V,
     create_job,
+    end_reason,
     events,
     patch_spec,
     phase_is,
@@ -61,7 +62,9 @@ def _planned_for(api: client.ApiClient, namespace: str, name: str, total: int) -
 
 
 def _scaled_messages(api: client.ApiClient, namespace: str, name: str) -> list[str]:
-    return [m for r, m in events(api, namespace, name) if r == "Scaled"]
+    """The job's ``Scaled`` Events' messages, once its end's Event is posted (all are then)."""
+    told = events(api, namespace, name, until=[end_reason(api, namespace, name)])
+    return [m for r, m in told if r == "Scaled"]
 
 
 def test_scaling_up_an_indexed_job_runs_the_new_indexes(
@@ -251,5 +254,4 @@ def test_scaling_an_indexed_job_down_then_up_runs_the_index_again_above_its_old_
     assert isinstance(late, Rejected)
     st = status(api_client, namespace, "again")
     assert (st["completedIndexes"], st["succeeded"], st["completionProgress"]) == ("0,1", 2, "2/2")
-    reasons = [r for r, _ in events(api_client, namespace, "again")]
-    assert reasons.count("Scaled") == 2
+    assert len(_scaled_messages(api_client, namespace, "again")) == 2

@@ -21,7 +21,15 @@ from leasehold.lease.protocol import Outcome
 from leasehold.lease.store import Accepted, LeaseStore, Rejected
 from operatorproc import OperatorProcess
 from podrunner import PodRunner
-from tests.integration.jobs import condition, create_job, events, phase_is, status, wait_for
+from tests.integration.jobs import (
+    condition,
+    create_job,
+    end_reason,
+    events,
+    phase_is,
+    status,
+    wait_for,
+)
 from tests.integration.leases import refused_lease_patch
 
 
@@ -67,7 +75,7 @@ def test_an_exit_code_rule_fails_the_job_at_once(
         (1, "Failed", 42)
     ]
     assert st["attempts"] == 1  # backoffLimit=3 left unused: no retry
-    assert "PodFailurePolicy" in [r for r, _ in events(api_client, namespace, "fatal")]
+    events(api_client, namespace, "fatal", until=["PodFailurePolicy"])
     assert store.get(namespace, "fatal").record.fencing_token == 1
 
 
@@ -97,7 +105,7 @@ def test_an_ignored_exit_code_uses_no_budget(
     record = store.get(namespace, "forgiven").record
     assert (record.failures, record.uncounted_attempts, record.last_uncounted_token) == (0, 1, 1)
     assert record.max_fencing_token == 2
-    assert "FailureIgnored" in [r for r, _ in events(api_client, namespace, "forgiven")]
+    events(api_client, namespace, "forgiven", until=["FailureIgnored"])
 
 
 @pytest.mark.parametrize(
@@ -203,7 +211,10 @@ def test_an_eviction_is_not_counted(
     record = store.get(namespace, "drained").record
     assert (record.fencing_token, record.failures, record.uncounted_attempts) == (2, 0, 1)
     assert record.max_fencing_token == 2  # the excuse raised the cap by one
-    messages = [m for r, m in events(api_client, namespace, "drained") if r == "Evicted"]
+    told = events(
+        api_client, namespace, "drained", until=[end_reason(api_client, namespace, "drained")]
+    )
+    messages = [m for r, m in told if r == "Evicted"]
     assert len(messages) == 1 and "DisruptionTarget=True" in messages[0], messages
     # The evicted attempt is fenced: its token is stale.
     late = store.complete(namespace, "drained", "drained-1", 1, Outcome.SUCCEEDED)
@@ -264,7 +275,8 @@ def test_a_lost_lease_is_a_reclaim_and_the_next_attempt_backs_off(
     assert st.get("failed", 0) == 0
     record = store.get(namespace, "lost").record
     assert (record.failures, record.uncounted_attempts) == (0, 0)  # the reclaim budget
-    messages = [m for r, m in events(api_client, namespace, "lost") if r == "BackingOff"]
+    told = events(api_client, namespace, "lost", until=[end_reason(api_client, namespace, "lost")])
+    messages = [m for r, m in told if r == "BackingOff"]
     assert messages == [
         f"Attempt 1 ended without a completion (released or reclaimed); retrying in {delay}s"
         " (reclaim 1 of maxAttempts=2)."
@@ -328,7 +340,7 @@ def test_a_fail_index_rule_fails_only_its_index(
     assert (st["completedIndexes"], st["failedIndexes"]) == ("0,2", "1")
     assert condition(st, "Failed")["reason"] == "FailedIndexes"
     assert st["attempts"] == 3  # index 1's budget of 3 retries left unused
-    assert "FailIndex" in [r for r, _ in events(api_client, namespace, "shards")]
+    events(api_client, namespace, "shards", until=["FailIndex"])
 
 
 def test_the_crd_refuses_fail_index_without_a_per_index_budget(
@@ -402,6 +414,7 @@ def test_a_pod_the_job_does_not_control_tells_nothing_of_its_attempts(
     time.sleep(2.0)  # a wrongly excused attempt would be claimed again at once
     record = store.get(namespace, "strict").record
     assert (record.fencing_token, record.uncounted_attempts) == (1, 0), record
-    assert "Evicted" not in [r for r, _ in events(api_client, namespace, "strict")]
+    ended = end_reason(api_client, namespace, "strict")
+    assert "Evicted" not in [r for r, _ in events(api_client, namespace, "strict", until=[ended])]
     # Nor is that pod the operator's to delete as a fenced-off attempt pod.
     core.read_namespaced_pod("z-not-the-jobs", namespace)

@@ -195,7 +195,7 @@ def test_a_pod_the_job_did_not_create_is_never_adopted(
     st = status(api_client, namespace, "taken")
     assert st["completion"]["fencingToken"] == 2
     assert st["completion"]["holderIdentity"] == "taken-2"
-    assert any(r == "PodNameTaken" for r, _ in events(api_client, namespace, "taken"))
+    events(api_client, namespace, "taken", until=["PodNameTaken"])
 
 
 def test_a_pod_replaced_under_the_same_name_is_not_the_holder(

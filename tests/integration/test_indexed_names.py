@@ -31,6 +31,7 @@ from tests.integration.jobs import (
     G,
     V,
     create_job,
+    end_reason,
     events,
     get_job,
     phase_is,
@@ -275,7 +276,8 @@ def test_a_legacy_named_index_lease_is_carried_over_at_its_token(
     assert isinstance(store.claim(namespace, "mig-1", "pool-x"), Rejected)
     late = store.complete(namespace, "mig-1", "old-worker", 3, Outcome.SUCCEEDED)
     assert isinstance(late, Rejected)
-    renamed = [m for r, m in events(api_client, namespace, "mig") if r == "LeaseRenamed"]
+    told = events(api_client, namespace, "mig", until=[end_reason(api_client, namespace, "mig")])
+    renamed = [m for r, m in told if r == "LeaseRenamed"]
     assert len(renamed) == 1 and renamed[0].startswith("Index 1: JobLease mig-1"), renamed
     assert "fencing token 3" in renamed[0]
 
@@ -315,7 +317,8 @@ def test_a_jobless_lease_under_an_index_name_is_reported_on_the_job(
     ready = wait_for("Ready=False LeaseNameTaken", name_taken(api_client, namespace, "hand"), 30)
     assert ready["status"] == "False"
     assert ready["message"].startswith("Index 0: JobLease hand.0 belongs to job someone-else")
-    warnings = [m for r, m in events(api_client, namespace, "hand") if r == "LeaseNameTaken"]
+    told = events(api_client, namespace, "hand", until=["LeaseNameTaken"])
+    warnings = [m for r, m in told if r == "LeaseNameTaken"]
     assert warnings and warnings[0] == ready["message"]
     assert store.get(namespace, "hand.0").record.job_name == "someone-else"  # left alone
     assert store.get(namespace, "hand.1").record.job_name == "hand"  # index 1 started
@@ -396,4 +399,4 @@ def test_a_missing_index_lease_is_recreated_above_its_pods_tokens(
 
     token = wait_for("index 0's lease recreated and claimed above token 1", recreated, 60)
     assert token == 2, token
-    assert "LeaseRecreated" in [r for r, _ in events(api_client, namespace, "gone")]
+    events(api_client, namespace, "gone", until=["LeaseRecreated"])

@@ -23,6 +23,7 @@ from podrunner import PodRunner
 from tests.integration.jobs import (
     condition,
     create_job,
+    end_reason,
     events,
     patch_spec,
     phase_is,
@@ -114,8 +115,9 @@ def test_suspending_an_indexed_job_suspends_every_index_and_resume_runs_them_on(
     )
     tokens = {i: store.get(namespace, f"sus.{i}").record.fencing_token for i in range(3)}
     assert tokens == {0: 2, 1: 2, 2: 1}  # resumed under the next token; index 2 never suspended
-    reasons = [r for r, _ in events(api_client, namespace, "sus")]
-    assert (reasons.count("Suspended"), reasons.count("Resumed")) == (1, 1)
+    ended = end_reason(api_client, namespace, "sus")
+    told = [r for r, _ in events(api_client, namespace, "sus", until=["Suspended", ended])]
+    assert (told.count("Suspended"), told.count("Resumed")) == (1, 1)
 
 
 def test_suspending_a_non_indexed_job_of_several_completions_fences_each_held_completion(
@@ -286,7 +288,8 @@ def test_an_evicted_index_is_not_counted_against_its_budget(
     assert (record.fencing_token, record.failures, record.uncounted_attempts) == (2, 0, 1)
     assert record.max_fencing_token == 2  # the excuse raised the cap by one
     assert record.completion is not None and record.completion.outcome == Outcome.SUCCEEDED
-    messages = [m for r, m in events(api_client, namespace, "ev") if r == "Evicted"]
+    told = events(api_client, namespace, "ev", until=[end_reason(api_client, namespace, "ev")])
+    messages = [m for r, m in told if r == "Evicted"]
     assert len(messages) == 1 and messages[0].startswith("Index 1: "), messages
     assert "DisruptionTarget=True" in messages[0]
     # The evicted attempt is fenced: its token is stale.

@@ -26,6 +26,7 @@ from tests.integration.jobs import (
     NO_BACKOFF,
     condition,
     create_job,
+    end_reason,
     events,
     patch_spec,
     phase_is,
@@ -185,7 +186,8 @@ def test_recreate_pods_only_after_they_have_failed_if_pod_replacement_policy_is_
     assert not overlap, "rpl-2 was created while rpl-1 was terminating"
     assert (1, "WaitingForPodTermination") in waits
     wait_for("the job done", phase_is(api_client, namespace, "rpl", "Succeeded"), 60)
-    told = [m for r, m in events(api_client, namespace, "rpl") if r == "WaitingForPodTermination"]
+    ended = events(api_client, namespace, "rpl", until=[end_reason(api_client, namespace, "rpl")])
+    told = [m for r, m in ended if r == "WaitingForPodTermination"]
     assert len(told) == 1 and "rpl-1" in told[0]
     assert status(api_client, namespace, "rpl")["fencingToken"] == 2
 
@@ -232,7 +234,8 @@ def test_recreate_index_pods_only_after_they_have_failed_if_pod_replacement_poli
     assert not overlap, "rpx-0-2 was created while rpx-0-1 was terminating"
     assert 1 in terminating
     wait_for("the job done", phase_is(api_client, namespace, "rpx", "Succeeded"), 60)
-    told = [m for r, m in events(api_client, namespace, "rpx") if r == "WaitingForPodTermination"]
+    ended = events(api_client, namespace, "rpx", until=[end_reason(api_client, namespace, "rpx")])
+    told = [m for r, m in ended if r == "WaitingForPodTermination"]
     assert len(told) == 1 and told[0].startswith("Index 0:") and "rpx-0-1" in told[0]
     assert store.get(namespace, "rpx.0").record.fencing_token == 2
 

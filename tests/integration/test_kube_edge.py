@@ -8,12 +8,14 @@ leasehold.lease.errors types.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import pytest
 from kubernetes import client
 
 from leasehold import names
+from leasehold.controller.kube.events import EventRecorder
 from leasehold.controller.kube.objects import CustomObjects, Refused
 from leasehold.controller.kube.pods import (
     PodCreated,
@@ -107,3 +109,27 @@ def test_other_refusals_are_raised_as_store_errors(
     with pytest.raises(StoreError) as raised:
         bad.list(namespace, "")
     assert raised.value.status == 404
+
+
+def test_events_are_posted_off_the_caller_each_objects_in_order(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    """kube/events.py: one object's Events reach the API in the order recorded (by revision)."""
+    recorder = EventRecorder(api_client, component="test", instance="test", clock=datetime.now)
+    objs = [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n, "namespace": namespace}}
+        for n in ("a", "b", "c")
+    ]
+    for i in range(12):
+        for obj in objs:
+            recorder.record(obj, "Normal", "Tested", f"event {i}")
+    assert recorder.flush(timeout_seconds=60)
+    for name in ("a", "b", "c"):
+        found = (
+            client.CoreV1Api(api_client)
+            .list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}")
+            .items
+        )
+        found.sort(key=lambda e: int(e.metadata.resource_version or 0))  # etcd revision order
+        assert [e.message for e in found] == [f"event {i}" for i in range(12)]
+    assert recorder.close(timeout_seconds=10)

@@ -140,7 +140,7 @@ def test_a_queued_job_does_not_start_until_its_workload_is_admitted(
     assert st["completion"]["fencingToken"] == 1
     admitted = condition(st, "Suspended")
     assert (admitted["status"], admitted["reason"]) == ("False", "Admitted")
-    assert "Admitted" in [r for r, _ in events(api_client, namespace, "queued")]
+    events(api_client, namespace, "queued", until=["Admitted"])
     finished = wait_for(
         "the Workload Finished",
         _finished(api_client, namespace, "queued"),
@@ -231,7 +231,7 @@ def test_preemption_by_a_higher_priority_job_is_a_fenced_suspend_then_a_resume(
         ),
     )
     assert preempted["status"] == "True" and "preempted by Kueue" in preempted["message"]
-    assert "Preempted" in [r for r, _ in events(api_client, namespace, "low")]
+    events(api_client, namespace, "low", until=["Preempted"])
     wait_for("high Succeeded", phase_is(api_client, namespace, "high", "Succeeded"), 60)
 
     wait_for("low Succeeded", phase_is(api_client, namespace, "low", "Succeeded"), 90)
@@ -397,10 +397,7 @@ def test_preempting_an_indexed_job_suspends_every_index_fenced_and_resumes_each_
         assert isinstance(late, Rejected) and late.rejection is Rejection.NOT_HOLDER
     # Told once, in the reconcile's Events after its suspend writes (the condition may
     # already say Admitted again by the time it is read: the preemptor is quick).
-    wait_for(
-        "a Preempted Event",
-        lambda: "Preempted" in [r for r, _ in events(api_client, namespace, "shards")],
-    )
+    events(api_client, namespace, "shards", until=["Preempted"])
     wait_for("urgent Succeeded", phase_is(api_client, namespace, "urgent", "Succeeded"), 60)
     wait_for("shards Succeeded", phase_is(api_client, namespace, "shards", "Succeeded"), 90)
     tokens = {i: store.get(namespace, index_lease_name("shards", i)).record.fencing_token
@@ -487,7 +484,7 @@ def test_an_admitted_indexed_job_scaled_gets_a_new_workload_its_attempts_fenced_
         if (p.metadata.labels or {}).get(names.LABEL_TOKEN) == "1"
     ]
     assert lingering == [], "the Workload was deleted while token-1 pods still ran"
-    assert "WorkloadReplaced" in [r for r, _ in events(api_client, namespace, "elastic")]
+    events(api_client, namespace, "elastic", until=["WorkloadReplaced"])
     wait_for("Succeeded", phase_is(api_client, namespace, "elastic", "Succeeded"), 90)
     wl = _workload(api_client, namespace, "elastic") or {}
     assert wl["metadata"]["uid"] != first
@@ -613,7 +610,7 @@ def test_removing_the_queue_label_of_a_pending_job_retires_its_workload_then_it_
     wait_for("Succeeded", phase_is(api_client, namespace, "unqueued", "Succeeded"), 60)
     assert _workload(api_client, namespace, "unqueued") is None
     assert "workload" not in status(api_client, namespace, "unqueued")
-    assert "QueueLabelRemoved" in [r for r, _ in events(api_client, namespace, "unqueued")]
+    events(api_client, namespace, "unqueued", until=["QueueLabelRemoved"])
     wait_for(
         "the LocalQueue counting nothing",
         lambda: _local_queue_counts(kueue, namespace, queue.local_queue) in ((0, 0), (None, None)),
@@ -776,6 +773,6 @@ def test_a_template_node_selector_conflicting_with_the_admitted_flavor_keeps_the
         30,
     )
     assert "leasehold.dev/podrunner=false" in told["message"]
-    assert "AdmissionNotApplicable" in [r for r, _ in events(api_client, namespace, "conflict")]
+    events(api_client, namespace, "conflict", until=["AdmissionNotApplicable"])
     time.sleep(1.0)
     assert _pods(api_client, namespace, "conflict") == []

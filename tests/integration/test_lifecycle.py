@@ -125,7 +125,7 @@ def test_pod_refused_by_a_quota_is_retried_with_a_condition_saying_why(
     # Nothing is claimed while no pod can be created (the pod comes first, its
     # claim after it): no token spent, no lease held for a pod that is not there.
     assert not st.get("fencingToken") and not st.get("attempts"), st
-    assert "QuotaExceeded" in [r for r, _ in events(api_client, namespace, "quota")]
+    events(api_client, namespace, "quota", until=["QuotaExceeded"])
     core.delete_namespaced_resource_quota("no-pods", namespace)
     wait_for("Succeeded", phase_is(api_client, namespace, "quota", "Succeeded"), 90)
     st = status(api_client, namespace, "quota")
@@ -193,7 +193,8 @@ def test_operator_clock_ahead_does_not_fire_a_deadline_early(
     operator.env = skewed("+2h")  # a restarted operator whose clock is 2 h ahead
     operator.start()
     wait_for("Succeeded", phase_is(api_client, namespace, "ahead", "Succeeded"), 60)
-    assert "DeadlineExceeded" not in [r for r, _ in events(api_client, namespace, "ahead")]
+    told = events(api_client, namespace, "ahead", until=["Completed"])
+    assert "DeadlineExceeded" not in [r for r, _ in told]
 
 
 def test_operator_clock_behind_does_not_delay_a_deadline(
@@ -257,8 +258,8 @@ def test_completion_that_lands_before_the_deadline_stop_wins(
     assert st["phase"] == "Succeeded", st
     assert condition(st, "Complete")["reason"] == "Completed"
     assert st["completion"]["fencingToken"] == claimed.token
-    reasons = [r for r, _ in events(api_client, namespace, "race")]
-    assert "DeadlineExceeded" not in reasons
+    assert service.ctx.events.flush(timeout_seconds=30)  # posted off the reconcile
+    assert "DeadlineExceeded" not in [r for r, _ in events(api_client, namespace, "race")]
 
 
 # -- item: starting is not stalling ---------------------------------------------
@@ -357,7 +358,8 @@ def test_a_running_pod_whose_wrapper_starts_after_a_lease_duration_keeps_its_cla
     wait_for("Succeeded", phase_is(api_client, namespace, "late-start", "Succeeded"), 90)
     st = status(api_client, namespace, "late-start")
     assert (st["attempts"], st["completion"]["fencingToken"]) == (1, 1)
-    assert "Reclaimed" not in [r for r, _ in events(api_client, namespace, "late-start")]
+    told = events(api_client, namespace, "late-start", until=["Completed"])
+    assert "Reclaimed" not in [r for r, _ in told]
 
 
 def test_an_attempt_past_its_startup_deadline_is_reported_as_such(
@@ -383,9 +385,12 @@ def test_an_attempt_past_its_startup_deadline_is_reported_as_such(
     failed = condition(status(api_client, namespace, "never"), "Failed")
     assert failed["reason"] == "StartupDeadlineExceeded"
     assert "did not start within startupDeadlineSeconds=3" in failed["message"]
-    reasons = [r for r, _ in events(api_client, namespace, "never")]
-    assert reasons.count("StartupDeadlineExceeded") >= 2  # one per attempt (and the failure)
-    assert "Reclaimed" not in reasons
+
+    def told_twice() -> list[str] | None:  # one per attempt (and the failure)
+        told = [r for r, _ in events(api_client, namespace, "never")]
+        return told if told.count("StartupDeadlineExceeded") >= 2 else None
+
+    assert "Reclaimed" not in wait_for("two StartupDeadlineExceeded Events", told_twice)
     lease = store.get(namespace, "never")
     # Noted by the reclaim's own write (its annotations), not by a second status write.
     annotations = lease.body["metadata"]["annotations"]

@@ -50,8 +50,7 @@ def test_job_runs_to_completion(
     assert condition(st, "Complete")["status"] == "True"
     assert condition(st, "Ready")["observedGeneration"] == 1
     assert "token 1" in local_pod_runner.log(namespace, "hello-1")
-    reasons = [r for r, _ in events(api_client, namespace, "hello")]
-    assert {"Claimed", "Started", "Completed"} <= set(reasons)
+    events(api_client, namespace, "hello", until=["Claimed", "Started", "Completed"])
 
 
 def test_paused_worker_is_reclaimed_and_cannot_complete(
@@ -111,7 +110,7 @@ def test_paused_worker_is_reclaimed_and_cannot_complete(
     final = store.get(namespace, "pause").record
     assert final.completion is not None
     assert final.completion.fencing_token == token
-    assert any(r == "Reclaimed" for r, _ in events(api_client, namespace, "pause"))
+    events(api_client, namespace, "pause", until=["Reclaimed"])
     scraped = operator.metrics()
     assert 1 <= scraped["leasehold_reclaims_total"] <= token - 1
     assert scraped["leasehold_expirations_total"] >= 1
@@ -140,7 +139,9 @@ def test_renewing_worker_is_never_reclaimed(
     st = status(api_client, namespace, "steady")
     assert st["attempts"] == 1
     assert st["completion"]["fencingToken"] == 1
-    assert "Reclaimed" not in [r for r, _ in events(api_client, namespace, "steady")]
+    assert "Reclaimed" not in [
+        r for r, _ in events(api_client, namespace, "steady", until=["Completed"])
+    ]
 
 
 def test_sigkilled_worker_is_reclaimed(
@@ -312,7 +313,7 @@ def test_bad_pod_template_is_reported_and_others_still_run(
     failed = condition(status(api_client, namespace, "broken"), "Failed")
     assert failed["reason"] == "PodCreateFailed"
     assert "spec.containers[0].name" in failed["message"]
-    assert "PodCreateFailed" in [r for r, _ in events(api_client, namespace, "broken")]
+    events(api_client, namespace, "broken", until=["PodCreateFailed"])
     wait_for("Succeeded", phase_is(api_client, namespace, "fine", "Succeeded"), 60)
 
 

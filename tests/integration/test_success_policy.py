@@ -62,7 +62,7 @@ def _assert_success_policy_end(
     assert "FailureTarget" not in [c["type"] for c in st["conditions"]]
     assert (st["completedIndexes"], st["active"]) == (completed, 0)
     assert st["succeeded"] == len(completed.split(","))
-    assert "SuccessPolicy" in [r for r, _ in events(api, namespace, name)]
+    events(api, namespace, name, until=["SuccessPolicy"])
     return st
 
 
@@ -305,7 +305,7 @@ def test_success_policy_indexes_cel_cannot_read_are_reported_on_the_job(
     assert ready["status"] == "False"
     assert "spec.successPolicy.rules[0].succeededIndexes" in ready["message"]
     assert "non-increasing order, previous: 2, current: 1" in ready["message"]
-    assert "InvalidSpec" in [r for r, _ in events(api_client, namespace, "unordered")]
+    events(api_client, namespace, "unordered", until=["InvalidSpec"])
     body: Any = client.CustomObjectsApi(api_client).get_namespaced_custom_object(
         G, V, namespace, names.PLURAL_LEASED_JOBS, "unordered"
     )

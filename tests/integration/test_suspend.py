@@ -112,7 +112,7 @@ def test_suspend_fences_the_running_attempt_and_resume_goes_on_above_it(
     assert suspended["observedGeneration"] == 2
     assert st["attemptHistory"][-1]["reason"] == "Suspended"
     assert "holderIdentity" not in st
-    assert "Suspended" in [r for r, _ in events(api_client, namespace, "pause")]
+    events(api_client, namespace, "pause", until=["Suspended"])
 
     patch_spec(api_client, namespace, "pause", {"suspend": False})
     wait_for("Succeeded", phase_is(api_client, namespace, "pause", "Succeeded"), 60)
@@ -125,7 +125,7 @@ def test_suspend_fences_the_running_attempt_and_resume_goes_on_above_it(
     resumed = condition(st, "Suspended")
     assert (resumed["status"], resumed["reason"]) == ("False", "JobResumed")
     assert resumed["observedGeneration"] == 3
-    assert "Resumed" in [r for r, _ in events(api_client, namespace, "pause")]
+    events(api_client, namespace, "pause", until=["Resumed"])
     # The resumed attempt wrote under token 2: the old token is stale at the target.
     fence.admit("result", 2)
     with pytest.raises(StaleToken):
@@ -189,8 +189,7 @@ def test_a_pull_job_suspended_cannot_be_claimed_until_resumed(
     # saw it unchanged for the lease's duration plus its margin.
     wait_for("lease resumed", lambda: not store.get(namespace, "pulled").record.suspended, 40)
     assert time.monotonic() - suspended_at >= 8 - 1  # not before worker-a's window could end
-    reasons = [r for r, _ in events(api_client, namespace, "pulled")]
-    assert "WaitingForEarlierHolder" in reasons, reasons
+    events(api_client, namespace, "pulled", until=["WaitingForEarlierHolder"])
     second = store.claim(namespace, "pulled", "worker-b")
     assert isinstance(second, Accepted) and second.token == 2
 

@@ -31,6 +31,7 @@ METRICS = (
     "leasehold_expirations_total",
     "leasehold_watch_lag_seconds",
     "leasehold_jobs",
+    "leasehold_events_dropped_total",
 )
 
 

@@ -29,6 +29,9 @@ from leasehold.controller.settings import OperatorSettings
 
 log = logging.getLogger(__name__)
 
+EVENTS_FLUSH_SECONDS: Final = 5.0
+"""How long a stopping operator waits for its queued Events to be posted."""
+
 PREFIX: Final = names.GROUP
 
 WEBHOOK_LEASED_JOB: Final = "validate-leasedjob"
@@ -73,11 +76,13 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
 
 @kopf.on.cleanup()
 async def stop_tasks(memo: Any, **_: Any) -> None:
-    """Stop the watches, the expiry timers and the peering gate."""
+    """Stop the watches, the expiry timers and the peering gate; post the queued Events."""
     runtime: Runtime = memo.runtime
     for task in runtime.tasks:
         task.cancel()
     await asyncio.gather(*(asyncio.to_thread(w.stop) for w in runtime.watches))
+    if not await asyncio.to_thread(runtime.actors.ctx.events.close, EVENTS_FLUSH_SECONDS):
+        log.warning("stopping with Events not posted after %.0f s", EVENTS_FLUSH_SECONDS)
 
 
 @kopf.on.event(names.GROUP, names.VERSION, names.PLURAL_LEASED_JOBS)

@@ -15,8 +15,9 @@ import kopf
 from kubernetes import client, config
 
 from leasehold.controller import handlers  # importing registers the Kopf handlers
-from leasehold.controller.act import cron, indexed
+from leasehold.controller.act import cron
 from leasehold.controller.engines.peering import own_identity
+from leasehold.controller.kube import events
 from leasehold.controller.runtime import Actors, build_runtime, cron_objects
 from leasehold.controller.settings import OperatorSettings
 from leasehold.lease.kubeclient import new_api_client
@@ -64,11 +65,11 @@ def run_operator(settings: OperatorSettings) -> int:
     identity = own_identity()
     actors = Actors.connect(
         # One connection per thread that may call at once: the reconciles, the
-        # reclaims (as many), an Indexed job's steps and its Event threads.
+        # reclaims (as many), an Indexed job's steps and the Event senders.
         api_client(
             pool_size=2 * settings.reconcile_workers
             + settings.index_step_workers
-            + indexed.EVENT_WORKERS
+            + events.SENDERS
             + 2
         ),
         step_workers=settings.index_step_workers,

@@ -49,6 +49,11 @@ WATCH_LAG: Final = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
     registry=REGISTRY,
 )
+EVENTS_DROPPED: Final = Counter(
+    "leasehold_events_dropped",
+    "Kubernetes Events not posted because too many waited to be (logged each).",
+    registry=REGISTRY,
+)
 JOBS: Final = Gauge("leasehold_jobs", "LeasedJobs by phase.", ["phase"], registry=REGISTRY)
 
 PHASES: Final = ("Pending", "Running", "Suspended", "Succeeded", "Failed")

@@ -77,7 +77,11 @@ def connect(
         pods=Pods(api_client, COMPONENT),
         jobs=CustomObjects(api_client, names.PLURAL_LEASED_JOBS, "LeasedJob", COMPONENT),
         events=EventRecorder(
-            api_client, component=COMPONENT, instance=instance or socket.gethostname(), clock=wall
+            api_client,
+            component=COMPONENT,
+            instance=instance or socket.gethostname(),
+            clock=wall,
+            on_dropped=metrics.EVENTS_DROPPED.inc,
         ),
         clock=wall,
         monotonic=monotonic,

@@ -44,9 +44,6 @@ log = logging.getLogger(__name__)
 QUOTA_BACKOFF_SECONDS: Final = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0)
 """Delays before retrying a pod create refused by a ResourceQuota (the last repeats)."""
 
-Tell = Callable[[dict[str, Any], str, str, str], None]
-"""Records an Event: ``tell(obj, type, reason, message)`` (as ``EventRecorder.record``)."""
-
 
 def ns_name(body: dict[str, Any]) -> tuple[str, str]:
     """An object's ``(namespace, name)`` from its body."""
@@ -157,8 +154,6 @@ class Attempts:
         token: int,
         lease: StoredLease,
         index: int | None = None,
-        *,
-        tell: Tell | None = None,
     ) -> Plan:
         """Create the attempt's pod (of completion ``index``, if given) and bind the lease.
 
@@ -169,7 +164,6 @@ class Attempts:
             token: the fencing token the attempt runs under.
             lease: the lease as claimed.
             index: the completion index, for an Indexed job.
-            tell: records the ``Started`` Event (``None``: at once, in this thread).
 
         Returns:
             The plan with the status to write and the Events to record.
@@ -194,7 +188,7 @@ class Attempts:
         # Known at once, not only when the pod watch delivers it: a stop planned
         # before then (a cancel, a suspend) must see that this pod may exist.
         ctx.pod_memory.observe(created.pod)
-        status = self._started(job, body, plan, status, token, tell)
+        status = self._started(job, body, plan, status, token)
         uid = str(created.pod["metadata"]["uid"])
         self.bind(lease, plan.pod_name, token, uid, str(body["metadata"]["uid"]))
         return replace(plan, status=status)
@@ -206,14 +200,13 @@ class Attempts:
         plan: Plan,
         status: LeasedJobStatus,
         token: int,
-        tell: Tell | None = None,
     ) -> LeasedJobStatus:
         """Say that the attempt's pod was created (condition, log, Event); return the status."""
         ctx = self._ctx
         namespace, name = ns_name(body)
         self._quota_refusals.pop(f"{namespace}/{name}", None)
         log.info("started pod %s/%s under fencing token %d", namespace, plan.pod_name, token)
-        (tell or ctx.events.record)(
+        ctx.events.record(
             body, "Normal", "Started", f"Created pod {plan.pod_name} (fencing token {token})."
         )
         return with_conditions(
@@ -230,8 +223,6 @@ class Attempts:
         plan: Plan,
         lease: StoredLease,
         index: int | None = None,
-        *,
-        tell: Tell | None = None,
     ) -> Claimed:
         """Create the next attempt's pod under ``plan.token``, then claim the lease bound to it.
 
@@ -253,7 +244,6 @@ class Attempts:
             plan: the ``CLAIM_AND_START`` plan (``pod_name`` and ``token`` set).
             lease: the lease as planned on (unheld, at ``plan.token - 1``).
             index: the completion index, for an Indexed job.
-            tell: records the ``Started`` Event (``None``: at once, in this thread).
 
         Returns:
             :class:`Claimed`.
@@ -298,7 +288,7 @@ class Attempts:
             why = str(getattr(claimed, "rejection", "taken for another pod"))
             self._lost(namespace, name, pod, claimed.lease.record, why)
             return Claimed(None, claimed)
-        status = self._started(job, body, plan, _attempt_status(plan, token, lease), token, tell)
+        status = self._started(job, body, plan, _attempt_status(plan, token, lease), token)
         return Claimed(replace(plan, status=status), claimed)
 
     def start_with_new_lease(
@@ -309,8 +299,6 @@ class Attempts:
         prospective: StoredLease,
         create: Callable[[HeldBy], StoredLease],
         index: int | None = None,
-        *,
-        tell: Tell | None = None,
     ) -> Created | None:
         """A first attempt with no lease yet: the pod first, then the lease created held.
 
@@ -335,7 +323,6 @@ class Attempts:
             create: creates the lease held by the given pod; raises
                 :class:`~leasehold.lease.errors.WriteRefusedError` as the store does.
             index: the completion index, for an index lease of an Indexed job.
-            tell: records the ``Started`` Event (``None``: at once, in this thread).
 
         Returns:
             :class:`Created`, or ``None`` when nothing was created and the
@@ -387,9 +374,7 @@ class Attempts:
                 return Created(None, current)
             lease = current  # an earlier create of ours, for this very pod
         ctx.lease_cache.put(lease.body)
-        status = self._started(
-            job, body, plan, _attempt_status(plan, token, prospective), token, tell
-        )
+        status = self._started(job, body, plan, _attempt_status(plan, token, prospective), token)
         return Created(replace(plan, status=status), lease)
 
     def _ours_to_claim_for(

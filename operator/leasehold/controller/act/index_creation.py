@@ -22,7 +22,7 @@ from typing import Any
 
 from leasehold import names
 from leasehold.controller.act import domain
-from leasehold.controller.act.attempts import Attempts, Tell
+from leasehold.controller.act.attempts import Attempts
 from leasehold.controller.act.context import Context
 from leasehold.controller.plan import indexed
 from leasehold.controller.plan.indexed import IndexStep
@@ -124,10 +124,9 @@ class IndexLeaseCreator:
         ctx: the shared edges and state (the store, Events, the pod memory).
     """
 
-    def __init__(self, ctx: Context, attempts: Attempts, tell: Tell | None = None) -> None:
+    def __init__(self, ctx: Context, attempts: Attempts) -> None:
         self._ctx = ctx
         self._attempts = attempts
-        self._tell = tell
 
     def create(
         self,
@@ -233,7 +232,6 @@ class IndexLeaseCreator:
             prospective,
             lambda held_by: store.create(namespace, step.lease_name, **fields, held_by=held_by),
             step.index,
-            tell=self._tell,
         )
         if made is None or (made.plan is None and made.lease is None):
             return None

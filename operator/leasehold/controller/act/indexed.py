@@ -90,9 +90,6 @@ other indexes' steps of the same reconcile stand, and the status is written)."""
 DEFAULT_STEP_WORKERS: Final = 4
 """Index steps run at once, over all jobs (``OperatorSettings.index_step_workers``)."""
 
-EVENT_WORKERS: Final = 4
-"""Threads recording index attempts' ``Started`` Events (:meth:`IndexedActor._tell_soon`)."""
-
 
 @dataclass(frozen=True)
 class _IndexLeases:
@@ -110,17 +107,6 @@ class _IndexLeases:
     def all(self) -> list[StoredLease]:
         """Every lease of the job's indexes, current and legacy."""
         return [*self.current.values(), *self.legacy.values()]
-
-
-def _log_untold(told: Future[None]) -> None:
-    """Log an Event post that failed off the step.
-
-    The recorder logs an API refusal itself; a broken connection or a
-    timeout would otherwise be lost with the future.
-    """
-    failure = told.exception()
-    if failure is not None:
-        log.warning("could not record an Event: %s: %s", type(failure).__name__, failure)
 
 
 class IndexedActor:
@@ -144,7 +130,7 @@ class IndexedActor:
         self._ctx = ctx
         self._holds = holds
         self._attempts = attempts
-        self._creator = IndexLeaseCreator(ctx, attempts, self._tell_soon)
+        self._creator = IndexLeaseCreator(ctx, attempts)
         self._retry_after: dict[tuple[str, str, int], datetime] = {}
         """(namespace, lease, token) -> when that failure's backoff ends (memory only)."""
         self._told_waits: set[tuple[str, str, int]] = set()
@@ -158,20 +144,6 @@ class IndexedActor:
             if step_workers > 1
             else None
         )
-        self._events = ThreadPoolExecutor(EVENT_WORKERS, thread_name_prefix="index-events")
-        """Records each attempt's ``Started`` Event off the step (:meth:`_tell_soon`)."""
-
-    def _tell_soon(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
-        """Record an index attempt's ``Started`` Event on its own threads, not in the step.
-
-        An Indexed job records one per attempt (batch/v1's job controller
-        records its ``SuccessfulCreate`` through an asynchronous broadcaster
-        too): posted in the step, it would add a round trip to every index's
-        start. Events are told, not relied on; a failure is logged
-        (:meth:`EventRecorder.record`).
-        """
-        told = self._events.submit(self._ctx.events.record, obj, type_, reason, message)
-        told.add_done_callback(_log_untold)
 
     def _leases(self, namespace: str, name: str) -> _IndexLeases:
         """The job's index leases, under today's names and the legacy ones.
@@ -704,7 +676,7 @@ class IndexedActor:
     ) -> float | None:
         namespace = lease.namespace
         started, claimed = self._attempts.claim_and_start(
-            job, body, replace(plan, events=[]), lease, step.index, tell=self._tell_soon
+            job, body, replace(plan, events=[]), lease, step.index
         )
         if started is None:  # the claim did not land: its pod is deleted
             log.info("claim of %s/%s refused: %s", namespace, lease.name, claimed)
@@ -732,7 +704,7 @@ class IndexedActor:
         token: int,
     ) -> float | None:
         started = self._attempts.start(
-            job, body, replace(plan, events=[]), token, lease, step.index, tell=self._tell_soon
+            job, body, replace(plan, events=[]), token, lease, step.index
         )
         tell_index_events(self._ctx, body, step.index, started.events)
         return started.requeue_after_seconds

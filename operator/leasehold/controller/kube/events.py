@@ -2,15 +2,22 @@
 
 Why this module exists: every actor tells users what it did on the object it
 did it to (``kubectl describe``, dashboards); an Event that cannot be recorded
-is logged, never raised: it must not stop the work it reports.
+is logged, never raised: it must not stop the work it reports. Events are
+posted off the reconcile, as client-go's event broadcaster posts them off a
+controller's sync: an Event's POST was a fifth of a job's first reconcile
+(``bench/results.md``, the operator's profile at stop 41).
 """
 
 from __future__ import annotations
 
 import logging
+import queue
+import threading
+import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, Final, cast
+from zlib import crc32
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -26,14 +33,34 @@ MAX_MESSAGE: int = 1024
 """An Event's message is cut to this many characters."""
 
 
+SENDERS: Final = 4
+"""Threads posting Events; an object's Events all go through one of them, in order."""
+
+QUEUED_PER_SENDER: Final = 250
+"""Events waiting per sender; more are dropped and logged (client-go's
+broadcaster queues 1,000 and drops beyond them too)."""
+
+
 class EventRecorder:
-    """Record core/v1 Events about objects (blocking calls).
+    """Record core/v1 Events about objects, posted from threads of their own.
+
+    :meth:`record` returns at once; :data:`SENDERS` threads (started on the
+    first Event) post them. All Events about one object go through the same
+    thread, so they are posted in the order they were recorded, and an Event
+    seen in the API means every earlier Event about that object from this
+    recorder was posted before it. An Event the API refuses, or whose POST
+    times out, is logged and dropped; so is one recorded while
+    :data:`QUEUED_PER_SENDER` wait on its thread (``on_dropped`` is called:
+    the operator counts it in ``leasehold_events_dropped_total``).
 
     Args:
-        api_client: a configured ``kubernetes.client.ApiClient``.
+        api_client: a configured ``kubernetes.client.ApiClient`` (its pool
+            needs a connection per sender, :data:`SENDERS`).
         component: the Events' ``source.component``.
         instance: their ``reportingInstance`` (this replica).
         clock: wall clock for the Events' timestamps.
+        queued_per_sender: Events that may wait per thread.
+        on_dropped: called (no arguments) for each Event dropped.
     """
 
     def __init__(
@@ -43,30 +70,36 @@ class EventRecorder:
         component: str,
         instance: str,
         clock: Callable[[], datetime],
+        queued_per_sender: int = QUEUED_PER_SENDER,
+        on_dropped: Callable[[], None] = lambda: None,
     ) -> None:
         self._core = client.CoreV1Api(api_client)
         self._component = component
         self._instance = instance
         self._clock = clock
+        self._on_dropped = on_dropped
+        self._queues: list[queue.Queue[tuple[str, dict[str, Any]] | None]] = [
+            queue.Queue(maxsize=queued_per_sender) for _ in range(SENDERS)
+        ]
+        self._senders: list[threading.Thread] = []
+        self._start = threading.Lock()
 
     def record(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
-        """Record an Event about ``obj``; failures are logged, not raised.
+        """Queue an Event about ``obj`` to be posted; never raises, never waits.
 
         Args:
             obj: the involved object's body (needs apiVersion, kind, metadata).
             type_: ``Normal`` or ``Warning``.
             reason: CamelCase reason.
-            message: what happened, for people.
+            message: what happened, for people (cut to :data:`MAX_MESSAGE`).
         """
         meta = obj.get("metadata", {})
+        namespace, name = str(meta.get("namespace")), str(meta.get("name", "x"))
         stamp = format_time(self._clock()).split(".")[0] + "Z"
         event = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {
-                "generateName": f"{meta.get('name', 'x')}.",
-                "namespace": meta.get("namespace"),
-            },
+            "metadata": {"generateName": f"{name}.", "namespace": namespace},
             "involvedObject": {
                 "apiVersion": obj.get("apiVersion"),
                 "kind": obj.get("kind"),
@@ -84,11 +117,96 @@ class EventRecorder:
             "lastTimestamp": stamp,
             "count": 1,
         }
+        self._started()
+        sender = crc32(f"{namespace}/{obj.get('kind')}/{name}".encode()) % SENDERS
+        try:
+            self._queues[sender].put_nowait((namespace, event))
+        except queue.Full:
+            self._on_dropped()
+            log.warning(
+                "dropped Event %s on %s/%s: %d Events wait to be posted",
+                reason, namespace, name, self._queues[sender].qsize(),
+            )  # fmt: skip
+
+    def flush(self, timeout_seconds: float) -> bool:
+        """Wait until every Event recorded so far was posted (or given up on).
+
+        Args:
+            timeout_seconds: the longest wait, in seconds.
+
+        Returns:
+            True when none is left to post; False when the time ran out first.
+        """
+        deadline = time.monotonic() + timeout_seconds
+        for waiting in self._queues:
+            with waiting.all_tasks_done:
+                while waiting.unfinished_tasks:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    waiting.all_tasks_done.wait(left)
+        return True
+
+    def close(self, timeout_seconds: float) -> bool:
+        """Post what is queued (within ``timeout_seconds``), then stop the threads.
+
+        Events recorded after it are posted by new threads.
+
+        Args:
+            timeout_seconds: the longest wait for the queued Events, in seconds.
+
+        Returns:
+            True when every queued Event was posted or given up on; False
+            when the time ran out (the threads are left to the process's end).
+        """
+        if not self.flush(timeout_seconds):
+            return False  # the threads are daemons: they end with the process
+        with self._start:
+            senders, self._senders = self._senders, []
+            for waiting in self._queues:
+                if senders:
+                    waiting.put_nowait(None)  # the queues are empty: it fits
+        for sender in senders:
+            sender.join(timeout_seconds)
+        return True
+
+    def _started(self) -> None:
+        """Start the sender threads on the first Event (or the first after :meth:`close`)."""
+        if self._senders:
+            return
+        with self._start:
+            if self._senders:
+                return
+            self._senders = [
+                threading.Thread(
+                    target=self._send, args=(waiting,), name=f"events-{i}", daemon=True
+                )
+                for i, waiting in enumerate(self._queues)
+            ]
+            for sender in self._senders:
+                sender.start()
+
+    def _send(self, waiting: queue.Queue[tuple[str, dict[str, Any]] | None]) -> None:
+        """Post this thread's Events in order until :meth:`close` queues its stop."""
+        while True:
+            item = waiting.get()
+            try:
+                if item is None:
+                    return
+                self._post(*item)
+            finally:
+                waiting.task_done()
+
+    def _post(self, namespace: str, event: dict[str, Any]) -> None:
+        """POST one Event; a refusal, a timeout or a broken connection is logged."""
+        reason, name = event["reason"], event["involvedObject"]["name"]
         try:
             self._core.create_namespaced_event(
-                str(meta.get("namespace")), cast(Any, event), _request_timeout=REQUEST_TIMEOUT
+                namespace, cast(Any, event), _request_timeout=REQUEST_TIMEOUT
             )
         except ApiException as exc:
+            log.warning("could not record Event %s on %s: %s", reason, name, api_message(exc))
+        except Exception as exc:  # a thread of its own: log it, go on with the next
             log.warning(
-                "could not record Event %s on %s: %s", reason, meta.get("name"), api_message(exc)
+                "could not record Event %s on %s: %s: %s", reason, name, type(exc).__name__, exc
             )
