@@ -235,13 +235,17 @@ def test_a_lost_claims_pod_is_deleted_and_never_runs_the_command(
     started, claimed = Attempts(actors.ctx).claim_and_start(
         job, body, _claim_plan("lost-1", 1), before
     )
-    time.sleep(0.5)  # the pod watch's events
-    pods.stop()
+    made = wait_for(  # the watch replays from its start: the pod's ADDED comes
+        "the pod seen",
+        lambda: [o.metadata.uid for kind, o in pods.seen if kind == "ADDED"],
+        10,
+    )
     assert started is None
     assert isinstance(claimed, Rejected) and claimed.rejection is Rejection.SUSPENDED
     record = store.get(namespace, "lost").record
     assert (record.fencing_token, record.holder_identity, record.holder_uid) == (0, None, None)
-
+    time.sleep(0.5)  # a second pod's ADDED (none may be made) would come as soon
+    pods.stop()
     made = [o.metadata.uid for kind, o in pods.seen if kind == "ADDED"]
     assert len(made) == 1
     lost_uid = str(made[0])

@@ -73,14 +73,18 @@ def test_scaling_up_an_indexed_job_runs_the_new_indexes(
     api_client: client.ApiClient,
     store: LeaseStore,
     namespace: str,
+    tmp_path: Path,
 ) -> None:
     # batch/v1 e2e "should allow to scale up an Indexed Job" (ElasticIndexedJob):
-    # completions and parallelism raised together; the new indexes run.
+    # completions and parallelism raised together; the new indexes run. The
+    # first two end only once the scale-up was made (``go``): had both ended
+    # before it on a slow machine, the job would be over.
+    go = tmp_path / "go"
     create_job(
         api_client,
         namespace,
         "up",
-        sh("sleep 3; exit 0"),
+        sh(f'[ "$JOB_COMPLETION_INDEX" -ge 2 ] || until [ -e {go} ]; do sleep 0.2; done; exit 0'),
         lease_seconds=10,
         completions=2,
         parallelism=2,
@@ -89,6 +93,7 @@ def test_scaling_up_an_indexed_job_runs_the_new_indexes(
     wait_for("index 0 held", functools.partial(_held_by_pod, store, namespace, "up.0"), 60)
     wait_for("status of 2", functools.partial(_planned_for, api_client, namespace, "up", 2), 30)
     patch_spec(api_client, namespace, "up", {"completions": 4, "parallelism": 4})
+    go.touch()
     wait_for("Succeeded", phase_is(api_client, namespace, "up", "Succeeded"), 90)
     st = status(api_client, namespace, "up")
     assert (st["completedIndexes"], st["succeeded"], st["completionProgress"]) == ("0-3", 4, "4/4")
@@ -216,17 +221,19 @@ def test_scaling_an_indexed_job_down_then_up_runs_the_index_again_above_its_old_
     api_client: client.ApiClient,
     store: LeaseStore,
     namespace: str,
+    tmp_path: Path,
 ) -> None:
     # batch/v1: an index removed by a scale-down runs again after a scale-up.
     # Fenced: under a token above the stopped attempt's, issued only once the
     # stopped worker's lease window has passed.
+    go = tmp_path / "go"
     create_job(
         api_client,
         namespace,
         "again",
         sh(
             # index 0 runs on through both scales (the job must not end at the scale-down)
-            '[ "$JOB_COMPLETION_INDEX" = 0 ] && sleep 15;'
+            f'[ "$JOB_COMPLETION_INDEX" = 0 ] && until [ -e {go} ]; do sleep 0.2; done;'
             ' [ "$JOB_COMPLETION_INDEX" = 1 ] && [ "$LEASEHOLD_FENCING_TOKEN" = 1 ] && sleep 120;'
             " exit 0"
         ),
@@ -244,6 +251,7 @@ def test_scaling_an_indexed_job_down_then_up_runs_the_index_again_above_its_old_
     planned = functools.partial(_planned_for, api_client, namespace, "again", 1)
     wait_for("status of 1", planned, 30)
     patch_spec(api_client, namespace, "again", {"completions": 2, "parallelism": 2})
+    go.touch()
     wait_for("Succeeded", phase_is(api_client, namespace, "again", "Succeeded"), 90)
     record = store.get(namespace, "again.1").record
     assert record.completion is not None

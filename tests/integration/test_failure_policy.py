@@ -229,7 +229,9 @@ def test_a_lost_lease_is_a_reclaim_and_the_next_attempt_backs_off(
     namespace: str,
 ) -> None:
     # Any non-zero exit fails the job, but for a lost lease's 75: that is a reclaim.
-    delay = 8
+    # The delay bounds the wait for the exit below (the next renewal, up to 2 s,
+    # its refusal, the command stopped, the pod's status): 11 s on a loaded machine.
+    delay = 12
     create_job(
         api_client,
         namespace,

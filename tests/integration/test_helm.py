@@ -588,7 +588,8 @@ def test_webhook_certificate_is_kept_across_upgrades(
     renewed = stored()
     assert renewed[0] != first[0] and renewed[1] != first[1]
     helm("uninstall", release.name, "--namespace", namespace, "--wait", "--timeout", "60s")
-    assert leftovers(kubectl, release) == []
+    # What Helm did not make itself (a Deployment's ReplicaSet) the garbage collector takes.
+    wait_for("nothing left", lambda: leftovers(kubectl, release) == [], 30)
 
 
 # -- worker confinement ----------------------------------------------------------

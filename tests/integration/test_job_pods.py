@@ -60,6 +60,11 @@ def pod(api_client: client.ApiClient, namespace: str, name: str) -> Any | None:
         raise
 
 
+def _terminal(found: Any) -> bool:
+    """The pod has ended (its phase is ``Succeeded`` or ``Failed``)."""
+    return bool(found.status and found.status.phase in ("Succeeded", "Failed"))
+
+
 @pytest.mark.parametrize("completions", [None, 2], ids=["single", "indexed"])
 def test_job_status_ready_counts_the_running_ready_pods(
     operator: OperatorProcess,
@@ -141,7 +146,8 @@ def test_job_status_terminating_counts_pods_being_deleted(
         lambda: status(api_client, namespace, "trm").get("terminating") == 0,
         GRACE_SECONDS + 30,
     )
-    assert pod(api_client, namespace, "trm-1") is None
+    # Terminal first (counted out of terminating), then deleted by the pod runner.
+    wait_for("trm-1 gone", lambda: pod(api_client, namespace, "trm-1") is None, 10)
     wait_for("Failed", lambda: status(api_client, namespace, "trm").get("phase") == "Failed", 30)
 
 
@@ -178,8 +184,15 @@ def test_recreate_pods_only_after_they_have_failed_if_pod_replacement_policy_is_
 
     wait_for("rpl-1 reclaimed and being deleted", deleting, 60)
     overlap, waits = False, []
-    while pod(api_client, namespace, "rpl-1") is not None:
-        overlap = overlap or pod(api_client, namespace, "rpl-2") is not None
+    while True:
+        # The new pod read first, the old one last: an old pod not terminal at the
+        # last read was not at the first either. (A terminal one may still be
+        # there a moment: the pod runner writes its phase, then deletes it.)
+        new = pod(api_client, namespace, "rpl-2")
+        old = pod(api_client, namespace, "rpl-1")
+        if old is None:
+            break
+        overlap = overlap or (new is not None and not _terminal(old))
         st = status(api_client, namespace, "rpl")
         waits.append((st.get("terminating"), condition(st, "LeaseHeld").get("reason")))
         time.sleep(0.1)
@@ -227,8 +240,12 @@ def test_recreate_index_pods_only_after_they_have_failed_if_pod_replacement_poli
 
     wait_for("rpx-0-1 reclaimed and being deleted", deleting, 60)
     overlap, terminating = False, []
-    while pod(api_client, namespace, "rpx-0-1") is not None:
-        overlap = overlap or pod(api_client, namespace, "rpx-0-2") is not None
+    while True:  # the new pod read first, as above
+        new = pod(api_client, namespace, "rpx-0-2")
+        old = pod(api_client, namespace, "rpx-0-1")
+        if old is None:
+            break
+        overlap = overlap or (new is not None and not _terminal(old))
         terminating.append(status(api_client, namespace, "rpx").get("terminating"))
         time.sleep(0.1)
     assert not overlap, "rpx-0-2 was created while rpx-0-1 was terminating"

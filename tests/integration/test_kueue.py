@@ -403,7 +403,8 @@ def test_preempting_an_indexed_job_suspends_every_index_fenced_and_resumes_each_
     tokens = {i: store.get(namespace, index_lease_name("shards", i)).record.fencing_token
               for i in (0, 1)}  # fmt: skip
     assert tokens == {0: 2, 1: 2}  # each index resumed above its preempted token
-    assert _finished(api_client, namespace, "shards")() is not None
+    # Marked after the job's status write (retried after a conflict with Kueue).
+    wait_for("shards' Workload Finished", _finished(api_client, namespace, "shards"))
 
 
 FIRST_TOKEN_HANGS = (

@@ -8,6 +8,7 @@ tested are written down in docs/lifecycle.md.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import datetime
 from email.utils import parsedate_to_datetime
 from pathlib import Path
@@ -26,6 +27,7 @@ from operatorproc import OperatorProcess
 from podrunner import PodRunner
 from tests.integration.jobs import (
     condition,
+    condition_true,
     create_job,
     events,
     get_job,
@@ -156,6 +158,19 @@ def created_at(api: client.ApiClient, namespace: str, name: str) -> float:
     return time.monotonic() - age.total_seconds()
 
 
+def _decided(api: client.ApiClient, namespace: str, name: str) -> Callable[[], bool]:
+    """The job is decided failed: ``FailureTarget`` (``Failed`` follows once its pods ended).
+
+    A deadline is timed at the decision, as batch/v1 decides it; the pod's
+    termination after it (SIGTERM, the wrapper's exit, the pod's status) is not
+    the deadline's.
+    """
+    return lambda: (
+        condition_true(api, namespace, name, "FailureTarget")
+        or (status(api, namespace, name).get("phase") == "Failed")
+    )
+
+
 def test_deadline_fires_while_the_worker_keeps_renewing(
     operator: OperatorProcess,
     local_pod_runner: PodRunner,
@@ -169,9 +184,10 @@ def test_deadline_fires_while_the_worker_keeps_renewing(
     )  # a 3 s window: token 1 must hold until the deadline (asserted below)
     origin = created_at(api_client, namespace, "late")
     local_pod_runner.wait_for_pid(namespace, "late-1", timeout=30)
-    wait_for("Failed", phase_is(api_client, namespace, "late", "Failed"), deadline + 15)
+    wait_for("the deadline decided", _decided(api_client, namespace, "late"), deadline + 15)
     took = time.monotonic() - origin
-    assert deadline - 1 <= took <= deadline + 4, f"failed {took:.1f}s after creation"
+    assert deadline - 1 <= took <= deadline + 4, f"decided {took:.1f}s after creation"
+    wait_for("Failed", phase_is(api_client, namespace, "late", "Failed"), 30)
     failed = condition(status(api_client, namespace, "late"), "Failed")
     assert failed["reason"] == "DeadlineExceeded"
     record = store.get(namespace, "late").record
@@ -217,11 +233,13 @@ def test_operator_clock_behind_does_not_delay_a_deadline(
     # its start alone took 25 s (the job then failed at once, as it should). A
     # clock an hour behind that delayed the deadline would be an hour late.
     up = time.monotonic() - origin
-    wait_for("Failed", phase_is(api_client, namespace, "behind", "Failed"), max(deadline, up) + 20)
+    decided = _decided(api_client, namespace, "behind")
+    wait_for("the deadline decided", decided, max(deadline, up) + 20)
     took = time.monotonic() - origin
     assert deadline - 1 <= took <= max(deadline, up) + 5, (
-        f"failed {took:.1f}s after creation; the operator was up after {up:.1f}s"
+        f"decided {took:.1f}s after creation; the operator was up after {up:.1f}s"
     )
+    wait_for("Failed", phase_is(api_client, namespace, "behind", "Failed"), 30)
     assert condition(status(api_client, namespace, "behind"), "Failed")["reason"] == (
         "DeadlineExceeded"
     )

