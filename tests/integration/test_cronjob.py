@@ -1063,5 +1063,11 @@ def test_replace_keeps_a_finished_work_queue_run_whose_idle_slot_was_stopped(
         60,
     )
     assert first in runs(api_client, namespace, "wq")  # kept in the history
-    reasons = [r for r, _ in cron_events(api_client, namespace, "wq")]
+
+    def second_told() -> list[str] | None:  # recorded after any Replaced of the first run
+        told = cron_events(api_client, namespace, "wq")
+        made = any(r == "SuccessfulCreate" and second in m for r, m in told)
+        return [r for r, _ in told] if made else None
+
+    reasons = wait_for("the second run's SuccessfulCreate Event", second_told)
     assert "Replaced" not in reasons, reasons

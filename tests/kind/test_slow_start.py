@@ -86,18 +86,24 @@ def test_init_container_longer_than_the_lease_runs_under_the_first_token(
     assert status["lastAttemptReason"] == "Succeeded", status
     assert lease["fencingToken"] == 1, lease
     assert lease["completion"] == {**lease["completion"], "outcome": "Succeeded", "fencingToken": 1}
-    reasons = run(
-        env,
-        "kubectl",
-        "-n",
-        "demo",
-        "get",
-        "events",
-        "--field-selector",
-        f"involvedObject.name={JOB}",
-        "-o",
-        "jsonpath={.items[*].reason}",
-    ).split()
+
+    def told() -> list[str] | None:
+        """The job's Event reasons, once its end's is posted (the earlier ones are then too)."""
+        found = run(
+            env,
+            "kubectl",
+            "-n",
+            "demo",
+            "get",
+            "events",
+            "--field-selector",
+            f"involvedObject.name={JOB}",
+            "-o",
+            "jsonpath={.items[*].reason}",
+        ).split()
+        return found if "Completed" in found else None
+
+    reasons = wait("the job's Completed Event", 60, told)
     assert not any(r.startswith("Reclaim") or r.startswith("StartupDeadline") for r in reasons), (
         reasons
     )

@@ -154,6 +154,12 @@ class Reclaimer:
                 )
             result = self._ctx.store.reclaim(lease, str(reason))
             if isinstance(result, Accepted):
+                # Told before the cache has it: the reconcile that reads it
+                # there records its own Events (the next attempt's, the end's)
+                # after this one.
+                job = _owner_job(lease)
+                if job is not None:
+                    self._ctx.events.record(job, "Warning", *_reclaim_event(lease, reason))
                 # Cached with its note: the reconcile the reclaim triggers
                 # reads the reason from the cache (its watch event is skipped).
                 self._ctx.wrote_lease(result.lease)
@@ -165,9 +171,6 @@ class Reclaimer:
                     record.fencing_token,
                     record.lease_duration_seconds,
                 )
-                job = _owner_job(lease)
-                if job is not None:
-                    self._ctx.events.record(job, "Warning", *_reclaim_event(lease, reason))
                 return ReclaimOutcome(
                     True, record.fencing_token, record.holder_identity, "Reclaimed"
                 )

@@ -10,6 +10,7 @@ controller's sync: an Event's POST was a fifth of a job's first reconcile
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -81,8 +82,9 @@ class EventRecorder:
         self._queues: list[queue.Queue[tuple[str, dict[str, Any]] | None]] = [
             queue.Queue(maxsize=queued_per_sender) for _ in range(SENDERS)
         ]
-        self._senders: list[threading.Thread] = []
-        self._start = threading.Lock()
+        self._senders: list[threading.Thread | None] = [None] * SENDERS
+        """The thread posting each queue's Events (started with its first Event)."""
+        self._lock = threading.Lock()
 
     def record(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
         """Queue an Event about ``obj`` to be posted; never raises, never waits.
@@ -117,11 +119,12 @@ class EventRecorder:
             "lastTimestamp": stamp,
             "count": 1,
         }
-        self._started()
         sender = crc32(f"{namespace}/{obj.get('kind')}/{name}".encode()) % SENDERS
         try:
-            self._queues[sender].put_nowait((namespace, event))
-        except queue.Full:
+            with self._lock:  # no close() between the thread's check and the put
+                self._started(sender)
+                self._queues[sender].put_nowait((namespace, event))
+        except (queue.Full, RuntimeError):  # full, or no thread could be started
             self._on_dropped()
             log.warning(
                 "dropped Event %s on %s/%s: %d Events wait to be posted",
@@ -159,32 +162,38 @@ class EventRecorder:
             True when every queued Event was posted or given up on; False
             when the time ran out (the threads are left to the process's end).
         """
+        deadline = time.monotonic() + timeout_seconds
         if not self.flush(timeout_seconds):
             return False  # the threads are daemons: they end with the process
-        with self._start:
-            senders, self._senders = self._senders, []
-            for waiting in self._queues:
-                if senders:
-                    waiting.put_nowait(None)  # the queues are empty: it fits
-        for sender in senders:
-            sender.join(timeout_seconds)
+        stopping: list[threading.Thread] = []
+        with self._lock:
+            for i, waiting in enumerate(self._queues):
+                running = self._senders[i]
+                if running is not None:
+                    # After what is queued; a queue filled again since the flush
+                    # keeps its thread (a daemon), which posts on.
+                    with contextlib.suppress(queue.Full):
+                        waiting.put_nowait(None)
+                        self._senders[i] = None
+                        stopping.append(running)
+        for sender in stopping:
+            sender.join(max(0.0, deadline - time.monotonic()))
         return True
 
-    def _started(self) -> None:
-        """Start the sender threads on the first Event (or the first after :meth:`close`)."""
-        if self._senders:
+    def _started(self, sender: int) -> None:
+        """Start queue ``sender``'s thread unless it runs (called under the lock).
+
+        Started on the queue's first Event, again after :meth:`close`, and
+        again should the thread have ended.
+        """
+        running = self._senders[sender]
+        if running is not None and running.is_alive():
             return
-        with self._start:
-            if self._senders:
-                return
-            self._senders = [
-                threading.Thread(
-                    target=self._send, args=(waiting,), name=f"events-{i}", daemon=True
-                )
-                for i, waiting in enumerate(self._queues)
-            ]
-            for sender in self._senders:
-                sender.start()
+        thread = threading.Thread(
+            target=self._send, args=(self._queues[sender],), name=f"events-{sender}", daemon=True
+        )
+        thread.start()
+        self._senders[sender] = thread
 
     def _send(self, waiting: queue.Queue[tuple[str, dict[str, Any]] | None]) -> None:
         """Post this thread's Events in order until :meth:`close` queues its stop."""
@@ -194,6 +203,8 @@ class EventRecorder:
                 if item is None:
                     return
                 self._post(*item)
+            except Exception:  # the thread must go on with the next Event
+                log.exception("could not record an Event")
             finally:
                 waiting.task_done()
 
