@@ -129,6 +129,17 @@ def job_phase(api: client.ApiClient, name: str) -> str | None:
     return (body.get("status") or {}).get("phase")
 
 
+def told(api: client.ApiClient, name: str, reason: str) -> bool:
+    """Whether the LeasedJob has an Event of ``reason``.
+
+    The operator posts Events off its reconcile, a moment after the status they go with.
+    """
+    found = client.CoreV1Api(api).list_namespaced_event(
+        NAMESPACE, field_selector=f"involvedObject.kind=LeasedJob,involvedObject.name={name}"
+    )
+    return any(e.reason == reason for e in found.items)
+
+
 def holder_token(api: client.ApiClient, name: str) -> tuple[str | None, int]:
     """The lease's holder and token."""
     body: Any = client.CustomObjectsApi(api).get_namespaced_custom_object(
@@ -305,6 +316,7 @@ def indexed_run(kubeconfig: Path, api: client.ApiClient, runner: PodRunner) -> N
             say("worker", f"{frozen}: {line.strip()}")
     say("worker", f"{frozen} exited {code}")
     wait_for(f"{name} to succeed", lambda: job_phase(api, name) == "Succeeded", 120)
+    wait_for(f"{name}'s Completed Event", lambda: told(api, name, "Completed"), 30)
     body: Any = client.CustomObjectsApi(api).get_namespaced_custom_object(
         "leasehold.dev", "v1alpha1", NAMESPACE, "leasedjobs", name
     )
