@@ -721,5 +721,5 @@ def test_a_confirm_renewal_is_waited_for_half_the_window_not_a_renewals_timeout(
     renewer = Renewer(renew, timing, key="ns/job", acquired_at=None, on_loss=lambda loss: None)
     renewer.confirm()
     assert timing.request_timeout_seconds == pytest.approx(10 / 3 / 2)
-    assert len(timeouts) == 1 and timeouts[0] == pytest.approx(4.0, abs=0.05)
+    assert len(timeouts) == 1 and timeouts[0] == pytest.approx(4.0, abs=0.5)  # not 1.67
     assert renewer.confirm_tries == 1
