@@ -174,13 +174,6 @@ def end_reason(api: client.ApiClient, namespace: str, name: str) -> str:
     )
 
 
-def reasons(
-    api: client.ApiClient, namespace: str, name: str, *until: str, kind: str = "LeasedJob"
-) -> list[str]:
-    """The reasons of the object's Events, once each of ``until`` is among them (:func:`events`)."""
-    return [r for r, _ in events(api, namespace, name, until=until, kind=kind)]
-
-
 def pod_gone_or_going(api: client.ApiClient, namespace: str, pod: str) -> bool:
     """The pod is deleted, or being deleted (it has a deletion timestamp)."""
     try:
